@@ -1,0 +1,36 @@
+# edgeplug: `make demo` and `make test` work on a fresh clone.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PLUGINS := vulkan webgpu qnn samsung xnnpack
+STAMP := $(VENV)/.edgeplug-installed
+
+.PHONY: setup demo test test-fast bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# torch 2.13.0 (CPU) first, explicitly: any looser spec may pull a CUDA build.
+$(STAMP): $(BIN)/python pyproject.toml $(foreach p,$(PLUGINS),plugins/$(p)/pyproject.toml)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]' $(foreach p,$(PLUGINS),-e plugins/$(p))
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/edgeplug backends
+	$(BIN)/edgeplug lower llama --backend vulkan -o out/llama-vulkan.pte --report out/llama-vulkan.json
+
+test: setup
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider tests plugins
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" tests plugins
+
+bench: setup
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,69 @@
+"""edgeplug: a plugin framework for ExecuTorch backends.
+
+The public API (stable)::
+
+    edgeplug.backends() -> list[str]
+    edgeplug.get_backend(name) -> Backend
+    edgeplug.transform(ep, backend) -> ExportedProgram
+    edgeplug.fuse(ep, backend) -> (ExportedProgram, list[FusionRecord])
+    edgeplug.lower(model_or_ep, example_inputs, backend, *, verify=False, dry_run=False) -> LoweringResult
+
+Importing edgeplug is cheap: torch, executorch and the plugins load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeplug.hookspecs import hookimpl
+from edgeplug.records import (
+    API_VERSION,
+    Availability,
+    BackendSpec,
+    FusionPolicy,
+    FusionRecord,
+    Kernel,
+    PartitionerFilter,
+    PassSpec,
+    SkipDecomp,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "backends": ("edgeplug.backend", "backends"),
+    "get_backend": ("edgeplug.backend", "get_backend"),
+    "Backend": ("edgeplug.backend", "Backend"),
+    "transform": ("edgeplug.lower", "transform"),
+    "fuse": ("edgeplug.lower", "fuse"),
+    "lower": ("edgeplug.lower", "lower"),
+    "LoweringResult": ("edgeplug.lower", "LoweringResult"),
+    "LoweringReport": ("edgeplug.report", "LoweringReport"),
+    "verify": ("edgeplug.lower", "verify_result"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'edgeplug' has no attribute {name!r}")
+
+
+__all__ = [
+    "API_VERSION",
+    "Availability",
+    "BackendSpec",
+    "FusionPolicy",
+    "FusionRecord",
+    "Kernel",
+    "PartitionerFilter",
+    "PassSpec",
+    "SkipDecomp",
+    "hookimpl",
+    *_LAZY,
+]

@@ -1,0 +1,34 @@
+"""Exceptions edgeplug raises. Each message says what, where, and what to do."""
+
+
+class EdgeplugError(Exception):
+    """Base class of every error edgeplug raises on purpose."""
+
+
+class PluginConflictError(EdgeplugError):
+    """Two plugins contribute the same thing (a backend name, an op kernel)."""
+
+
+class UnknownBackendError(EdgeplugError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class BackendUnavailableError(EdgeplugError):
+    """The backend's delegate cannot be serialized here (e.g. a missing SDK)."""
+
+
+class PassError(EdgeplugError):
+    """A backend pass failed or left a broken graph."""
+
+
+class LoweringError(EdgeplugError):
+    """Lowering failed at a named stage."""
+
+
+class KernelError(EdgeplugError):
+    """A runtime kernel refused its inputs or could not run."""
+
+
+class VerificationError(EdgeplugError):
+    """Host verification could not run a lowered program."""

@@ -1,0 +1,85 @@
+"""Built-in example models.
+
+Each example is a callable returning ``(model, example_inputs)``: the same
+contract as ``edgeplug lower FILE.py:ATTR``. Everything is built in code and
+seeded; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from edgeplug.errors import EdgeplugError
+
+ExampleFn = Callable[[], tuple[Any, tuple[Any, ...]]]
+
+
+def _llama() -> tuple[Any, tuple[Any, ...]]:
+    from edgeplug.examples.llama import tiny_llama
+
+    return tiny_llama()
+
+
+def _gemma_norm() -> tuple[Any, tuple[Any, ...]]:
+    from edgeplug.examples.llama import gemma_style_block
+
+    return gemma_style_block()
+
+
+def _mlp() -> tuple[Any, tuple[Any, ...]]:
+    from edgeplug.examples.llama import small_mlp
+
+    return small_mlp()
+
+
+EXAMPLES: dict[str, tuple[ExampleFn, str]] = {
+    "llama": (_llama, "tiny Llama-style decoder: RMSNorm, causal attention, SwiGLU (2 layers, dim 64)"),
+    "gemma-block": (_gemma_norm, "Gemma-style block: RMSNorm scaled by (1 + w), attention, GeGLU"),
+    "mlp": (_mlp, "two linear layers with a GELU (smallest smoke test)"),
+}
+
+
+def list_examples() -> dict[str, str]:
+    return {k: d for k, (_, d) in EXAMPLES.items()}
+
+
+def load_model(spec: str) -> tuple[Any, tuple[Any, ...], str]:
+    """Resolve an example name or ``FILE.py:ATTR`` to ``(model, inputs, label)``."""
+    if spec in EXAMPLES:
+        model, inputs = EXAMPLES[spec][0]()
+        return model, tuple(inputs), spec
+    if ":" in spec:
+        path_s, attr = spec.rsplit(":", 1)
+        path = Path(path_s)
+        if not path.is_file():
+            raise EdgeplugError(f"model file {path_s!r} does not exist")
+        mod_name = f"_edgeplug_user_{path.stem}"
+        loader = importlib.util.spec_from_file_location(mod_name, path)
+        if loader is None or loader.loader is None:
+            raise EdgeplugError(f"cannot import {path_s!r} as a Python file")
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[mod_name] = module
+        try:
+            loader.loader.exec_module(module)
+        except Exception as exc:
+            raise EdgeplugError(f"importing {path_s} failed: {type(exc).__name__}: {exc}") from exc
+        fn = getattr(module, attr, None)
+        if fn is None or not callable(fn):
+            raise EdgeplugError(
+                f"{path_s} has no callable {attr!r}; it must define a function returning "
+                "(model, example_inputs)"
+            )
+        result = fn()
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise EdgeplugError(
+                f"{spec} returned {type(result).__name__}, expected a tuple (model, example_inputs)"
+            )
+        model, inputs = result
+        if not isinstance(inputs, tuple):
+            inputs = (inputs,)
+        return model, inputs, spec
+    known = ", ".join(EXAMPLES)
+    raise EdgeplugError(f"unknown example {spec!r}: use one of {known}, or FILE.py:ATTR")

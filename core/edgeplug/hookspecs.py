@@ -1,0 +1,88 @@
+"""Every edgeplug hook, in one place.
+
+A plugin is a module with functions decorated ``@edgeplug.hookimpl`` whose
+names are the hooks below. Each hook takes no arguments and returns an
+iterable of records (``edgeplug.records``); every record names the backend it
+is for. The plugin manager calls each plugin's implementation on its own, so
+a plugin that raises is reported without hiding the others.
+
+Hooks, in the order the lowering pipeline uses them:
+
+1. registration: ``edgeplug_backends``
+2. export: ``edgeplug_passes`` (stage "export")
+3. to_edge: ``edgeplug_skip_decomp``, ``edgeplug_partitioner_filters``
+4. edge: ``edgeplug_passes`` (stage "edge"), ``edgeplug_fusion_policies``
+5. verification and benchmarks: ``edgeplug_kernels``
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import pluggy
+
+from edgeplug.records import (
+    BackendSpec,
+    FusionPolicy,
+    Kernel,
+    PartitionerFilter,
+    PassSpec,
+    SkipDecomp,
+)
+
+PROJECT = "edgeplug"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def edgeplug_backends() -> Iterable[BackendSpec]:
+    """Register backends.
+
+    Called once when plugins load. Yield one ``BackendSpec`` per backend this
+    plugin adds. Two specs with one name (from any plugins) are an error.
+    """
+
+
+@hookspec
+def edgeplug_skip_decomp() -> Iterable[SkipDecomp]:
+    """Operators a backend keeps whole through ``to_edge``.
+
+    Called when a backend is resolved. Entries must be ``OpOverload`` objects.
+    The core partitioner keeps an op whole only where the backend's support
+    predicate says the node will be delegated, so a kept-whole op is never
+    left on the CPU.
+    """
+
+
+@hookspec
+def edgeplug_partitioner_filters() -> Iterable[PartitionerFilter]:
+    """Per-node refinements of the keep-whole/partition decision.
+
+    ``fn(node, ctx)`` returns True, False or None; ``ctx.stage`` is
+    "before_decomposition", "partition" or "after_lowering", and
+    ``ctx.constant_only`` the set of constant-only nodes.
+    """
+
+
+@hookspec
+def edgeplug_fusion_policies() -> Iterable[FusionPolicy]:
+    """How a backend wants core pattern matches (rms_norm) fused."""
+
+
+@hookspec
+def edgeplug_kernels() -> Iterable[Kernel]:
+    """Runtime kernels for ops a backend's delegates compute.
+
+    Used by host verification and the benchmarks. Two kernels for one op of
+    one backend are an error naming both distributions.
+    """
+
+
+@hookspec
+def edgeplug_passes() -> Iterable[PassSpec]:
+    """Backend passes: stage "export" (aten IR) or "edge" (before partitioning).
+
+    Run by the core's pass runner, which reserves node names first and lints
+    the graph after each pass, in ascending ``order``.
+    """

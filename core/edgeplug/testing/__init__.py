@@ -1,0 +1,1 @@
+"""Helpers and the conformance suite for plugin authors (see ``edgeplug.testing.plugin``)."""

@@ -1,0 +1,1 @@
+"""pytest plugin: fixtures for plugin authors. Importing it is cheap."""

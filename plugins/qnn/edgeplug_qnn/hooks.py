@@ -1,0 +1,38 @@
+"""Hook implementations of the QNN backend (hookimpls only)."""
+
+from __future__ import annotations
+
+import edgeplug
+from edgeplug import BackendSpec, FusionPolicy, SkipDecomp
+
+from edgeplug_qnn import support
+
+
+@edgeplug.hookimpl
+def edgeplug_backends():
+    yield BackendSpec(
+        backend="qnn",
+        description="Qualcomm AI Engine Direct (QNN) for the Hexagon HTP",
+        backend_id="QnnBackend",
+        partitioner=support.make_partitioner,
+        availability=support.availability,
+        constant_only_policy=True,
+    )
+
+
+@edgeplug.hookimpl
+def edgeplug_skip_decomp():
+    yield SkipDecomp(backend="qnn", ops=support.skip_decomp_ops())
+
+
+@edgeplug.hookimpl
+def edgeplug_fusion_policies():
+    yield FusionPolicy(
+        backend="qnn",
+        pattern="rms_norm",
+        target="aten.rms_norm",
+        weight_sources=frozenset({"leaf"}),
+        fold_computed_constants=True,
+        unit_weight_fallback=True,
+        fp32_accumulation=False,
+    )

@@ -1,0 +1,76 @@
+"""What the QNN backend declares without the SDK: its SDK check and support table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgeplug import Availability
+
+SDK_VAR = "QNN_SDK_ROOT"
+SOC_VAR = "EDGEPLUG_QNN_SOC"  # e.g. SM8650; which HTP to compile for
+DEFAULT_SOC = "SM8650"
+
+
+def availability() -> Availability:
+    root = os.environ.get(SDK_VAR)
+    hint = (
+        f"Install the Qualcomm AI Engine Direct (QNN) SDK and set {SDK_VAR} to its root "
+        f"(the folder holding lib/x86_64-linux-clang/libQnnHtp.so)"
+    )
+    if not root:
+        return Availability(ok=False, reason=f"the QNN SDK is not configured ({SDK_VAR} is not set)", hint=hint)
+    lib = Path(root) / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
+    if not lib.is_file():
+        return Availability(ok=False, reason=f"{SDK_VAR}={root} has no lib/x86_64-linux-clang/libQnnHtp.so", hint=hint)
+    return Availability(ok=True)
+
+
+def supported_ops():
+    """Edge (aten) ops the HTP support table declares, for SDK-free partitioning."""
+    import torch
+
+    a = torch.ops.aten
+    return [
+        a.add.Tensor, a.sub.Tensor, a.mul.Tensor, a.div.Tensor, a.neg.default,
+        a.rsqrt.default, a.sqrt.default, a.pow.Tensor_Scalar, a.exp.default,
+        a.mean.dim, a.sum.dim_IntList, a.amax.default,
+        a.linear.default, a.addmm.default, a.mm.default, a.bmm.default,
+        a.permute_copy.default, a.view_copy.default, a.expand_copy.default,
+        a.squeeze_copy.dims, a.unsqueeze_copy.default, a.slice_copy.Tensor,
+        a.select_copy.int, a.cat.default, a.clone.default, a._to_copy.default,
+        a._softmax.default, a.sigmoid.default, a.tanh.default, a.relu.default,
+        a.gelu.default, a.hardswish.default, a.hardsigmoid.default,
+        a.rms_norm.default, a.native_layer_norm.default, a.embedding.default,
+        a.where.self, a.full_like.default, a.constant_pad_nd.default,
+        a.convolution.default, a.avg_pool2d.default, a.max_pool2d_with_indices.default,
+    ]
+
+
+def skip_decomp_ops():
+    """Ops HTP keeps whole (it has a native op for each)."""
+    import torch
+
+    a = torch.ops.aten
+    return (
+        a.linear.default, a.hardswish.default, a.hardsigmoid.default, a.rms_norm.default,
+        a.instance_norm.default, a.pixel_shuffle.default, a.pixel_unshuffle.default,
+        a.leaky_relu.default, a.prelu.default, a.elu.default, a.matmul.default,
+    )
+
+
+def make_partitioner():
+    from edgeplug.partition import SupportTablePartitioner
+
+    if availability().ok:  # the real partitioner, with compile specs for the chosen SoC
+        from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
+        from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
+        from executorch.backends.qualcomm.utils.utils import (
+            generate_htp_compiler_spec,
+            generate_qnn_executorch_compiler_spec,
+        )
+
+        soc = getattr(QcomChipset, os.environ.get(SOC_VAR, DEFAULT_SOC).upper())
+        specs = generate_qnn_executorch_compiler_spec(soc_model=soc, backend_options=generate_htp_compiler_spec(use_fp16=True))
+        return QnnPartitioner(specs)
+    return SupportTablePartitioner("QnnBackend", supported_ops(), keep_whole=skip_decomp_ops())

@@ -1,0 +1,67 @@
+"""What the Samsung backend declares without the SDK: its SDK check and support table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgeplug import Availability
+
+SDK_VAR = "EXYNOS_AI_LITECORE_ROOT"
+CHIPSET_VAR = "EDGEPLUG_SAMSUNG_CHIPSET"  # e.g. E9955
+DEFAULT_CHIPSET = "E9955"
+
+
+def availability() -> Availability:
+    root = os.environ.get(SDK_VAR)
+    hint = f"Install Samsung's Exynos AI LiteCore SDK and set {SDK_VAR} to its root"
+    if not root:
+        return Availability(ok=False, reason=f"the Exynos AI LiteCore SDK is not configured ({SDK_VAR} is not set)", hint=hint)
+    if not Path(root).is_dir():
+        return Availability(ok=False, reason=f"{SDK_VAR}={root} is not a folder", hint=hint)
+    try:
+        import executorch.backends.samsung.python.PyEnnWrapperAdaptor  # noqa: F401
+    except ImportError as exc:
+        return Availability(
+            ok=False,
+            reason=f"executorch's ENN wrapper is not built ({exc})",
+            hint="build executorch with the Samsung backend enabled against the SDK",
+        )
+    return Availability(ok=True)
+
+
+def supported_ops():
+    import torch
+
+    a = torch.ops.aten
+    return [
+        a.add.Tensor, a.sub.Tensor, a.mul.Tensor, a.div.Tensor, a.neg.default,
+        a.rsqrt.default, a.sqrt.default, a.pow.Tensor_Scalar, a.exp.default,
+        a.mean.dim, a.amax.default, a.linear.default, a.addmm.default, a.mm.default,
+        a.bmm.default, a.permute_copy.default, a.view_copy.default, a.expand_copy.default,
+        a.squeeze_copy.dims, a.unsqueeze_copy.default, a.slice_copy.Tensor,
+        a.select_copy.int, a.cat.default, a.clone.default, a._softmax.default,
+        a.sigmoid.default, a.tanh.default, a.relu.default, a.gelu.default,
+        a.hardswish.default, a.rms_norm.default, a.native_layer_norm.default,
+        a.embedding.default, a.constant_pad_nd.default, a.convolution.default,
+        a.avg_pool2d.default, a.max_pool2d_with_indices.default,
+    ]
+
+
+def skip_decomp_ops():
+    import torch
+
+    a = torch.ops.aten
+    return (a.linear.default, a.hardswish.default, a.rms_norm.default, a.pixel_shuffle.default)
+
+
+def make_partitioner():
+    from edgeplug.partition import SupportTablePartitioner
+
+    if availability().ok:
+        from executorch.backends.samsung.partition.enn_partitioner import EnnPartitioner
+        from executorch.backends.samsung.serialization.compile_options import gen_samsung_backend_compile_spec
+
+        chipset = os.environ.get(CHIPSET_VAR, DEFAULT_CHIPSET)
+        return EnnPartitioner([gen_samsung_backend_compile_spec(chipset)])
+    return SupportTablePartitioner("EnnBackend", supported_ops(), keep_whole=skip_decomp_ops())

@@ -1,0 +1,51 @@
+"""Hook implementations of the Vulkan backend (hookimpls only)."""
+
+from __future__ import annotations
+
+import edgeplug
+from edgeplug import BackendSpec, FusionPolicy, SkipDecomp
+
+
+def _partitioner():
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+    return VulkanPartitioner()
+
+
+@edgeplug.hookimpl
+def edgeplug_backends():
+    yield BackendSpec(
+        backend="vulkan",
+        description="ExecuTorch Vulkan delegate (GPU compute through Vulkan)",
+        backend_id="VulkanBackend",
+        partitioner=_partitioner,
+        verify="kernels",
+    )
+
+
+@edgeplug.hookimpl
+def edgeplug_skip_decomp():
+    import torch
+
+    aten = torch.ops.aten
+    # ops the Vulkan delegate has whole-op shaders for
+    yield SkipDecomp(
+        backend="vulkan",
+        ops=(aten.hardswish.default, aten.upsample_nearest2d.vec, aten.pixel_shuffle.default),
+    )
+
+
+@edgeplug.hookimpl
+def edgeplug_fusion_policies():
+    # The runtime prepacks the weight: only a leaf constant of shape [D] may
+    # be the fused op's weight; computed constants are folded first; a runtime
+    # scale stays a separate multiply after a unit-weight norm.
+    yield FusionPolicy(
+        backend="vulkan",
+        pattern="rms_norm",
+        target="et_vk.rms_norm",
+        weight_sources=frozenset({"leaf"}),
+        fold_computed_constants=True,
+        unit_weight_fallback=True,
+        fp32_accumulation=False,
+    )

@@ -1,0 +1,49 @@
+"""Hook implementations of the WebGPU backend (hookimpls only)."""
+
+from __future__ import annotations
+
+import edgeplug
+from edgeplug import BackendSpec, FusionPolicy, SkipDecomp
+
+
+def _partitioner():
+    from executorch.backends.webgpu.partitioner import WebGPUPartitioner
+
+    return WebGPUPartitioner()
+
+
+@edgeplug.hookimpl
+def edgeplug_backends():
+    yield BackendSpec(
+        backend="webgpu",
+        description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)",
+        # WebGPUPartitioner tags partitions for the Vulkan serializer
+        backend_id="VulkanBackend",
+        partitioner=_partitioner,
+        verify="kernels",
+    )
+
+
+@edgeplug.hookimpl
+def edgeplug_skip_decomp():
+    import torch
+
+    aten = torch.ops.aten
+    yield SkipDecomp(
+        backend="webgpu",
+        ops=(aten.hardswish.default, aten.upsample_nearest2d.vec, aten.pixel_shuffle.default),
+    )
+
+
+@edgeplug.hookimpl
+def edgeplug_fusion_policies():
+    yield FusionPolicy(
+        backend="webgpu",
+        pattern="rms_norm",
+        target="et_vk.rms_norm",
+        weight_sources=frozenset({"leaf"}),
+        fold_computed_constants=True,
+        unit_weight_fallback=True,
+        # our WGSL kernel accumulates in fp32 whatever the storage dtype
+        fp32_accumulation=True,
+    )

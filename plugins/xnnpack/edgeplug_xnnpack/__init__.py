@@ -1,0 +1,1 @@
+"""edgeplug backend plugin for XNNPACK: the example of a third-party plugin."""

@@ -1,0 +1,33 @@
+"""A complete edgeplug backend in one module.
+
+This is the template for a third-party backend: a ``BackendSpec`` that names
+an executorch partitioner, and an entry point in ``pyproject.toml``::
+
+    [project.entry-points.edgeplug]
+    xnnpack = "edgeplug_xnnpack.hooks"
+
+XNNPACK runs in executorch's own Python runtime, so ``verify="pte"``: the
+core executes the real .pte and compares it against eager.
+"""
+
+from __future__ import annotations
+
+import edgeplug
+from edgeplug import BackendSpec
+
+
+def _partitioner():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
+
+
+@edgeplug.hookimpl
+def edgeplug_backends():
+    yield BackendSpec(
+        backend="xnnpack",
+        description="XNNPACK on the CPU (runs in executorch's Python runtime)",
+        backend_id="XnnpackBackend",
+        partitioner=_partitioner,
+        verify="pte",
+    )
