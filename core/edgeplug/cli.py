@@ -104,12 +104,29 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--tolerance", type=float, default=1e-4, help="max |difference| --verify accepts (default 1e-4)")
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
     lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
     lo.set_defaults(fn=cmd_lower)
     return p
 
 
+def _quiet_dependencies() -> None:
+    """Keep torch/torchao/executorch chatter (deprecations, optional .so loads) off the terminal."""
+    import logging
+    import warnings
+
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category)
+    import torch  # noqa: F401  (torch configures its loggers on import; adjust after)
+
+    for name in ("torchao", "torch", "executorch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger().setLevel(logging.WARNING)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if not getattr(args, "verbose", False):
+        _quiet_dependencies()
     try:
         return args.fn(args)
     except EdgeplugError as exc:
