@@ -1,5 +1,34 @@
-"""Graph transforms every backend shares: the pass runner (names, lint)."""
+"""Graph transforms every backend shares.
 
+- ``reserve_node_names``: keep names a pass creates unused (pytorch#202927).
+- ``run_passes``: the pass runner every backend pass goes through.
+- ``resolve_scalar``: the compile-time value of a scalar operand.
+- ``constant_only_nodes`` / ``weight_source`` / ``fold_constant``: what is
+  known at AOT, where a weight comes from, and turning a computed constant
+  into a real constant of the program.
+"""
+
+from edgeplug.graph.constants import (
+    ConstantAnalysis,
+    WeightSource,
+    analyze_constants,
+    constant_only_nodes,
+    fold_constant,
+    weight_source,
+)
+from edgeplug.graph.names import NameReservationError, reserve_node_names
 from edgeplug.graph.passes import run_passes
+from edgeplug.graph.scalars import resolve_scalar
 
-__all__ = ["run_passes"]
+__all__ = [
+    "ConstantAnalysis",
+    "NameReservationError",
+    "WeightSource",
+    "analyze_constants",
+    "constant_only_nodes",
+    "fold_constant",
+    "reserve_node_names",
+    "resolve_scalar",
+    "run_passes",
+    "weight_source",
+]
