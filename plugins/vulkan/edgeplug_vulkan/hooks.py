@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, SkipDecomp
+from edgeplug import BackendSpec, FusionPolicy, Kernel, SkipDecomp
 
 
 def _partitioner():
@@ -49,3 +49,11 @@ def edgeplug_fusion_policies():
         unit_weight_fallback=True,
         fp32_accumulation=False,
     )
+
+
+@edgeplug.hookimpl
+def edgeplug_kernels():
+    # GLSL (#version 450), run through wgpu; importing the kernels needs torch, numpy and wgpu only
+    from edgeplug_vulkan.kernels import check_rms_norm, rms_norm
+
+    yield Kernel(backend="vulkan", op="et_vk.rms_norm.default", impl=rms_norm, device="wgpu", checks=check_rms_norm)

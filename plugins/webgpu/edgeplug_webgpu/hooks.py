@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, SkipDecomp
+from edgeplug import BackendSpec, FusionPolicy, Kernel, SkipDecomp
 
 
 def _partitioner():
@@ -47,3 +47,11 @@ def edgeplug_fusion_policies():
         # our WGSL kernel accumulates in fp32 whatever the storage dtype
         fp32_accumulation=True,
     )
+
+
+@edgeplug.hookimpl
+def edgeplug_kernels():
+    # WGSL, run through wgpu; importing the kernels needs torch, numpy and wgpu only
+    from edgeplug_webgpu.kernels import check_rms_norm, rms_norm
+
+    yield Kernel(backend="webgpu", op="et_vk.rms_norm.default", impl=rms_norm, device="wgpu", checks=check_rms_norm)

@@ -1,0 +1,35 @@
+"""Host execution of lowered programs with plugin kernels on a wgpu adapter.
+
+- ``edgeplug.runtime.device``: the wgpu device layer (adapter choice through
+  ``EDGEPLUG_WGPU_ADAPTER``, cached device, pipelines and constants).
+- ``edgeplug.runtime.rms_norm``: the ``et_vk.rms_norm`` contract the GPU
+  plugins' kernels share (checks, launch).
+- ``edgeplug.runtime.host``: ``run_lowered(result, backend)``, host
+  verification of a lowered program (imports executorch).
+
+Importing this package is cheap and needs neither executorch nor wgpu.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeplug.runtime.device import ADAPTER_ENV, GpuDevice, NoAdapterError, adapter_summary, get_device, reset_device
+
+_LAZY = {
+    "run_lowered": ("edgeplug.runtime.host", "run_lowered"),
+    "LoweredRun": ("edgeplug.runtime.host", "LoweredRun"),
+    "OpCall": ("edgeplug.runtime.host", "OpCall"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'edgeplug.runtime' has no attribute {name!r}")
+
+
+__all__ = ["ADAPTER_ENV", "GpuDevice", "NoAdapterError", "adapter_summary", "get_device", "reset_device", *_LAZY]
