@@ -83,6 +83,10 @@ class Backend:
         return self.origins.get(id(record))
 
 
+def _is_named(info: PluginInfo, backend: str) -> bool:
+    return backend in (info.name.lower(), info.distribution.lower().removeprefix("edgeplug-"))
+
+
 def backends() -> list[str]:
     """Names of installed, loadable backends, sorted."""
     return sorted(manager().backend_specs())
@@ -95,11 +99,18 @@ def get_backend(name: str) -> Backend:
     key = name.strip().lower()
     if key not in specs:
         msg = f"no backend named {name!r}"
-        broken = [p for p in m.problems()]
+        broken = m.problems()
         if broken:
             msg += "; some plugins failed to load: " + " | ".join(p.message for p in broken)
+        skipped = m.skipped()
+        if skipped:
+            msg += "; not loaded: " + ", ".join(
+                f"plugin {i.name!r} ({i.distribution}, {why})" for i, why in skipped
+            )
         installed = ", ".join(sorted(specs)) or "none"
-        msg += f". Installed backends: {installed}. Install one with `pip install edgeplug-{key}`."
+        msg += f". Installed backends: {installed}."
+        if not any(_is_named(i, key) for i, _ in skipped):
+            msg += f" Install one with `pip install edgeplug-{key}`."
         raise UnknownBackendError(msg)
     info, spec = specs[key]
     origins: dict[int, PluginInfo] = {}

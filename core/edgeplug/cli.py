@@ -54,6 +54,21 @@ def cmd_examples(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def cmd_lower(args: argparse.Namespace) -> int:
     from edgeplug.backend import get_backend
     from edgeplug.examples import load_model
@@ -71,15 +86,22 @@ def cmd_lower(args: argparse.Namespace) -> int:
     model, inputs, label = load_model(args.model)
     out = Path(args.output) if args.output else Path(f"{Path(label).stem.replace(':', '_')}-{backend.name}.pte")
     result = lower(model, inputs, backend, verify=args.verify, dry_run=args.dry_run, model_name=label, progress=progress)
-    if not args.dry_run:
-        result.save(out)
     report = result.report
+    if args.dry_run:
+        if args.output:
+            report.notes.append(f"--dry-run: {out} was not written")
+    else:
+        try:
+            result.save(out)
+        except OSError as exc:
+            raise EdgeplugError(f"cannot write {out}: {exc.strerror or exc}; nothing was written") from exc
     print(report.to_table())
     if args.report:
         rp = Path(args.report)
-        tmp = rp.with_name(f".{rp.name}.tmp")
-        tmp.write_text(report.to_json())
-        tmp.replace(rp)
+        try:
+            _write_atomically(rp, report.to_json())
+        except OSError as exc:
+            raise EdgeplugError(f"cannot write the report {rp}: {exc.strerror or exc}") from exc
         print(f"wrote report {rp}")
     if args.verify and report.verification is not None and report.verification.max_abs_diff > args.tolerance:
         _err(f"verification failed: max |difference| {report.verification.max_abs_diff:.3e} > tolerance {args.tolerance:g}")

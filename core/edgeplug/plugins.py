@@ -6,8 +6,12 @@ call that needs plugins loads them once and caches the result, until
 ``reset()`` or a change of the two environment variables:
 
 - ``EDGEPLUG_DISABLE_PLUGINS``: comma-separated plugin (entry point) or
-  distribution names never to load;
-- ``EDGEPLUG_PLUGINS``: if set, only these plugins load.
+  distribution names never to load (registered plugins included);
+- ``EDGEPLUG_PLUGINS``: if set, only these entry-point plugins load (plugins
+  registered with ``register`` are explicit and always load unless blocked).
+
+Names compare case-insensitively with ``-``, ``_`` and ``.`` equivalent, as
+distribution names do (``edgeplug_qnn`` blocks ``edgeplug-qnn``).
 
 A plugin that fails to import, whose hook raises, or that returns an invalid
 record is dropped whole and reported (``problems()``) with its entry point,
@@ -21,7 +25,9 @@ This module is the only one that talks to pluggy.
 from __future__ import annotations
 
 import os
+import re
 import threading
+import warnings
 import types
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
@@ -36,6 +42,11 @@ from edgeplug.records import HOOK_RECORDS, BackendSpec, Kernel
 ENTRY_POINT_GROUP = "edgeplug"
 ENV_DISABLE = "EDGEPLUG_DISABLE_PLUGINS"
 ENV_ALLOW = "EDGEPLUG_PLUGINS"
+REGISTERED = "<registered>"
+
+
+class PluginWarning(UserWarning):
+    """Issued once per load for each plugin that was dropped (see ``problems()``)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +58,14 @@ class PluginInfo:
     version: str
     entry_point: str  # "name = module:attr", or "<register()>"
 
+    @property
+    def registered(self) -> bool:
+        """True for a plugin added with ``register()`` rather than an entry point."""
+        return self.distribution == REGISTERED
+
     def describe(self) -> str:
+        if self.registered:
+            return f"plugin {self.name!r} (registered with edgeplug.plugins.register())"
         return (
             f"plugin {self.name!r} (entry point '{self.entry_point}', "
             f"distribution {self.distribution} {self.version})"
@@ -64,11 +82,14 @@ class PluginProblem:
 
     @property
     def message(self) -> str:
+        if self.plugin.registered:
+            remedy = f"unregister it with edgeplug.plugins.unregister({self.plugin.name!r})"
+        else:
+            remedy = f"uninstall {self.plugin.distribution}"
         return (
             f"{self.plugin.describe()} failed at {self.stage}: {self.cause}. "
             f"Its backends are unavailable; the others still work. To silence this, "
-            f"disable it with {ENV_DISABLE}={self.plugin.name} or uninstall "
-            f"{self.plugin.distribution}."
+            f"disable it with {ENV_DISABLE}={self.plugin.name} or {remedy}."
         )
 
     def __str__(self) -> str:
@@ -83,10 +104,16 @@ class _Loaded:
     skipped: list[tuple[PluginInfo, str]] = field(default_factory=list)
 
 
+def _normalize(name: str) -> str:
+    # PEP 503: distribution names compare case-insensitively, with runs of
+    # '-', '_' and '.' equivalent; plugin names follow the same rule here.
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
 def _split(value: Optional[str]) -> Optional[set[str]]:
     if value is None:
         return None
-    return {v.strip() for v in value.split(",") if v.strip()}
+    return {_normalize(v) for v in value.split(",") if v.strip()}
 
 
 def _format_validation(err: ValidationError) -> str:
@@ -118,7 +145,7 @@ class PluginManager:
     def register(self, plugin: object, name: Optional[str] = None) -> PluginInfo:
         """Register a module (or object) of hookimpls without an entry point."""
         pname = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-        info = PluginInfo(pname, "<registered>", "", "<edgeplug.plugins.register()>")
+        info = PluginInfo(pname, REGISTERED, "", "<edgeplug.plugins.register()>")
         with self._lock:
             self._registered.append((plugin, info))
             self._loaded = None
@@ -160,17 +187,17 @@ class PluginManager:
                 version=getattr(dist, "version", None) or "",
                 entry_point=f"{ep.name} = {ep.value}",
             )
-            names = {info.name, info.distribution}
+            names = {_normalize(info.name), _normalize(info.distribution)}
             if names & blocked:
-                state.skipped.append((info, f"blocked by {ENV_DISABLE}"))
+                state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
                 continue
             if allowed is not None and not names & allowed:
-                state.skipped.append((info, f"not in {ENV_ALLOW}"))
+                state.skipped.append((info, f"not in {ENV_ALLOW}={allow}"))
                 continue
             candidates.append((ep, info, True))
         for module, info in self._registered:
-            if info.name in blocked:
-                state.skipped.append((info, f"blocked by {ENV_DISABLE}"))
+            if _normalize(info.name) in blocked:
+                state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
                 continue
             candidates.append((module, info, False))
 
@@ -191,6 +218,8 @@ class PluginManager:
             for hook, recs in records.items():
                 state.records.setdefault(hook, []).extend((info, r) for r in recs)
         self._check_conflicts(state)
+        for problem in state.problems:
+            warnings.warn(problem.message, PluginWarning, stacklevel=4)
         return state
 
     @staticmethod
@@ -201,8 +230,12 @@ class PluginManager:
         pm.add_hookspecs(hookspecs)
         try:
             pm.register(plugin, name=info.name)
-        except Exception as exc:  # e.g. a hookimpl with an unknown name
-            return {}, PluginProblem(info, "registration", f"{type(exc).__name__}: {exc}")
+            pm.check_pending()  # a misspelt hook would otherwise be ignored silently
+        except Exception as exc:  # e.g. a hookimpl with an unknown name or argument
+            known = ", ".join(HOOK_RECORDS)
+            return {}, PluginProblem(
+                info, "registration", f"{type(exc).__name__}: {exc} (the hooks are: {known})"
+            )
         out: dict[str, list[BaseModel]] = {}
         for hook, record_type in HOOK_RECORDS.items():
             caller = getattr(pm.hook, hook)
@@ -210,7 +243,12 @@ class PluginManager:
                 stage = f"hook {hook}"
                 try:
                     result = impl.function()
-                    items = list(result) if result is not None else []
+                    if result is None:
+                        items = []
+                    elif isinstance(result, (BaseModel, dict)):
+                        items = [result]  # one record returned rather than yielded
+                    else:
+                        items = list(result)
                 except ValidationError as exc:
                     return {}, PluginProblem(info, stage, _format_validation(exc))
                 except Exception as exc:
@@ -303,4 +341,10 @@ def reset() -> None:
 
 
 def problems() -> list[PluginProblem]:
+    """Plugins that were dropped (failed import, raising hook, invalid record)."""
     return _manager.problems()
+
+
+def skipped() -> list[tuple[PluginInfo, str]]:
+    """Plugins not loaded because of EDGEPLUG_DISABLE_PLUGINS / EDGEPLUG_PLUGINS, and why."""
+    return _manager.skipped()

@@ -46,11 +46,30 @@ def list_examples() -> dict[str, str]:
     return {k: d for k, (_, d) in EXAMPLES.items()}
 
 
+def _check_contract(result: Any, spec: str) -> tuple[Any, tuple[Any, ...]]:
+    """``(model, example_inputs)``: a module (or ExportedProgram) and its inputs."""
+    import torch
+
+    expected = "expected a tuple (model, example_inputs)"
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise EdgeplugError(f"{spec} returned {type(result).__name__}, {expected}")
+    model, inputs = result
+    if not isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
+        raise EdgeplugError(
+            f"{spec} returned a model of type {type(model).__name__}, {expected} "
+            "whose model is a torch.nn.Module"
+        )
+    if isinstance(inputs, list):
+        inputs = tuple(inputs)
+    elif not isinstance(inputs, tuple):
+        inputs = (inputs,)
+    return model, inputs
+
+
 def load_model(spec: str) -> tuple[Any, tuple[Any, ...], str]:
     """Resolve an example name or ``FILE.py:ATTR`` to ``(model, inputs, label)``."""
     if spec in EXAMPLES:
-        model, inputs = EXAMPLES[spec][0]()
-        return model, tuple(inputs), spec
+        return (*_check_contract(EXAMPLES[spec][0](), spec), spec)
     if ":" in spec:
         path_s, attr = spec.rsplit(":", 1)
         path = Path(path_s)
@@ -72,14 +91,14 @@ def load_model(spec: str) -> tuple[Any, tuple[Any, ...], str]:
                 f"{path_s} has no callable {attr!r}; it must define a function returning "
                 "(model, example_inputs)"
             )
-        result = fn()
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise EdgeplugError(
-                f"{spec} returned {type(result).__name__}, expected a tuple (model, example_inputs)"
-            )
-        model, inputs = result
-        if not isinstance(inputs, tuple):
-            inputs = (inputs,)
-        return model, inputs, spec
+        try:
+            result = fn()
+        except Exception as exc:
+            raise EdgeplugError(f"calling {spec} failed: {type(exc).__name__}: {exc}") from exc
+        return (*_check_contract(result, spec), spec)
+    import difflib
+
     known = ", ".join(EXAMPLES)
-    raise EdgeplugError(f"unknown example {spec!r}: use one of {known}, or FILE.py:ATTR")
+    close = difflib.get_close_matches(spec, EXAMPLES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise EdgeplugError(f"unknown example {spec!r}{hint}: use one of {known}, or FILE.py:ATTR")

@@ -1,1 +1,92 @@
-"""Helpers and the conformance suite for plugin authors (see ``edgeplug.testing.plugin``)."""
+"""Testing edgeplug backends: a pytest plugin and the conformance suite.
+
+Every backend, first-party or third-party, must pass the conformance suite in
+``edgeplug.testing.conformance``: its records are valid, its skip table holds
+real operator overloads, its fusion policy (if it declares one) names a real
+operator, the Llama example lowers for it (or, where its delegate cannot
+serialize here, lowers as a dry run and the real lowering stops with an error
+that says what to install), and no op it keeps whole is left on the CPU.
+
+Running the suite for your plugin
+---------------------------------
+Installing ``edgeplug`` registers the pytest plugin ``edgeplug.testing.plugin``
+(entry point ``pytest11``), so with your plugin installed::
+
+    pytest --pyargs edgeplug.testing.conformance --edgeplug-backend mybackend
+
+``--edgeplug-backend`` may be repeated; without it the suite runs over every
+installed backend. To keep the suite in your own test run, import it into one
+of your test modules; its tests are parametrised over the backends you name in
+``pytest.ini``/``pyproject.toml`` (``edgeplug_backends = mybackend``) or on the
+command line::
+
+    # tests/test_conformance.py of your plugin
+    from edgeplug.testing.conformance import *  # noqa: F401,F403
+
+Fixtures the plugin provides (names start with ``edgeplug_``):
+
+``edgeplug_backend_name``
+    A backend name; a test that asks for it runs once per selected backend.
+``edgeplug_backend``
+    ``edgeplug.get_backend(edgeplug_backend_name)``.
+``edgeplug_lowering``
+    Session-scoped and cached: ``edgeplug_lowering("llama", "vulkan")`` returns
+    the ``LoweringResult`` (a dry run where the backend's delegate cannot
+    serialize here; pass ``dry_run=`` to choose); ``verify=True`` adds the
+    numerical check. A lowering costs seconds, so tests share them.
+``edgeplug_site``
+    Activates a folder holding installed distributions (``*.dist-info`` with
+    ``entry_points.txt``) for one test: it goes first on ``sys.path``, plugins
+    are discovered again, and both are undone afterwards. Use it with
+    ``write_distribution`` to test how your plugin behaves next to another.
+``edgeplug_register``
+    ``edgeplug_register(module_or_object)`` registers hookimpls for one test.
+
+This package imports nothing heavy: torch and executorch load only when a
+fixture or test needs them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ["write_distribution"]
+
+
+def write_distribution(
+    site: str | Path,
+    name: str,
+    version: str = "0.1.0",
+    *,
+    files: Mapping[str, str],
+    entry_points: Mapping[str, str],
+    requires: tuple[str, ...] = ("edgeplug",),
+) -> Path:
+    """Install a distribution into the folder ``site`` the way pip would list it.
+
+    ``files`` maps paths relative to ``site`` (``"my_plugin/hooks.py"``) to
+    source text; ``entry_points`` maps plugin names to ``module[:attr]`` in
+    the ``edgeplug`` group. Writes ``NAME-VERSION.dist-info`` with METADATA,
+    entry_points.txt and RECORD, so ``importlib.metadata`` finds it once
+    ``site`` is on ``sys.path``. Returns the ``.dist-info`` folder.
+    """
+    site = Path(site)
+    for rel, text in files.items():
+        path = site / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    folder = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = [
+        "Metadata-Version: 2.1",
+        f"Name: {name}",
+        f"Version: {version}",
+        *(f"Requires-Dist: {r}" for r in requires),
+    ]
+    (folder / "METADATA").write_text("\n".join(meta) + "\n")
+    eps = "[edgeplug]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items())
+    (folder / "entry_points.txt").write_text(eps)
+    record = [*files, *(f"{folder.name}/{n}" for n in ("METADATA", "entry_points.txt", "RECORD"))]
+    (folder / "RECORD").write_text("".join(f"{r},,\n" for r in record))
+    return folder

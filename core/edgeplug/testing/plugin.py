@@ -1,1 +1,142 @@
-"""pytest plugin: fixtures for plugin authors. Importing it is cheap."""
+"""pytest plugin for edgeplug backends (registered through the ``pytest11`` entry point).
+
+Loaded by every pytest run in an environment where edgeplug is installed, so
+importing it stays cheap: no torch, no executorch, no plugin discovery. See
+``edgeplug.testing`` for the fixtures and how to run the conformance suite.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+OPTION = "--edgeplug-backend"
+INI = "edgeplug_backends"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("edgeplug")
+    group.addoption(
+        OPTION,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run edgeplug's backend-parametrised tests (the conformance suite) for this "
+        "backend only; repeatable (default: every installed backend)",
+    )
+    parser.addini(INI, type="args", default=[], help="backends the edgeplug conformance suite runs for")
+
+
+def selected_backends(config: pytest.Config) -> list[str]:
+    """Backends named with --edgeplug-backend / the ini option, else every installed one."""
+    names = list(config.getoption(OPTION) or []) or list(config.getini(INI) or [])
+    if names:
+        return names
+    import edgeplug
+
+    return edgeplug.backends()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "edgeplug_backend_name" in metafunc.fixturenames:
+        names = selected_backends(metafunc.config)
+        metafunc.parametrize("edgeplug_backend_name", names, ids=names, scope="session")
+
+
+@pytest.fixture
+def edgeplug_backend(edgeplug_backend_name: str) -> Any:
+    """The resolved ``Backend`` for the current backend parameter."""
+    import edgeplug
+
+    return edgeplug.get_backend(edgeplug_backend_name)
+
+
+class LoweringCache:
+    """Lowers each (example, backend, dry_run) once per session; failures are cached too."""
+
+    def __init__(self) -> None:
+        self._results: dict[tuple[str, str, bool], Any] = {}
+        self._verified: dict[tuple[str, str, bool], Any] = {}
+
+    def __call__(
+        self, example: str, backend: str, *, dry_run: Optional[bool] = None, verify: bool = False
+    ) -> Any:
+        import edgeplug
+        from edgeplug.examples import load_model
+
+        b = edgeplug.get_backend(backend)
+        if dry_run is None:
+            dry_run = not b.availability().ok
+        key = (example, b.name, dry_run)
+        if key not in self._results:
+            try:
+                model, inputs, label = load_model(example)
+                self._results[key] = edgeplug.lower(model, inputs, b, dry_run=dry_run, model_name=label)
+            except Exception as exc:
+                self._results[key] = exc
+        result = self._results[key]
+        if isinstance(result, Exception):
+            raise result
+        if verify and result.report.verification is None:
+            if key not in self._verified:
+                try:
+                    self._verified[key] = edgeplug.verify(result, b)
+                except Exception as exc:
+                    self._verified[key] = exc
+            if isinstance(self._verified[key], Exception):
+                raise self._verified[key]
+            result.report.verification = self._verified[key]
+        return result
+
+
+@pytest.fixture(scope="session")
+def edgeplug_lowering() -> LoweringCache:
+    """``edgeplug_lowering(example, backend, *, dry_run=None, verify=False) -> LoweringResult``."""
+    return LoweringCache()
+
+
+def _reset_plugins() -> None:
+    from edgeplug import plugins
+
+    plugins.reset()
+
+
+@pytest.fixture
+def edgeplug_site(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | Path], Path]:
+    """Put a folder of installed distributions first on ``sys.path`` for one test."""
+    sites: list[Path] = []
+
+    def activate(site: str | Path) -> Path:
+        site = Path(site).resolve()
+        monkeypatch.syspath_prepend(str(site))
+        importlib.invalidate_caches()
+        sites.append(site)
+        _reset_plugins()
+        return site
+
+    yield activate
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if origin and any(Path(origin).resolve().is_relative_to(s) for s in sites):
+            del sys.modules[name]
+    _reset_plugins()  # discovered again (without these sites) on next use
+
+
+@pytest.fixture
+def edgeplug_register() -> Callable[..., Any]:
+    """Register hookimpls (a module or object) for one test; unregistered afterwards."""
+    from edgeplug import plugins
+
+    added: list[object] = []
+
+    def register(plugin: object, name: Optional[str] = None) -> Any:
+        added.append(plugin)
+        return plugins.register(plugin, name)
+
+    yield register
+    for plugin in added:
+        plugins.unregister(plugin)

@@ -1,0 +1,174 @@
+"""The conformance suite every edgeplug backend must pass.
+
+Run it with ``pytest --pyargs edgeplug.testing.conformance [--edgeplug-backend NAME]``
+or import it into a test module (``from edgeplug.testing.conformance import *``);
+see ``edgeplug.testing``. Each test is parametrised over the selected backends
+through the ``edgeplug_backend_name`` fixture of ``edgeplug.testing.plugin``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+__all__ = [
+    "test_plugin_loaded_without_problems",
+    "test_backend_spec",
+    "test_records_validate_and_name_a_backend",
+    "test_skip_table_holds_real_operator_overloads",
+    "test_fusion_policy",
+    "test_llama_lowers",
+    "test_unavailable_backend_refuses_with_what_to_install",
+    "test_kept_whole_ops_are_not_left_on_cpu",
+    "test_verification_matches_eager",
+]
+
+#: The example every backend must lower.
+EXAMPLE = "llama"
+TOLERANCE = 1e-4
+
+
+def _problems_of(backend) -> list[str]:
+    from edgeplug import plugins
+
+    return [
+        p.message
+        for p in plugins.problems()
+        if p.plugin.distribution == backend.distribution and not backend.plugin.registered
+    ]
+
+
+def test_plugin_loaded_without_problems(edgeplug_backend):
+    """No plugin of the backend's distribution was dropped while loading."""
+    assert _problems_of(edgeplug_backend) == []
+
+
+def test_backend_spec(edgeplug_backend):
+    from executorch.exir.backend.partitioner import Partitioner
+
+    from edgeplug import Availability
+
+    spec = edgeplug_backend.spec
+    assert spec.description.strip(), "BackendSpec.description is empty"
+    assert spec.backend_id.strip(), "BackendSpec.backend_id is empty"
+    partitioner = edgeplug_backend.make_partitioner()
+    assert isinstance(partitioner, Partitioner), (
+        f"BackendSpec.partitioner() of {spec.backend!r} returned {type(partitioner).__name__}, "
+        "not an executorch Partitioner"
+    )
+    availability = spec.availability()  # the probe itself must not raise
+    assert isinstance(availability, Availability)
+    if not availability.ok:
+        assert availability.reason.strip(), "an unavailable backend must say why (Availability.reason)"
+        assert availability.hint.strip(), "an unavailable backend must say what to do (Availability.hint)"
+
+
+def test_records_validate_and_name_a_backend(edgeplug_backend):
+    """Every record of the backend's distribution re-validates and names a registered backend."""
+    import edgeplug
+    from edgeplug import plugins
+    from edgeplug.records import HOOK_RECORDS
+
+    known = set(edgeplug.backends())
+    checked = 0
+    for hook, record_type in HOOK_RECORDS.items():
+        for info, record in plugins.manager().records(hook):
+            if info != edgeplug_backend.plugin:
+                continue
+            again = record_type.model_validate(dict(record))
+            assert again == record, f"{hook} record {record!r} changes when validated again"
+            assert record.backend in known, (
+                f"{info.describe()} yields a {record_type.__name__} for backend {record.backend!r}, "
+                f"which no installed plugin registers (installed: {', '.join(sorted(known))})"
+            )
+            checked += 1
+    assert checked >= 1
+
+
+def test_skip_table_holds_real_operator_overloads(edgeplug_backend):
+    import torch
+
+    for op in edgeplug_backend.skip_ops:
+        assert isinstance(op, torch._ops.OpOverload), f"{op!r} is not an OpOverload"
+        ns, name = op._schema.name.split("::")
+        packet = getattr(getattr(torch.ops, ns), name)
+        assert getattr(packet, op._overloadname) is op, f"{op} does not resolve in torch.ops"
+
+
+def test_fusion_policy(edgeplug_backend):
+    """At most one policy per pattern; the fused target is a real operator."""
+    import torch
+
+    from edgeplug.records import FusionPolicy
+
+    policies = edgeplug_backend.fusion_policies
+    if not policies:
+        pytest.skip(f"backend {edgeplug_backend.name!r} declares no fusion policy: nothing is fused for it")
+    patterns = [p.pattern for p in policies]
+    assert len(patterns) == len(set(patterns)), f"two fusion policies for one pattern: {patterns}"
+    edgeplug_backend.make_partitioner()  # importing the partitioner registers custom ops (et_vk)
+    for policy in policies:
+        assert FusionPolicy.model_validate(dict(policy)) == policy
+        assert policy.weight_sources, "a fusion policy must accept at least one weight source"
+        ns, _, name = policy.target.partition(".")
+        namespace = getattr(torch.ops, ns, None)
+        assert namespace is not None and hasattr(namespace, name), (
+            f"fusion policy target {policy.target!r} is not a registered operator (torch.ops.{ns}.{name})"
+        )
+
+
+def _lowered(edgeplug_lowering, backend):
+    return edgeplug_lowering(EXAMPLE, backend.name)
+
+
+def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
+    """The example lowers: with a real .pte naming the delegate, or as a dry run where it cannot serialize."""
+    result = _lowered(edgeplug_lowering, edgeplug_backend)
+    report = result.report
+    ours = [p for p in report.partitions if p.backend_id == edgeplug_backend.spec.backend_id]
+    assert ours, f"no partition for {edgeplug_backend.spec.backend_id}: {report.to_table()}"
+    assert report.delegated_nodes > 0
+    if edgeplug_backend.availability().ok:
+        from executorch.exir._serialize._program import deserialize_pte_binary
+
+        assert not report.dry_run
+        program = deserialize_pte_binary(result.buffer).program
+        ids = {d.id for plan in program.execution_plan for d in plan.delegates}
+        assert edgeplug_backend.spec.backend_id in ids
+    else:
+        assert report.dry_run and result.program is None
+
+
+def test_unavailable_backend_refuses_with_what_to_install(edgeplug_backend):
+    import edgeplug
+    from edgeplug.errors import BackendUnavailableError
+    from edgeplug.examples import load_model
+
+    availability = edgeplug_backend.availability()
+    if availability.ok:
+        pytest.skip(f"{edgeplug_backend.name!r} can serialize here")
+    model, inputs, _ = load_model(EXAMPLE)
+    with pytest.raises(BackendUnavailableError) as err:
+        edgeplug.lower(model, inputs, edgeplug_backend)
+    message = str(err.value)
+    assert edgeplug_backend.name in message
+    assert availability.reason in message and availability.hint in message
+    assert "--dry-run" in message
+
+
+def test_kept_whole_ops_are_not_left_on_cpu(edgeplug_backend, edgeplug_lowering):
+    """One predicate decides keep-whole and delegate: no kept-whole op stays on the CPU."""
+    from edgeplug.partition import op_name
+
+    report = _lowered(edgeplug_lowering, edgeplug_backend).report
+    kept = {op_name(op) for op in edgeplug_backend.skip_ops}
+    stranded = {op: n for op, n in report.cpu_ops.items() if op in kept}
+    assert not stranded, (
+        f"{edgeplug_backend.name}: ops kept whole through to_edge but left on the CPU: {stranded}"
+    )
+
+
+def test_verification_matches_eager(edgeplug_backend, edgeplug_lowering):
+    if edgeplug_backend.spec.verify != "pte" or not edgeplug_backend.availability().ok:
+        pytest.skip(f"{edgeplug_backend.name!r} does not run its .pte on this host (verify={edgeplug_backend.spec.verify!r})")
+    report = edgeplug_lowering(EXAMPLE, edgeplug_backend.name, verify=True).report
+    assert report.verification.max_abs_diff < TOLERANCE, report.to_table()

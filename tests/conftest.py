@@ -1,0 +1,82 @@
+"""Shared fixtures of the core's tests.
+
+The pytest plugin ``edgeplug.testing.plugin`` (loaded through its entry point)
+adds ``edgeplug_lowering`` (session-cached lowerings), ``edgeplug_site``
+(activate a folder of installed distributions), ``edgeplug_register`` and the
+backend parametrisation. The fixtures below build on them; the expensive ones
+are session-scoped and only built when a test asks for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+#: folders each holding installed test distributions (*.dist-info + modules)
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture
+def clean_plugin_env(monkeypatch):
+    """No EDGEPLUG_PLUGINS / EDGEPLUG_DISABLE_PLUGINS from the caller's shell."""
+    monkeypatch.delenv("EDGEPLUG_PLUGINS", raising=False)
+    monkeypatch.delenv("EDGEPLUG_DISABLE_PLUGINS", raising=False)
+
+
+@pytest.fixture
+def fixture_site(edgeplug_site, clean_plugin_env):
+    """``fixture_site("good")`` installs the test distributions in tests/fixtures/good."""
+
+    def activate(*names: str) -> Path:
+        for name in names:
+            path = FIXTURES / name
+            assert path.is_dir(), f"no fixture site {name!r} in {FIXTURES}"
+            edgeplug_site(path)
+        return path
+
+    return activate
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``edgeplug ARGS...`` in this process: returns (exit code, stdout, stderr)."""
+    from edgeplug.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def llama_example():
+    """The built-in tiny Llama: (model, example_inputs)."""
+    from edgeplug.examples import load_model
+
+    model, inputs, _ = load_model("llama")
+    return model, inputs
+
+
+@pytest.fixture(scope="session")
+def llama_exported(llama_example):
+    """torch.export of the tiny Llama (aten dialect). Do not mutate it: copy first."""
+    import torch
+
+    model, inputs = llama_example
+    return torch.export.export(model, inputs)
+
+
+@pytest.fixture(scope="session")
+def llama_edge(llama_exported):
+    """The tiny Llama in edge dialect, as ``to_edge(...).exported_program()`` returns it."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    return to_edge(llama_exported, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
