@@ -202,12 +202,17 @@ def lower(
     partitioner = CorePartitioner(b, dry_run=dry_run)
 
     def to_edge_and_partition():
-        return to_edge_transform_and_lower(
-            ep,
-            transform_passes=ExportedProgramPassManager([edge_stage.make()]),
-            partitioner=[partitioner],
-            compile_config=EdgeCompileConfig(_check_ir_validity=False),
-        )
+        try:
+            return to_edge_transform_and_lower(
+                ep,
+                transform_passes=ExportedProgramPassManager([edge_stage.make()]),
+                partitioner=[partitioner],
+                compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            )
+        except Exception as exc:
+            if partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
+                raise LoweringError(partitioner.stranded_message()) from exc
+            raise
 
     t0 = time.perf_counter()
     edge = timed("to_edge", to_edge_and_partition)
@@ -219,7 +224,7 @@ def lower(
         stages.append(StageTiming(stage="partition + delegate", seconds=time.perf_counter() - clock["edge_end"]))
 
     edge_ep = edge.exported_program()
-    default_reason = f"not supported by the {b.name} partitioner"
+    default_reason = f"no reason recorded by the {b.name} partitioner"
     if dry_run:
         parts = [
             PartitionSummary(tag=p.tag, backend_id=p.backend_id, nodes=len(p.nodes), ops=dict(p.ops))
@@ -244,7 +249,10 @@ def lower(
         cpu_ops=dict(Counter(c.op for c in cpu)),
         cpu_nodes=cpu,
         fusions=edge_stage.fusions,
+        kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in partitioner.stranded],
     )
+    if partitioner.stranded:
+        report.notes.append(partitioner.stranded_message())
     result = LoweringResult(report=report, exported_program=ep, edge=edge, example_inputs=example_inputs, eager_outputs=eager_outputs)
     if not dry_run:
         result.program = timed("serialize .pte", lambda: edge.to_executorch())

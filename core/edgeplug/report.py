@@ -55,6 +55,8 @@ class LoweringReport(BaseModel):
     delegated_ops: dict[str, int] = Field(default_factory=dict)
     cpu_ops: dict[str, int] = Field(default_factory=dict)
     cpu_nodes: list[CpuNode] = Field(default_factory=list)
+    #: ops kept whole before decomposition that were not delegated (a lowering defect)
+    kept_whole_on_cpu: list[CpuNode] = Field(default_factory=list)
     fusions: list[FusionRecord] = Field(default_factory=list)
     output_path: Optional[str] = None
     output_bytes: Optional[int] = None
@@ -97,10 +99,14 @@ class LoweringReport(BaseModel):
             more = "" if len(p.ops) <= 6 else f", ... ({len(p.ops)} op kinds)"
             add(f"  {p.tag:<20} {p.backend_id:<16} {p.nodes:4d} nodes: {top}{more}")
         add("")
-        add(f"left on CPU: {self.cpu_node_count} nodes")
+        add(f"left on CPU (graph breaks): {self.cpu_node_count} nodes")
         for op, n in sorted(self.cpu_ops.items(), key=lambda kv: (-kv[1], kv[0])):
             reasons = sorted({c.reason for c in self.cpu_nodes if c.op == op})
             add(f"  {op:<40} x{n:<4} {'; '.join(reasons)}")
+        if self.kept_whole_on_cpu:
+            add(f"kept whole but left on CPU: {len(self.kept_whole_on_cpu)} nodes")
+            for c in self.kept_whole_on_cpu:
+                add(f"  {c.op:<40} {c.node}: {c.reason}")
         add("")
         add(f"fusions: {len(self.fusions)}")
         for f in self.fusions:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, SkipDecomp
+from edgeplug import BackendSpec, FusionPolicy, PartitionerFilter, SkipDecomp
 
-from edgeplug_qnn import support
+from edgeplug_qnn import filters, support
 
 
 @edgeplug.hookimpl
@@ -26,6 +26,11 @@ def edgeplug_skip_decomp():
 
 
 @edgeplug.hookimpl
+def edgeplug_partitioner_filters():
+    yield PartitionerFilter(backend="qnn", name=filters.NAME, fn=filters.constant_only)
+
+
+@edgeplug.hookimpl
 def edgeplug_fusion_policies():
     yield FusionPolicy(
         backend="qnn",
@@ -36,3 +41,11 @@ def edgeplug_fusion_policies():
         unit_weight_fallback=True,
         fp32_accumulation=False,
     )
+
+
+@edgeplug.hookimpl
+def edgeplug_passes():
+    from edgeplug_qnn import passes
+
+    yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_autocast", fn=passes.decompose_autocast, order=10)
+    yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_sdpa", fn=passes.decompose_sdpa, order=20)

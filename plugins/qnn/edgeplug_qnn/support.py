@@ -44,7 +44,17 @@ def supported_ops():
         a.rms_norm.default, a.native_layer_norm.default, a.embedding.default,
         a.where.self, a.full_like.default, a.constant_pad_nd.default,
         a.convolution.default, a.avg_pool2d.default, a.max_pool2d_with_indices.default,
+        *_group_quant_ops(),
     ]
+
+
+def _group_quant_ops():
+    """Group-wise weight quantize/dequantize: QNN builds per-block encodings from them."""
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    q = torch.ops.quantized_decomposed
+    return (q.quantize_per_channel_group.default, q.dequantize_per_channel_group.default)
 
 
 def skip_decomp_ops():
@@ -56,6 +66,7 @@ def skip_decomp_ops():
         a.linear.default, a.hardswish.default, a.hardsigmoid.default, a.rms_norm.default,
         a.instance_norm.default, a.pixel_shuffle.default, a.pixel_unshuffle.default,
         a.leaky_relu.default, a.prelu.default, a.elu.default, a.matmul.default,
+        *_group_quant_ops(),
     )
 
 
@@ -73,4 +84,4 @@ def make_partitioner():
         soc = getattr(QcomChipset, os.environ.get(SOC_VAR, DEFAULT_SOC).upper())
         specs = generate_qnn_executorch_compiler_spec(soc_model=soc, backend_options=generate_htp_compiler_spec(use_fp16=True))
         return QnnPartitioner(specs)
-    return SupportTablePartitioner("QnnBackend", supported_ops(), keep_whole=skip_decomp_ops())
+    return SupportTablePartitioner("QnnBackend", supported_ops(), keep_whole=skip_decomp_ops(), name="QNN (HTP)")
