@@ -1,14 +1,301 @@
-"""Applies pattern matches under a backend's FusionPolicy."""
+"""Applies pattern matches under a backend's FusionPolicy.
+
+``fuse_program(ep, backend)`` asks ``match_rms_norm`` about every node and
+turns each match into the backend's fused op (``aten.rms_norm(x, [D], w,
+eps)`` or ``et_vk.rms_norm(x, w, eps)``):
+
+* a weight the policy accepts as it is (a leaf constant of shape ``[D]`` in
+  the norm's dtype) becomes the fused op's weight;
+* a constant weight that is computed (``1 + w``, a static view, a cast) is
+  folded at AOT into a new constant of shape ``[D]`` first;
+* a weight known only at runtime leaves its multiply in place after a norm
+  fused with a unit weight;
+* an fp32 upcast around the math stays outside the fused op unless the
+  policy guarantees fp32 accumulation;
+* eps is always explicit.
+
+Every match, fused or refused, yields a ``FusionRecord``.
+"""
 
 from __future__ import annotations
 
+import copy
+from typing import Any, Optional
+
+import torch
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, TensorArgument
 
 from edgeplug.backend import Backend
-from edgeplug.records import FusionRecord
+from edgeplug.errors import EdgeplugError
+from edgeplug.graph import analyze_constants, fold_constant, reserve_node_names
+from edgeplug.patterns import RmsNormMatch, match_rms_norm
+from edgeplug.patterns.base import dtype, dtype_name, shape
+from edgeplug.records import FusionPolicy, FusionRecord
+
+Node = torch.fx.Node
+
+#: fused ops the core can emit, by the name a FusionPolicy gives
+RMS_NORM_TARGETS = ("aten.rms_norm", "et_vk.rms_norm")
 
 
 def fuse_program(ep: ExportedProgram, backend: Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
-    # The rms_norm matcher lands with issue 4; until then no pattern is fused
-    # and the program is returned unchanged.
-    return ep, []
+    """Fuse every RMSNorm of ``ep`` under ``backend``'s policy.
+
+    Returns a new program (``ep`` is left as it was) and one record per
+    match. A backend without an rms_norm policy gets ``ep`` back unchanged.
+    """
+    policy = backend.fusion_policy("rms_norm")
+    if policy is None:
+        return ep, []
+    if policy.target not in RMS_NORM_TARGETS:
+        raise EdgeplugError(
+            f"the rms_norm fusion policy of backend {backend.name!r} names target {policy.target!r}; "
+            f"the core can emit {', '.join(RMS_NORM_TARGETS)}. Fix the plugin's edgeplug_fusion_policies."
+        )
+    ep = _copy_program(ep)
+    records = _RmsNormFuser(ep, policy).run()
+    ep.graph_module.graph.lint()
+    ep.graph_module.recompile()
+    return ep, records
+
+
+def _copy_program(ep: ExportedProgram) -> ExportedProgram:
+    """A copy whose graph, signature and constant tables can change; tensors are shared."""
+    gm = torch.fx.GraphModule(ep.graph_module, copy.deepcopy(ep.graph_module.graph))
+    gm.meta.update(ep.graph_module.meta)
+    return ep._update(
+        gm,
+        copy.deepcopy(ep.graph_signature),
+        state_dict=dict(ep.state_dict),
+        constants=dict(ep.constants),
+    )
+
+
+class _Ops:
+    """The ops fusion creates, in the program's dialect."""
+
+    def __init__(self, ep: ExportedProgram, target: str) -> None:
+        self.edge = ep.dialect == "EDGE"
+        if target == "et_vk.rms_norm":
+            import executorch.backends.vulkan.custom_ops_lib  # noqa: F401  (registers et_vk ops)
+        if self.edge:
+            from executorch.exir.dialects._ops import ops as exir_ops
+
+            ns = exir_ops.edge
+        else:
+            ns = torch.ops
+        name_space, name = target.split(".")
+        self.rms_norm = getattr(getattr(ns, name_space), name).default
+        self.mul = ns.aten.mul.Tensor
+        self.view = ns.aten.view_copy.default
+        self.full = ns.aten.full.default
+        self.cast = ns.dim_order_ops._to_dim_order_copy.default if self.edge else ns.aten._to_copy.default
+
+    def cast_kwargs(self, node: Node, to: torch.dtype) -> dict[str, Any]:
+        if self.edge:
+            return {"dtype": to, "dim_order": list(range(len(shape(node) or ())))}
+        return {"dtype": to}
+
+
+class _RmsNormFuser:
+    def __init__(self, ep: ExportedProgram, policy: FusionPolicy) -> None:
+        self.ep = ep
+        self.policy = policy
+        self.graph = ep.graph_module.graph
+        self.ops = _Ops(ep, policy.target)
+        self.takes_shape = policy.target == "aten.rms_norm"
+        self.units: dict[tuple[int, torch.dtype], Node] = {}
+        self.fake_mode = _fake_mode(self.graph)
+
+    def run(self) -> list[FusionRecord]:
+        reserve_node_names(self.ep.graph_module)
+        records: list[FusionRecord] = []
+        erased: set[Node] = set()
+        for node in list(self.graph.nodes):
+            if node in erased or node.graph is not self.graph:
+                continue
+            # re-analysed per match: folding adds constants and removes nodes
+            m = match_rms_norm(node, self.ep, analysis=analyze_constants(self.ep))
+            if not m:
+                if m.candidate:
+                    records.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
+                continue
+            before = set(self.graph.nodes)
+            records.append(self._fuse(m))
+            erased |= before - set(self.graph.nodes)
+        return records
+
+    # one match ------------------------------------------------------------------
+    def _fuse(self, m: RmsNormMatch) -> FusionRecord:
+        p = self.policy
+        anchor_name = m.anchor.name
+        # an fp32 upcast stays outside unless the kernel accumulates in fp32 anyway
+        absorb = p.fp32_accumulation and m.upcast is not None and m.cast_back is not None
+        x = m.upcast.args[0] if absorb else m.input
+        dt = dtype(x)
+        note = ""
+        keep_mul = False
+        if m.weight is None:
+            weight, outcome = None, "fused"
+        elif m.weight_source in p.weight_sources and self._usable(m.weight, m.dim, dt):
+            weight, outcome = m.weight, "fused"
+        else:
+            weight, outcome, note = self._fold(m, dt)
+            if weight is None:
+                if not p.unit_weight_fallback:
+                    reason = (
+                        f"weight {m.weight.name!r} is {m.weight_source} ({note or 'not usable as it is'}) and the "
+                        f"{p.backend} policy neither folds it nor fuses with a unit weight"
+                    )
+                    return FusionRecord(pattern="rms_norm", anchor=anchor_name, outcome="rejected", reason=reason)
+                keep_mul, outcome = True, "fused_unit_weight"
+
+        if keep_mul or m.weight is None:
+            # the norm alone: its casts and any multiply after it stay as they are
+            replaced = m.cast_back if absorb else m.anchor
+        else:
+            replaced = m.output
+        if weight is None and not self.takes_shape:
+            weight = self._unit_weight(m.dim, dt)
+
+        with self.graph.inserting_before(replaced):
+            args = (x, [m.dim], weight, m.eps) if self.takes_shape else (x, weight, m.eps)
+            fused = self._call(self.ops.rms_norm, args, like=m.anchor)
+            out = fused
+            if keep_mul and m.weight_in_op:
+                out = self._call(self.ops.mul, (out, m.weight), like=m.anchor)
+            if dtype(out) != dtype(replaced):
+                out = self._call(self.ops.cast, (out,), self.ops.cast_kwargs(out, dtype(replaced)), like=m.anchor)
+        self._take_over(replaced, out)
+        self._erase_unused(m)
+        reason = note if outcome == "fused_unit_weight" else ""
+        if outcome == "fused_unit_weight" and not reason:
+            reason = f"weight {m.weight.name!r} is known only at runtime: its multiply stays after the norm"
+        return FusionRecord(
+            pattern="rms_norm",
+            anchor=anchor_name,
+            outcome=outcome,
+            reason=reason,
+            eps=m.eps,
+            weight=weight.name if isinstance(weight, Node) else None,
+        )
+
+    def _usable(self, w: Node, dim: int, dt: Optional[torch.dtype]) -> bool:
+        """The weight can be the fused op's weight as it is."""
+        if shape(w) != (dim,) or dtype(w) != dt:
+            return False
+        # et_vk prepacks its weight: it must be a constant tensor of the program itself
+        return self.takes_shape or w.op in ("placeholder", "get_attr")
+
+    def _fold(self, m: RmsNormMatch, dt: Optional[torch.dtype]) -> tuple[Optional[Node], str, str]:
+        """Fold the weight (viewed to ``[D]``, cast to ``dt``) into a new constant."""
+        w = m.weight
+        if m.weight_source == "runtime":
+            return None, "fused_unit_weight", ""
+        if not self.policy.fold_computed_constants:
+            return None, "fused_unit_weight", f"weight {w.name!r} is {m.weight_source}; the policy does not fold"
+        node = w
+        added: list[Node] = []
+        with self.graph.inserting_after(w):
+            if shape(node) != (m.dim,):
+                node = self._call(self.ops.view, (node, [m.dim]), like=w)
+                added.append(node)
+        if dtype(node) != dt:
+            with self.graph.inserting_after(node):
+                node = self._call(self.ops.cast, (node,), self.ops.cast_kwargs(node, dt), like=w)
+                added.append(node)
+        try:
+            folded = fold_constant(self.ep, node, name_hint=f"{m.anchor.name}_weight")
+        except ValueError as exc:
+            for n in reversed(added):
+                self.graph.erase_node(n)
+            return None, "fused_unit_weight", f"weight {w.name!r} could not be folded ({exc}): its multiply stays"
+        return folded, "folded_weight", ""
+
+    def _unit_weight(self, dim: int, dt: Optional[torch.dtype]) -> Node:
+        key = (dim, dt)
+        if key not in self.units:
+            first = next(n for n in self.graph.nodes if n.op != "placeholder")
+            with self.graph.inserting_before(first):
+                ones = self._call(self.ops.full, ([dim], 1.0), {"dtype": dt}, like=None)
+            self.units[key] = fold_constant(self.ep, ones, name_hint=f"rms_norm_unit_weight_{dim}_{dtype_name(dt)}")
+        return self.units[key]
+
+    # graph surgery --------------------------------------------------------------
+    def _call(self, target: Any, args: tuple, kwargs: Optional[dict] = None, *, like: Optional[Node]) -> Node:
+        kwargs = kwargs or {}
+        node = self.graph.call_function(target, args, kwargs)
+        node.meta["val"] = _fake_eval(target, args, kwargs, self.fake_mode)
+        if like is not None:
+            for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "debug_handle"):
+                if key in like.meta:
+                    node.meta[key] = like.meta[key]
+        return node
+
+    def _take_over(self, old: Node, new: Node) -> None:
+        """Every use of ``old`` reads ``new``, program outputs included."""
+        old.replace_all_uses_with(new)
+        sig = self.ep.graph_signature
+        for i, spec in enumerate(sig.output_specs):
+            if isinstance(spec.arg, TensorArgument) and spec.arg.name == old.name:
+                sig.output_specs[i] = type(spec)(kind=spec.kind, arg=TensorArgument(name=new.name), target=spec.target)
+
+    def _erase_unused(self, m: RmsNormMatch) -> None:
+        """Erase what the match covered and no longer feeds anything, with constants only it read."""
+        order = {n: i for i, n in enumerate(self.graph.nodes)}
+        candidates = set(m.nodes)
+        for n in m.nodes:
+            candidates.update(a for a in n.all_input_nodes if a.op in ("placeholder", "call_function"))
+        sig = self.ep.graph_signature
+        constant_specs = {
+            s.arg.name: s
+            for s in sig.input_specs
+            if s.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+            and isinstance(s.arg, TensorArgument)
+        }
+        mutated = {s.target for s in sig.output_specs if s.kind.name.endswith("MUTATION")}
+        for n in sorted((c for c in candidates if c in order), key=order.__getitem__, reverse=True):
+            if n.users or n.graph is not self.graph:
+                continue
+            if n.op == "call_function" and n in m.nodes:
+                self.graph.erase_node(n)
+            elif n.op == "call_function" and _is_pure(n):
+                self.graph.erase_node(n)  # an eps wrapper (clone, _to_copy) nothing else reads
+            elif n.op == "placeholder" and n.name in constant_specs:
+                spec = constant_specs[n.name]
+                if spec.target in mutated:
+                    continue
+                self.graph.erase_node(n)
+                sig.input_specs.remove(spec)
+                if not any(s.target == spec.target for s in sig.input_specs):
+                    self.ep.state_dict.pop(spec.target, None)
+                    self.ep.constants.pop(spec.target, None)
+
+
+def _is_pure(node: Node) -> bool:
+    from edgeplug.graph.ops import op_schema
+
+    schema = op_schema(node.target)
+    return schema is not None and not schema.is_mutable
+
+
+def _fake_eval(target: Any, args: tuple, kwargs: dict, mode: Any) -> Any:
+    """The output metadata of ``target(*args)``, computed on the inputs' fake tensors."""
+
+    def meta(a: Any) -> Any:
+        return a.meta.get("val") if isinstance(a, Node) else a
+
+    with mode:
+        return target(*torch.fx.node.map_aggregate(args, meta), **torch.fx.node.map_aggregate(kwargs, meta))
+
+
+def _fake_mode(graph: torch.fx.Graph) -> Any:
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)])
+    if mode is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode()
+    return mode

@@ -1,0 +1,138 @@
+"""What every matcher shares: the falsy rejection and small node predicates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from edgeplug.graph.ops import aten_overload, base_name, is_dequantize, qualified_name
+
+
+@dataclass(frozen=True)
+class NoMatch:
+    """A node that is not (or not safely) an instance of a pattern.
+
+    Falsy, so ``if not (m := match(node, ep)): print(m.reason)`` reads
+    naturally. ``candidate`` is True when the node looked like the pattern
+    and was refused by a guard: such rejections are worth reporting; the
+    other nodes of a graph are simply not the pattern.
+    """
+
+    reason: str
+    node: Optional[torch.fx.Node] = None
+    candidate: bool = True
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def not_candidate(node: torch.fx.Node, what: str = "") -> NoMatch:
+    return NoMatch(what or f"{describe(node)} is not the pattern", node, candidate=False)
+
+
+def is_op(node: Any, *names: str) -> bool:
+    """``node`` calls one of ``names`` ("aten::mul.Tensor" or "aten::rsqrt")."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return False
+    qname = qualified_name(node.target)
+    if not qname:
+        return False
+    overload = getattr(aten_overload(node.target), "_overloadname", "")
+    full = f"{qname}.{overload or 'default'}"
+    return qname in names or full in names
+
+
+def op_label(node: torch.fx.Node) -> str:
+    """``aten.relu.default`` for a call, ``placeholder`` for the rest."""
+    if node.op != "call_function":
+        return node.op
+    qname = qualified_name(node.target)
+    if not qname:
+        return getattr(node.target, "__name__", str(node.target))
+    overload = getattr(aten_overload(node.target), "_overloadname", "") or "default"
+    return f"{qname.replace('::', '.')}.{overload}"
+
+
+def describe(node: Any) -> str:
+    if not isinstance(node, torch.fx.Node):
+        return repr(node)
+    if node.op == "call_function":
+        return f"node {node.name!r} ({op_label(node)})"
+    return f"{node.op} {node.name!r}"
+
+
+def val(node: Any) -> Optional[torch.Tensor]:
+    """The (fake) tensor a node produces, from its metadata."""
+    if isinstance(node, torch.fx.Node):
+        v = node.meta.get("val")
+        return v if isinstance(v, torch.Tensor) else None
+    return None
+
+
+def shape(node: Any) -> Optional[tuple[int, ...]]:
+    v = val(node)
+    if v is None:
+        return None
+    try:
+        return tuple(int(s) for s in v.shape)
+    except (TypeError, ValueError):  # symbolic sizes
+        return None
+
+
+def dtype(node: Any) -> Optional[torch.dtype]:
+    v = val(node)
+    return v.dtype if v is not None else None
+
+
+_CASTS = ("aten::_to_copy", "aten::to", "dim_order_ops::_to_dim_order_copy")
+_CAST_KWARGS = {"dtype", "layout", "device", "pin_memory", "non_blocking", "memory_format", "dim_order", "copy"}
+
+
+def is_cast(node: Any) -> bool:
+    """A dtype conversion that keeps the shape (``.to(dtype)``, ``.float()``, edge dim-order copies)."""
+    if not is_op(node, *_CASTS) or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    if set(node.kwargs) - _CAST_KWARGS:
+        return False
+    if any(isinstance(a, torch.fx.Node) for a in node.args[1:]):
+        return False
+    a, b = val(node.args[0]), val(node)
+    if a is None or b is None or tuple(a.shape) != tuple(b.shape):
+        return False
+    device = node.kwargs.get("device")
+    return device is None or torch.device(device) == a.device
+
+
+def is_upcast(node: Any) -> bool:
+    """A cast that loses nothing: between floating dtypes, to one that holds every value."""
+    if not is_cast(node):
+        return False
+    src, dst = dtype(node.args[0]), dtype(node)
+    return (
+        src is not None
+        and dst is not None
+        and src.is_floating_point
+        and dst.is_floating_point
+        and src != dst
+        and torch.promote_types(src, dst) == dst
+    )
+
+
+def is_qdq(node: Any) -> bool:
+    """A quantize or dequantize op (any namespace)."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return False
+    return is_dequantize(node.target) or base_name(node.target).startswith("quantize")
+
+
+def is_pointwise(node: Any) -> bool:
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return False
+    op = aten_overload(node.target)
+    return isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags
+
+
+def dtype_name(dt: Optional[torch.dtype]) -> str:
+    return str(dt).replace("torch.", "") if dt is not None else "?"
