@@ -1,39 +1,125 @@
-"""The pass runner every backend pass goes through."""
+"""The pass runner every backend pass (and any core pass) goes through.
+
+For each pass of a stage, in order: reserve the names of every existing node
+(``reserve_node_names``; a previous pass may have returned a new program or
+added a nested graph), run it, then check what it left: every GraphModule of
+the program lints (nested ones included) and the graph signature still
+matches the placeholders and outputs. A pass that raises or leaves a broken
+program is reported with the plugin, the pass, the passes before it and the
+original cause, chained as ``__cause__``.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+import torch
 from torch.export import ExportedProgram
 
 from edgeplug.errors import PassError
+from edgeplug.graph.names import graph_modules, reserve_node_names
 from edgeplug.records import PassSpec
 
 
-def _graph_modules(ep: ExportedProgram):
-    for _, mod in ep.graph_module.named_modules():
-        if hasattr(mod, "graph"):
-            yield mod
+class BrokenProgram(Exception):
+    """What a pass left behind fails a check (the cause of a PassError)."""
+
+
+def check_program(ep: ExportedProgram) -> None:
+    """Lint every graph module of ``ep`` and compare its signature with the graph.
+
+    Raises ``BrokenProgram`` naming the graph module and what is wrong.
+    """
+    for path, mod in ep.graph_module.named_modules():
+        if not isinstance(mod, torch.fx.GraphModule):
+            continue
+        try:
+            mod.graph.lint()
+        except Exception as exc:
+            where = f"nested graph module {path!r}" if path else "the top-level graph"
+            raise BrokenProgram(f"{where} does not lint: {exc}") from exc
+    graph = ep.graph_module.graph
+    placeholders = [n.name for n in graph.nodes if n.op == "placeholder"]
+    specs = [getattr(s.arg, "name", None) for s in ep.graph_signature.input_specs]
+    if placeholders != specs:
+        raise BrokenProgram(
+            f"the graph's placeholders {placeholders} do not match the graph signature's inputs {specs} "
+            "(a pass that adds or removes an input must update ep.graph_signature.input_specs in the same order)"
+        )
+    output = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+    outs = output.args[0] if output is not None else ()
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    if len(outs) != len(ep.graph_signature.output_specs):
+        raise BrokenProgram(
+            f"the graph returns {len(outs)} values but the graph signature lists "
+            f"{len(ep.graph_signature.output_specs)} outputs"
+        )
+
+
+def _who(spec: PassSpec, backend: Any) -> str:
+    origin = backend.origin(spec) if backend is not None and hasattr(backend, "origin") else None
+    if origin is not None:
+        return origin.describe()
+    if spec.backend == "core":
+        return "the edgeplug core"
+    return "an unknown plugin"
+
+
+def _fail(spec: PassSpec, backend: Any, done: list[str], what: str, cause: BaseException) -> PassError:
+    origin = backend.origin(spec) if backend is not None and hasattr(backend, "origin") else None
+    before = ", ".join(repr(d) for d in done) if done else "none"
+    remedy = (
+        f"report it to the maintainers of {origin.distribution}, or disable the plugin with "
+        f"EDGEPLUG_DISABLE_PLUGINS={origin.name}"
+        if origin is not None and not origin.registered
+        else "fix the pass"
+    )
+    err = PassError(
+        f"{spec.stage}-stage pass {spec.name!r} of backend {spec.backend!r}, from {_who(spec, backend)}, "
+        f"{what}: {type(cause).__name__}: {cause}. Passes run before it in this stage: {before}. "
+        f"This is a bug in the pass; {remedy}."
+    )
+    err.pass_name = spec.name
+    err.stage = spec.stage
+    err.backend = spec.backend
+    err.plugin = origin
+    err.passes_before = tuple(done)
+    return err
 
 
 def run_passes(ep: ExportedProgram, passes: Sequence[PassSpec], *, backend: Any = None) -> ExportedProgram:
-    """Run ``passes`` in order; lint after each; name the failing pass."""
+    """Run ``passes`` in order on ``ep`` and return the resulting program.
+
+    ``PassSpec.fn(ep)`` returns a new ExportedProgram or None (changed in
+    place). ``backend`` (an ``edgeplug.Backend``) names the plugin each pass
+    came from in errors. Raises ``PassError`` for the first pass that raises or
+    leaves a program that fails ``check_program``.
+    """
     done: list[str] = []
     for spec in passes:
-        origin = backend.origin(spec) if backend is not None else None
-        who = f"plugin {origin.name!r} ({origin.distribution})" if origin else "a plugin"
+        reserve_node_names(ep)
         try:
             out = spec.fn(ep)
-            if out is not None:
-                ep = out
-            for gm in _graph_modules(ep):
-                gm.graph.lint()
+        except Exception as exc:
+            raise _fail(spec, backend, done, "raised", exc) from exc
+        if out is not None:
+            if not isinstance(out, ExportedProgram):
+                cause = TypeError(f"returned {type(out).__name__}, expected an ExportedProgram or None")
+                raise _fail(spec, backend, done, "returned the wrong type", cause)
+            ep = out
+        try:
+            check_program(ep)
+            for gm in graph_modules(ep.graph_module):
                 gm.recompile()
         except Exception as exc:
-            before = ", ".join(done) or "none"
-            raise PassError(
-                f"{spec.stage}-stage pass {spec.name!r} of backend {spec.backend!r} from {who} "
-                f"failed: {type(exc).__name__}: {exc} (passes run before it: {before})"
-            ) from exc
+            raise _fail(spec, backend, done, "left a broken program", exc) from exc
         done.append(spec.name)
     return ep
+
+
+def core_pass(name: str, fn: Any, stage: str = "edge", order: int = 0) -> PassSpec:
+    """A PassSpec for a pass the core itself runs through ``run_passes``."""
+    return PassSpec(backend="core", stage=stage, name=name, fn=fn, order=order)
+
+
+__all__ = ["BrokenProgram", "check_program", "core_pass", "run_passes"]

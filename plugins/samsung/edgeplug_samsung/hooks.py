@@ -35,3 +35,11 @@ def edgeplug_fusion_policies():
         unit_weight_fallback=True,
         fp32_accumulation=False,
     )
+
+
+@edgeplug.hookimpl
+def edgeplug_passes():
+    from edgeplug_samsung import passes
+
+    yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_roll", fn=passes.decompose_roll, order=10)
+    yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_remainder", fn=passes.decompose_remainder, order=20)

@@ -1,0 +1,190 @@
+"""The pass runner: order, name reservation, lint of every graph module, errors that name the pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import edgeplug
+from edgeplug import PassSpec
+from edgeplug.errors import PassError
+from edgeplug.graph import run_passes
+from edgeplug.graph.passes import core_pass
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2
+
+
+class Branches(nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: (t + 1).sin(), lambda t: t - 1, (x,))
+
+
+def _export(model=None):
+    return torch.export.export(model or Small(), (torch.randn(2, 4),))
+
+
+# passes the tests plug in -------------------------------------------------------
+
+
+def rename_duplicate(ep):
+    """Corrupts the top-level graph: two nodes named alike."""
+    nodes = [n for n in ep.graph.nodes if n.op == "call_function"]
+    nodes[1].name = nodes[0].name
+
+
+def corrupt_branch(ep):
+    """Corrupts a nested graph module (a cond branch)."""
+    branch = next(m for name, m in ep.graph_module.named_children() if isinstance(m, torch.fx.GraphModule))
+    nodes = [n for n in branch.graph.nodes if n.op == "call_function"]
+    nodes[-1].name = nodes[0].name
+
+
+def add_stray_input(ep):
+    """Adds a placeholder without telling the graph signature."""
+    first = next(iter(ep.graph.nodes))
+    with ep.graph.inserting_before(first):
+        ep.graph.placeholder("stray")
+
+
+def double_output(ep):
+    """Appends ``* 3`` to the output, in place (a well-behaved pass)."""
+    out = next(n for n in ep.graph.nodes if n.op == "output")
+    (value,) = out.args[0]
+    with ep.graph.inserting_before(out):
+        mul = ep.graph.call_function(torch.ops.aten.mul.Tensor, (value, 3))
+    mul.meta["val"] = value.meta["val"]
+    out.args = ((mul,),)
+
+
+def explode(ep):
+    raise KeyError("arg0_1")
+
+
+class CorruptingPlugin:
+    """A third-party plugin that adds passes to the existing qnn backend."""
+
+    @edgeplug.hookimpl
+    def edgeplug_passes(self):
+        yield PassSpec(backend="qnn", stage="export", name="triple", fn=double_output, order=30)
+        yield PassSpec(backend="qnn", stage="export", name="rename_duplicate", fn=rename_duplicate, order=40)
+
+
+@pytest.fixture
+def corrupting_plugin():
+    from edgeplug import plugins
+
+    plugins.register(CorruptingPlugin(), name="corrupting")
+    yield
+    plugins.unregister("corrupting")
+
+
+# tests ------------------------------------------------------------------------
+
+
+def test_passes_run_in_order_and_may_return_a_new_program():
+    seen = []
+
+    def record(tag):
+        def fn(ep):
+            seen.append(tag)
+        return fn
+
+    replacement = _export()
+
+    passes = [core_pass("a", record("a")), core_pass("new", lambda ep: replacement), core_pass("b", record("b"))]
+    assert run_passes(_export(), passes) is replacement
+    assert seen == ["a", "b"]
+
+
+def test_a_plugin_pass_that_corrupts_the_graph_is_named(corrupting_plugin):
+    ep = _export()
+    model_in = torch.randn(2, 4)
+    with pytest.raises(PassError) as info:
+        edgeplug.transform(ep, "qnn")
+    err = info.value
+    message = str(err)
+    assert "'rename_duplicate'" in message and "plugin 'corrupting'" in message
+    assert "backend 'qnn'" in message and "export-stage" in message
+    assert "Passes run before it in this stage: 'decompose_autocast', 'decompose_sdpa', 'triple'" in message
+    assert "redefined name" in message  # the cause
+    assert err.pass_name == "rename_duplicate" and err.plugin.name == "corrupting"
+    assert err.passes_before == ("decompose_autocast", "decompose_sdpa", "triple")
+    assert isinstance(err.__cause__, Exception) and "redefined name" in str(err.__cause__)
+    del model_in
+
+
+def test_transform_runs_the_backends_export_passes(corrupting_plugin):
+    # with only the well-behaved extra pass, transform applies it through the runner
+    from edgeplug import plugins
+
+    plugins.unregister("corrupting")
+
+    class OnlyTriple:
+        @edgeplug.hookimpl
+        def edgeplug_passes(self):
+            yield PassSpec(backend="qnn", stage="export", name="triple", fn=double_output, order=30)
+
+    plugins.register(OnlyTriple(), name="only-triple")
+    try:
+        model = Small().eval()
+        x = torch.randn(2, 4)
+        ep = edgeplug.transform(torch.export.export(model, (x,)), "qnn")
+        torch.testing.assert_close(ep.module()(x), model(x) * 3)
+    finally:
+        plugins.unregister("only-triple")
+
+
+def test_a_corrupted_nested_graph_is_caught():
+    ep = torch.export.export(Branches(), (torch.randn(3),))
+    with pytest.raises(PassError, match=r"nested graph module 'true_graph_0'.*redefined name") as info:
+        run_passes(ep, [core_pass("ok", lambda ep: None), core_pass("corrupt_branch", corrupt_branch)])
+    assert "Passes run before it in this stage: 'ok'" in str(info.value)
+
+
+def test_a_signature_mismatch_is_caught():
+    with pytest.raises(PassError, match=r"'add_stray_input'.*placeholders .*stray.* do not match the graph signature"):
+        run_passes(_export(), [core_pass("add_stray_input", add_stray_input, stage="export")])
+
+
+def test_a_raising_pass_keeps_its_cause():
+    with pytest.raises(PassError, match=r"'explode'.*raised: KeyError: 'arg0_1'.*Passes run before it in this stage: none") as info:
+        run_passes(_export(), [core_pass("explode", explode)])
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_a_pass_returning_the_wrong_type_is_named():
+    with pytest.raises(PassError, match=r"'bad_return' .*returned the wrong type.*GraphModule"):
+        run_passes(_export(), [core_pass("bad_return", lambda ep: ep.graph_module)])
+
+
+def test_names_are_reserved_before_each_pass():
+    # the second pass gets a program the first one returned fresh from export,
+    # whose names torch.export did not record; the runner reserves them again
+    class Named(nn.Module):
+        def forward(self, mul):
+            return mul * 2
+
+    x = torch.randn(3)
+    fresh = torch.export.export(Named(), (x,))
+
+    def add_mul(ep):
+        out = next(n for n in ep.graph.nodes if n.op == "output")
+        (value,) = out.args[0]
+        with ep.graph.inserting_before(out):
+            # a pass asking for the name "mul", as node_copy of a traced mul does
+            new = ep.graph.create_node("call_function", torch.ops.aten.mul.Tensor, (value, 1), name="mul")
+        new.meta["val"] = value.meta["val"]
+        out.args = ((new,),)
+
+    ep = run_passes(_export(), [core_pass("swap", lambda ep: fresh), core_pass("add_mul", add_mul)])
+    names = [n.name for n in ep.graph.nodes]
+    assert len(names) == len(set(names))
+    torch.testing.assert_close(ep.module()(x), x * 2)
