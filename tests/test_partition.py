@@ -1,0 +1,113 @@
+"""The core partitioner: "kept whole" implies "delegated or decomposed", and every
+node left on the CPU carries the reason the backend gave."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import edgeplug
+from edgeplug import PartitionerFilter
+from edgeplug.errors import EdgeplugError
+from edgeplug.partition import CorePartitioner, SupportTablePartitioner
+
+
+class MatmulAndDouble(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x, d):
+        return torch.matmul(x, self.w).relu(), torch.nn.functional.linear(d, d)
+
+
+def _inputs():
+    return (torch.randn(2, 3, 8), torch.randn(4, 4, dtype=torch.float64))
+
+
+def test_keep_whole_uses_the_partition_predicate():
+    """matmul is in QNN's skip table but not in its support table: it must be decomposed."""
+    ep = torch.export.export(MatmulAndDouble(), _inputs())
+    part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
+    ops, keep = part.ops_to_not_decompose(ep)
+    assert torch.ops.aten.matmul.default in ops
+    nodes = {n.name: n for n in ep.graph.nodes}
+    assert keep(nodes["matmul"]) is False
+    assert "not in the QNN (HTP) support table" in part.keep_decisions["matmul"].reason
+    assert keep(nodes["linear"]) is False  # linear is supported, but not in float64
+    assert "float64" in part.keep_decisions["linear"].reason
+
+
+@pytest.fixture(scope="module")
+def qnn_matmul():
+    return edgeplug.lower(MatmulAndDouble(), _inputs(), "qnn", dry_run=True)
+
+
+def test_decomposed_matmul_is_delegated_not_left_whole(qnn_matmul):
+    rep = qnn_matmul.report
+    delegated = {op for p in rep.partitions for op in p.ops}
+    top = {c.op for c in rep.cpu_nodes}
+    assert "aten.matmul.default" not in delegated | top
+    assert {"aten.bmm.default", "aten.relu.default"} <= delegated or {"aten.mm.default", "aten.relu.default"} <= delegated
+    assert "aten.linear.default" not in delegated | top  # float64: decomposed, not stranded
+    assert rep.kept_whole_on_cpu == []
+    assert all("float64" in c.reason for c in rep.cpu_nodes), rep.cpu_nodes
+
+
+def test_the_old_split_predicate_would_strand_matmul():
+    """The support table's own ops_to_not_decompose used to keep matmul whole with no filter."""
+    qnn_table = edgeplug.get_backend("qnn").make_partitioner()
+    assert isinstance(qnn_table, SupportTablePartitioner)
+    ops, check = qnn_table.ops_to_not_decompose(None)
+    assert torch.ops.aten.matmul.default not in ops  # the table and keep-whole agree now
+
+
+class _RaisingFilter:
+    @edgeplug.hookimpl
+    def edgeplug_partitioner_filters(self):
+        def fn(node, ctx):
+            raise ValueError("boom")
+
+        yield PartitionerFilter(backend="qnn", name="raises", fn=fn)
+
+
+def test_a_filter_that_raises_is_named(edgeplug_register):
+    edgeplug_register(_RaisingFilter(), name="raising-filter")
+    ep = torch.export.export(MatmulAndDouble(), _inputs())
+    part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
+    _, keep = part.ops_to_not_decompose(ep)
+    node = next(n for n in ep.graph.nodes if n.name == "matmul")
+    with pytest.raises(EdgeplugError, match=r"filter 'raises' of backend 'qnn' from plugin 'raising-filter'.*node 'matmul'"):
+        part.policy(node, part.context(ep, "before_decomposition"))
+    # the support table said no first: the filter is not even asked for a refused node
+    assert keep(node) is False
+
+
+@pytest.mark.parametrize("backend", ["qnn", "samsung", "vulkan", "webgpu", "xnnpack"])
+def test_examples_report_partitions_and_reasons(backend):
+    """`edgeplug lower mlp --dry-run` on every backend: partitions, and a reason per CPU node."""
+    if backend not in edgeplug.backends():
+        pytest.skip(f"{backend} plugin not installed")
+    from edgeplug.examples import load_model
+
+    model, inputs, _ = load_model("mlp")
+    rep = edgeplug.lower(model, inputs, backend, dry_run=True).report
+    assert rep.partitions and rep.delegated_nodes > 0
+    assert rep.kept_whole_on_cpu == []
+    for c in rep.cpu_nodes:
+        assert c.reason and "no reason recorded" not in c.reason, c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["qnn", "samsung", "vulkan", "webgpu", "xnnpack"])
+def test_llama_example_reports_every_graph_break(backend):
+    from edgeplug.examples import load_model
+
+    model, inputs, _ = load_model("llama")
+    rep = edgeplug.lower(model, inputs, backend, dry_run=True).report
+    assert rep.partitions
+    assert rep.kept_whole_on_cpu == []
+    assert sum(rep.cpu_ops.values()) == len(rep.cpu_nodes)
+    for c in rep.cpu_nodes:
+        assert c.reason and "no reason recorded" not in c.reason, c
