@@ -1,0 +1,312 @@
+"""The `edgeplug` command line, run in-process (``cli`` fixture) on real lowerings."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgeplug import plugins
+
+
+@pytest.fixture(autouse=True)
+def _clean(clean_plugin_env, monkeypatch, tmp_path):
+    for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)  # a default output path would land here, not in the checkout
+    plugins.reset()
+
+
+def _delegate_ids(pte: bytes) -> set[str]:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte).program
+    return {d.id for plan in program.execution_plan for d in plan.delegates}
+
+
+MODELS = textwrap.dedent(
+    '''
+    import torch
+
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.relu(x) * 2
+
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: torch.export refuses it
+                return x + 1
+            return x - 1
+
+
+    def make():
+        return Twice(), (torch.randn(4, 8),)
+
+
+    def branchy():
+        return Branchy(), (torch.randn(4, 8),)
+
+
+    def not_a_pair():
+        return Twice()
+
+
+    def not_a_model():
+        return "model.bin", (torch.randn(4, 8),)
+
+
+    def raises():
+        raise FileNotFoundError("weights.bin")
+
+
+    NOT_CALLABLE = 3
+    '''
+)
+
+
+@pytest.fixture
+def models(tmp_path) -> Path:
+    path = tmp_path / "models.py"
+    path.write_text(MODELS)
+    return path
+
+
+# -- backends, examples --------------------------------------------------------------
+
+
+def test_backends_lists_each_with_distribution_version_and_availability(cli):
+    code, out, err = cli("backends")
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["backend", "distribution", "version", "verify", "serializes", "here"]
+    table = {r.split()[0]: r for r in rows if r.strip()}
+    assert set(table) == {"qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
+    assert table["vulkan"].split()[:5] == ["vulkan", "edgeplug-vulkan", "0.1.0", "kernels", "yes"]
+    assert table["xnnpack"].split()[:5] == ["xnnpack", "edgeplug-xnnpack", "0.1.0", "pte", "yes"]
+    assert "no: the QNN SDK is not configured (QNN_SDK_ROOT is not set)" in table["qnn"]
+    assert "EXYNOS_AI_LITECORE_ROOT is not set" in table["samsung"]
+    assert err == ""
+
+
+def test_backends_shows_a_third_party_distribution(cli, fixture_site):
+    fixture_site("good")
+    code, out, _ = cli("backends")
+    assert code == 0
+    row = next(r for r in out.splitlines() if r.startswith("tinycpu"))
+    assert row.split()[:4] == ["tinycpu", "edgeplug-fixture-good", "1.2.3", "pte"]
+
+
+def test_backends_reports_a_broken_plugin_and_lists_the_rest(cli, fixture_site):
+    fixture_site("broken_import")
+    code, out, err = cli("backends")
+    assert code == 0
+    assert "xnnpack" in out and "brokenimport" not in out
+    assert "broken plugin: plugin 'brokenimport' (entry point 'brokenimport = edgeplug_fixture_broken.hooks'" in err
+    assert "EDGEPLUG_DISABLE_PLUGINS=brokenimport" in err
+
+
+def test_backends_with_a_conflict_exits_naming_both_distributions(cli, fixture_site):
+    fixture_site("conflict_backend")
+    code, out, err = cli("backends")
+    assert code == 2 and out == ""
+    assert err.startswith("edgeplug: error: backend 'vulkan' is registered twice")
+    assert "edgeplug-vulkan" in err and "edgeplug-fixture-vulkan-clone" in err
+
+
+def test_backends_says_what_is_skipped(cli, monkeypatch):
+    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "qnn")
+    code, out, err = cli("backends")
+    assert code == 0 and not re.search(r"^qnn\b", out, re.M)
+    assert "skipped plugin 'qnn' (edgeplug-qnn): blocked by EDGEPLUG_DISABLE_PLUGINS=qnn" in err
+
+
+def test_examples_lists_the_built_in_models(cli):
+    code, out, _ = cli("examples")
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == ["llama", "gemma-block", "mlp"]
+    assert "RMSNorm" in out and "SwiGLU" in out
+
+
+def test_console_script_is_installed():
+    exe = Path(sys.executable).with_name("edgeplug")
+    proc = subprocess.run([str(exe), "examples"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("llama")
+
+
+# -- lower ---------------------------------------------------------------------------
+
+
+def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(cli, tmp_path):
+    out, rep = tmp_path / "out" / "mlp.pte", tmp_path / "reports" / "mlp.json"
+    code, stdout, stderr = cli("lower", "mlp", "--backend", "xnnpack", "--verify", "-o", out, "--report", rep)
+    assert code == 0, stderr
+    # progress, stage by stage, on stderr
+    for stage in ("export", "to_edge", "serialize .pte", "verify"):
+        assert f"[xnnpack] {stage} ..." in stderr
+    # the table
+    assert "edgeplug lowering report: mlp -> xnnpack [edgeplug-xnnpack 0.1.0]" in stdout
+    assert "partitions: 1 (delegated 3 nodes)" in stdout
+    assert f"wrote {out} ({out.stat().st_size:,} bytes)" in stdout
+    diff = float(re.search(r"max \|difference\| vs eager = (\S+)", stdout).group(1))
+    assert diff < 1e-4
+    # the .pte is real: executorch reads it back and it names the delegate
+    assert _delegate_ids(out.read_bytes()) == {"XnnpackBackend"}
+    # the JSON report
+    data = json.loads(rep.read_text())
+    assert data["backend"] == "xnnpack" and data["model"] == "mlp" and data["dry_run"] is False
+    assert data["output_path"] == str(out) and data["output_bytes"] == out.stat().st_size
+    assert data["summary"] == {"partitions": 1, "delegated_nodes": 3, "cpu_nodes": 0, "max_abs_diff": pytest.approx(diff, rel=1e-3)}
+    assert [p["backend_id"] for p in data["partitions"]] == ["XnnpackBackend"]
+    assert {s["stage"] for s in data["stages"]} >= {"export", "to_edge", "serialize .pte", "verify"}
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["mlp.json", "mlp.pte"]
+
+
+def test_dry_run_for_qnn_writes_the_report_and_no_pte(cli, tmp_path):
+    rep = tmp_path / "qnn.json"
+    code, stdout, stderr = cli("lower", "mlp", "-b", "qnn", "--dry-run", "-o", tmp_path / "mlp.pte", "--report", rep)
+    assert code == 0, stderr
+    assert "(dry run: nothing serialized)" in stdout
+    assert "would delegate" in stdout
+    assert f"--dry-run: {tmp_path / 'mlp.pte'} was not written" in stdout
+    assert not list(tmp_path.rglob("*.pte"))
+    data = json.loads(rep.read_text())
+    assert data["dry_run"] is True and data["output_path"] is None
+    assert data["partitions"] and all(p["backend_id"] == "QnnBackend" for p in data["partitions"])
+
+
+@pytest.mark.parametrize(
+    "backend, variable", [("qnn", "QNN_SDK_ROOT"), ("samsung", "EXYNOS_AI_LITECORE_ROOT")]
+)
+def test_sdk_backend_without_dry_run_names_the_sdk_variable(cli, tmp_path, backend, variable):
+    code, stdout, stderr = cli("lower", "mlp", "--backend", backend, "-o", tmp_path / "m.pte")
+    assert code != 0
+    assert stdout == ""
+    assert stderr.startswith(f"edgeplug: error: backend '{backend}' cannot serialize its delegate here")
+    assert f"({variable} is not set)" in stderr and f"set {variable} to its root" in stderr
+    assert "Use --dry-run" in stderr
+    assert not list(tmp_path.rglob("*.pte"))
+
+
+def test_qnn_sdk_root_pointing_nowhere_is_named(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path))
+    code, _, stderr = cli("lower", "mlp", "--backend", "qnn")
+    assert code == 2
+    assert f"QNN_SDK_ROOT={tmp_path} has no lib/x86_64-linux-clang/libQnnHtp.so" in stderr
+
+
+def test_unknown_backend(cli):
+    code, stdout, stderr = cli("lower", "mlp", "--backend", "tpu")
+    assert code == 2 and stdout == ""
+    assert "edgeplug: error: no backend named 'tpu'" in stderr
+    assert "Installed backends: qnn, samsung, vulkan, webgpu, xnnpack" in stderr
+
+
+def test_unknown_example(cli):
+    code, _, stderr = cli("lower", "lama", "--backend", "xnnpack")
+    assert code == 2
+    assert "unknown example 'lama' (did you mean 'llama'?): use one of llama, gemma-block, mlp, or FILE.py:ATTR" in stderr
+
+
+@pytest.mark.parametrize(
+    "attr, message",
+    [
+        ("missing", "models.py has no callable 'missing'; it must define a function returning (model, example_inputs)"),
+        ("NOT_CALLABLE", "models.py has no callable 'NOT_CALLABLE'"),
+        ("not_a_pair", "models.py:not_a_pair returned Twice, expected a tuple (model, example_inputs)"),
+        ("not_a_model", "models.py:not_a_model returned a model of type str, expected a tuple (model, example_inputs)"),
+        ("raises", "calling {path}:raises failed: FileNotFoundError: weights.bin"),
+    ],
+)
+def test_model_file_attr_that_is_wrong(cli, models, attr, message):
+    code, stdout, stderr = cli("lower", f"{models}:{attr}", "--backend", "xnnpack")
+    assert code == 2 and stdout == ""
+    assert message.format(path=models) in stderr
+
+
+def test_model_file_that_does_not_exist(cli, tmp_path):
+    code, _, stderr = cli("lower", f"{tmp_path / 'nope.py'}:make", "--backend", "xnnpack")
+    assert code == 2
+    assert f"model file '{tmp_path / 'nope.py'}' does not exist" in stderr
+
+
+def test_model_file_attr_lowers(cli, models, tmp_path):
+    rep = tmp_path / "r.json"
+    code, stdout, stderr = cli("lower", f"{models}:make", "-b", "xnnpack", "--dry-run", "--report", rep, "-q")
+    assert code == 0, stderr
+    assert stderr == ""  # -q: no progress lines
+    data = json.loads(rep.read_text())
+    assert data["model"] == f"{models}:make"
+    assert data["delegated_ops"] == {"aten.relu.default": 1, "aten.mul.Tensor": 1}
+
+
+# -- atomic writes -----------------------------------------------------------------
+
+
+def test_failed_export_leaves_an_existing_pte_untouched(cli, models, tmp_path):
+    out = tmp_path / "model.pte"
+    out.write_bytes(b"the previous program")
+    code, stdout, stderr = cli("lower", f"{models}:branchy", "-b", "xnnpack", "-o", out, "--report", tmp_path / "r.json")
+    assert code == 2 and stdout == ""
+    assert "edgeplug: error: stage 'export' failed for backend 'xnnpack'" in stderr
+    assert out.read_bytes() == b"the previous program"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "models.py"]
+
+
+def test_failed_write_leaves_no_partial_file_and_does_not_clobber(cli, tmp_path, monkeypatch):
+    out = tmp_path / "mlp.pte"
+    out.write_bytes(b"the previous program")
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)  # the data is written, the flush to disk fails
+    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "-q")
+    assert code == 2, stderr
+    assert f"edgeplug: error: cannot write {out}: No space left on device; nothing was written" in stderr
+    assert out.read_bytes() == b"the previous program"
+    assert [p.name for p in tmp_path.iterdir()] == ["mlp.pte"]
+
+
+def test_output_path_that_is_a_directory_is_refused_cleanly(cli, tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", target, "-q")
+    assert code == 2
+    assert f"edgeplug: error: cannot write {target}: Is a directory; nothing was written" in stderr
+    assert list(tmp_path.rglob("*")) == [target]
+
+
+# -- make demo's done-when ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_demo_llama_for_vulkan_gives_a_vulkan_delegate_executorch_reads_back(cli, tmp_path):
+    out, rep = tmp_path / "llama-vulkan.pte", tmp_path / "llama-vulkan.json"
+    code, stdout, stderr = cli("lower", "llama", "--backend", "vulkan", "-o", out, "--report", rep)
+    assert code == 0, stderr
+    match = re.search(r"^partitions: (\d+) \(delegated (\d+) nodes\)", stdout, re.M)
+    assert match and int(match.group(1)) >= 1 and int(match.group(2)) > 0
+    assert re.search(r"^\s+\S+\s+VulkanBackend\s+\d+ nodes", stdout, re.M)
+    assert "VulkanBackend" in _delegate_ids(out.read_bytes())
+    data = json.loads(rep.read_text())
+    assert any(p["backend_id"] == "VulkanBackend" for p in data["partitions"])
+
+
+@pytest.mark.slow
+def test_llama_for_xnnpack_verifies_below_1e_4(cli):
+    code, stdout, stderr = cli("lower", "llama", "--backend", "xnnpack", "--verify", "-q")
+    assert code == 0, stderr
+    diff = float(re.search(r"max \|difference\| vs eager = (\S+)", stdout).group(1))
+    assert diff < 1e-4
+    assert Path("llama-xnnpack.pte").is_file()  # the default name, in the working directory
