@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import tempfile
@@ -202,13 +203,16 @@ def lower(
     partitioner = CorePartitioner(b, dry_run=dry_run)
 
     def to_edge_and_partition():
+        # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
+        scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
         try:
-            return to_edge_transform_and_lower(
-                ep,
-                transform_passes=ExportedProgramPassManager([edge_stage.make()]),
-                partitioner=[partitioner],
-                compile_config=EdgeCompileConfig(_check_ir_validity=False),
-            )
+            with scope:
+                return to_edge_transform_and_lower(
+                    ep,
+                    transform_passes=ExportedProgramPassManager([edge_stage.make()]),
+                    partitioner=[partitioner],
+                    compile_config=EdgeCompileConfig(_check_ir_validity=False),
+                )
         except Exception as exc:
             if partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
                 raise LoweringError(partitioner.stranded_message()) from exc

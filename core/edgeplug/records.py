@@ -71,6 +71,10 @@ class BackendSpec(_Record):
     #: HTP-like hardware: partitions that read no runtime input are refused,
     #: kept-whole ops inside constant-only subgraphs are decomposed.
     constant_only_policy: bool = False
+    #: Returns a context manager the core enters around partitioning and the
+    #: delegate's preprocess (e.g. to keep executorch's own fusions out).
+    #: It must restore whatever it changes on exit, errors included.
+    lowering_context: Optional[Callable[[], Any]] = None
 
     @field_validator("api_version")
     @classmethod

@@ -12,6 +12,12 @@ def _partitioner():
     return VulkanPartitioner()
 
 
+def _lowering_context():
+    from edgeplug_vulkan.lowering import without_executorch_rms_norm
+
+    return without_executorch_rms_norm()
+
+
 @edgeplug.hookimpl
 def edgeplug_backends():
     yield BackendSpec(
@@ -20,6 +26,7 @@ def edgeplug_backends():
         backend_id="VulkanBackend",
         partitioner=_partitioner,
         verify="kernels",
+        lowering_context=_lowering_context,
     )
 
 

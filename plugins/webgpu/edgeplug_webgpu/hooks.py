@@ -12,6 +12,12 @@ def _partitioner():
     return WebGPUPartitioner()
 
 
+def _lowering_context():
+    from edgeplug_webgpu.lowering import without_executorch_rms_norm
+
+    return without_executorch_rms_norm()
+
+
 @edgeplug.hookimpl
 def edgeplug_backends():
     yield BackendSpec(
@@ -21,6 +27,7 @@ def edgeplug_backends():
         backend_id="VulkanBackend",
         partitioner=_partitioner,
         verify="kernels",
+        lowering_context=_lowering_context,
     )
 
 
