@@ -55,6 +55,7 @@ def test_import_edgeplug_loads_no_plugin_and_neither_torch_nor_executorch():
         import sys
         import edgeplug, edgeplug.testing.plugin
         assert edgeplug.hookimpl is not None and edgeplug.BackendSpec is not None
+        assert callable(edgeplug.plugins.register)  # reachable after a bare `import edgeplug`
         heavy = sorted(m for m in sys.modules
                        if m.split('.')[0] in {'torch', 'executorch'} or m.startswith('edgeplug_'))
         print('before:', heavy)

@@ -51,6 +51,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(mod), attr)
         globals()[name] = value
         return value
+    if name == "plugins":  # `edgeplug.plugins.register(...)` after a bare `import edgeplug`
+        import importlib
+
+        return importlib.import_module("edgeplug.plugins")
     raise AttributeError(f"module 'edgeplug' has no attribute {name!r}")
 
 
