@@ -270,8 +270,9 @@ def lower(
     return result
 
 
-def verify_result(result: LoweringResult, backend: Backend) -> Verification:
+def verify_result(result: LoweringResult, backend: str | Backend) -> Verification:
     """Run the lowered program and compare each output against eager."""
+    backend = _resolve(backend)  # edgeplug.verify(result, "webgpu") takes a name too
     if backend.spec.verify == "pte":
         from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 

@@ -226,6 +226,7 @@ class _Session:
 class _DelegateInterpreter(Interpreter):
     def __init__(self, session: _Session, name: str, gm: torch.fx.GraphModule, constants: Mapping[str, str], keys: Mapping[str, str]) -> None:
         super().__init__(gm, garbage_collect_values=True)
+        self.extra_traceback = False  # our errors already name the node
         self.session, self.name, self.constants, self.keys = session, name, constants, keys
 
     def run_node(self, n: Node) -> Any:
@@ -233,12 +234,19 @@ class _DelegateInterpreter(Interpreter):
             return super().run_node(n)
         with self._set_current_node(n):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
-            return self.session.run_op(self.name, n, args, kwargs, self.constants, self.keys)
+            try:
+                return self.session.run_op(self.name, n, args, kwargs, self.constants, self.keys)
+            except EdgeplugError:
+                raise
+            except Exception as exc:
+                op = self.session.op_name(n.target)
+                raise VerificationError(f"delegate {self.name!r}, node {n.name!r} ({op}) failed on the host: {type(exc).__name__}: {exc}") from exc
 
 
 class _TopInterpreter(Interpreter):
     def __init__(self, session: _Session, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm, garbage_collect_values=True)
+        self.extra_traceback = False
         self.session = session
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:

@@ -1,0 +1,146 @@
+"""Host verification of vulkan/webgpu lowerings: delegate ops run with the plugins' kernels on the adapter.
+
+The models call ``et_vk.rms_norm`` directly, so the delegate's partition holds
+the fused op whether or not the core's fusion produced it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import edgeplug
+from edgeplug.errors import KernelError, VerificationError
+from edgeplug.runtime import ADAPTER_ENV, get_device, reset_device
+
+WIDTH = 64
+
+
+class ConstantWeight(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(1 + 0.1 * torch.randn(WIDTH, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x):
+        return torch.ops.et_vk.rms_norm(x * 2, self.w, 1e-6)
+
+
+class RuntimeWeight(torch.nn.Module):
+    def forward(self, x, w):
+        return torch.ops.et_vk.rms_norm(x, w, 1e-6) + 1
+
+
+class BothWeights(ConstantWeight):
+    def forward(self, x, w):
+        return super().forward(x) + torch.ops.et_vk.rms_norm(x, w, 1e-6)
+
+
+def _x():
+    return torch.randn(2, 5, WIDTH, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def lowered():
+    import executorch.backends.vulkan.custom_ops_lib  # noqa: F401  registers the et_vk ops
+
+    cache = {}
+
+    def get(model: str, backend: str):
+        if (model, backend) not in cache:
+            m = {"constant": ConstantWeight, "runtime": RuntimeWeight, "both": BothWeights}[model]().eval()
+            inputs = (_x(),) if model == "constant" else (_x(), torch.randn(WIDTH))
+            # not edgeplug.lower: once edgeplug.verify has loaded the module edgeplug.lower,
+            # that attribute of the package is the module, not the function
+            from edgeplug.lower import lower
+
+            cache[model, backend] = lower(m, inputs, backend)
+        return cache[model, backend]
+
+    return get
+
+
+def _weight_entry(result):
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    (_, lowered, _), = get_lowered_submodules(result.edge.exported_program().graph_module)
+    data = lowered.named_data_store_output
+    (key,) = [k for k, e in data.pte_data.items() if len(data.buffers[e.buffer_index]) == 4 * WIDTH]
+    return data, key
+
+
+@pytest.fixture
+def no_adapter(monkeypatch):
+    monkeypatch.setenv(ADAPTER_ENV, "none")
+    reset_device()
+    yield
+    monkeypatch.undo()
+    reset_device()
+
+
+@pytest.mark.parametrize("backend,model,count", [("vulkan", "constant", 1), ("webgpu", "both", 2)])
+def test_fused_op_runs_with_the_plugin_kernel_on_the_adapter(lowered, backend, model, count):
+    v = edgeplug.verify(lowered(model, backend), backend)
+    assert v.method == "kernels"
+    assert v.adapter == get_device().summary
+    assert v.max_abs_diff < 1e-5
+    assert f"{backend} kernels ran et_vk.rms_norm.default x{count} on the adapter" in v.note
+    assert "aten.mul.Tensor x1" in v.note  # the rest of the delegate ran with torch
+    assert "constants read from named data" in v.note
+
+
+def test_the_weight_is_read_through_the_named_data(lowered):
+    result = lowered("both", "webgpu")
+    data, key = _weight_entry(result)
+    entry = data.pte_data[key]
+    original = data.buffers[entry.buffer_index]
+    data.buffers[entry.buffer_index] = bytes(len(original))  # what the .pte would carry: zeros
+    reset_device()  # the device caches constants by key
+    try:
+        v = edgeplug.verify(result, "webgpu")
+    finally:
+        data.buffers[entry.buffer_index] = original
+        reset_device()
+    assert v.max_abs_diff > 0.5  # zeros in the .pte show up as a mismatch against eager
+    assert edgeplug.verify(result, "webgpu").max_abs_diff < 1e-5  # restored
+
+
+def test_a_weight_missing_from_the_named_data_fails_loud(lowered):
+    result = lowered("constant", "vulkan")
+    data, key = _weight_entry(result)
+    entry = data.pte_data.pop(key)
+    try:
+        with pytest.raises(VerificationError) as info:
+            edgeplug.verify(result, "vulkan")
+    finally:
+        data.pte_data[key] = entry
+    text = str(info.value)
+    assert "constant 'p_w'" in text and "not in the delegate's named data" in text and "lowered_module_0" in text
+
+
+def test_vulkan_refuses_a_runtime_weight_naming_the_node(lowered):
+    with pytest.raises(KernelError) as info:
+        edgeplug.verify(lowered("runtime", "vulkan"), "vulkan")
+    text = str(info.value)
+    assert "node 'et_vk_rms_norm_default'" in text and "the weight comes from 'w', which is not a constant" in text
+    assert "While executing" not in text  # no fx noise
+
+
+def test_without_an_adapter_verification_falls_back_to_reference_kernels(lowered, no_adapter):
+    v = edgeplug.verify(lowered("both", "webgpu"), "webgpu")
+    assert v.adapter.startswith("none (") and ADAPTER_ENV in v.adapter
+    assert "et_vk.rms_norm.default x2 ran with torch reference kernels instead" in v.note
+    assert v.max_abs_diff < 1e-5
+    with pytest.raises(KernelError, match="not a constant"):  # the runtime's contract holds regardless
+        edgeplug.verify(lowered("runtime", "vulkan"), "vulkan")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["webgpu", "vulkan"])
+def test_cli_verifies_llama_on_the_adapter(cli, tmp_path, backend):
+    code, out, err = cli("lower", "llama", "--backend", backend, "--verify", "-q", "-o", tmp_path / "llama.pte")
+    assert code == 0, err
+    assert f"verification (kernels on {get_device().summary})" in out
+    diff = float(re.search(r"max \|difference\| vs eager = (\S+)", out).group(1))
+    assert diff < 1e-4
