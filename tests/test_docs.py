@@ -1,0 +1,106 @@
+"""The documentation stays true: every hook, variable, command and fixture is documented."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from edgeplug import hookspecs
+from edgeplug.records import HOOK_RECORDS
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+
+
+def _hooks() -> list[str]:
+    return sorted(n for n, f in vars(hookspecs).items() if n.startswith("edgeplug_") and inspect.isfunction(f))
+
+
+@pytest.fixture(scope="module")
+def readme() -> str:
+    assert README.is_file(), "README.md is missing at the repository root"
+    return README.read_text()
+
+
+def test_hookspecs_and_the_record_table_agree():
+    assert _hooks() == sorted(HOOK_RECORDS)
+
+
+@pytest.mark.parametrize("hook", _hooks())
+def test_every_hook_is_documented(hook, readme):
+    spec = getattr(hookspecs, hook)
+    assert inspect.getdoc(spec), f"{hook} has no docstring in hookspecs.py"
+    assert f"``{hook}``" in hookspecs.__doc__, f"{hook} is missing from hookspecs.py's overview"
+    row = re.search(rf"^\| `{hook}` \| `(\w+)` \|", readme, re.M)
+    assert row, f"{hook} has no row in README.md's hook table"
+    assert row.group(1) == HOOK_RECORDS[hook].__name__, f"README.md says {hook} yields {row.group(1)}"
+
+
+def test_plugin_variables_and_registration_are_documented(readme):
+    from edgeplug import plugins
+
+    for name in (plugins.ENV_DISABLE, plugins.ENV_ALLOW, "edgeplug.plugins.register"):
+        assert name in readme, f"{name} is not documented in README.md"
+    for name in (plugins.ENV_DISABLE, plugins.ENV_ALLOW, "``register``"):
+        assert name in plugins.__doc__
+
+
+def _readme_commands(readme: str) -> list[str]:
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.startswith("edgeplug ")]
+
+
+def test_every_cli_command_is_documented(readme):
+    from edgeplug.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    documented = {shlex.split(c)[1] for c in _readme_commands(readme)}
+    assert set(sub.choices) <= documented
+    for option in ("-o", "--report", "--verify", "--dry-run", "--backend"):
+        assert option in readme
+
+
+def test_readme_commands_parse(readme):
+    """A documented command line the CLI would reject is a documentation bug."""
+    from edgeplug.cli import build_parser
+
+    commands = _readme_commands(readme)
+    assert len(commands) >= 5
+    for command in commands:
+        build_parser().parse_args(shlex.split(command)[1:])
+
+
+def test_readme_python_api_exists(readme):
+    import edgeplug
+
+    used = set(re.findall(r"edgeplug\.(\w+)\(", readme))
+    assert {"backends", "lower", "transform", "fuse"} <= used
+    for name in used - {"plugins"}:
+        assert name in edgeplug.__all__, f"README.md calls edgeplug.{name}, which is not public API"
+
+
+def test_testing_docs_name_every_fixture_and_the_command():
+    import edgeplug.testing as testing
+    import edgeplug.testing.plugin as plugin
+
+    fixtures = sorted(n for n in vars(plugin) if n.startswith("edgeplug_"))
+    assert fixtures == ["edgeplug_backend", "edgeplug_lowering", "edgeplug_register", "edgeplug_site"]
+    for name in fixtures:
+        assert f"``{name}``" in testing.__doc__, f"fixture {name} is not documented in edgeplug.testing"
+    assert "pytest --pyargs edgeplug.testing.conformance" in testing.__doc__
+    assert plugin.OPTION in testing.__doc__
+
+
+def test_no_path_of_a_build_machine_in_the_sources():
+    roots = [REPO / "core", REPO / "plugins", REPO / "tests", REPO / ".ci"]
+    files = [REPO / "README.md", REPO / "Makefile", REPO / "pyproject.toml"]
+    files += [p for r in roots if r.is_dir() for p in r.rglob("*") if p.is_file() and p.suffix in {".py", ".md", ".toml", ".txt", ".sh", ""}]
+    forbidden = re.compile("/" + "work/|/" + "root/|/" + "home/[a-z]")
+    offenders = [str(p.relative_to(REPO)) for p in files if "__pycache__" not in p.parts and forbidden.search(p.read_text(errors="ignore"))]
+    assert offenders == []
