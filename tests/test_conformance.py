@@ -130,4 +130,4 @@ def test_plugin_author_runs_the_suite_with_pyargs(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "5 passed" in proc.stdout, proc.stdout[-2000:]
+    assert "6 passed" in proc.stdout, proc.stdout[-2000:]

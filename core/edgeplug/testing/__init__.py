@@ -16,12 +16,17 @@ Installing ``edgeplug`` registers the pytest plugin ``edgeplug.testing.plugin``
 
 ``--edgeplug-backend`` may be repeated; without it the suite runs over every
 installed backend. To keep the suite in your own test run, import it into one
-of your test modules; its tests are parametrised over the backends you name in
-``pytest.ini``/``pyproject.toml`` (``edgeplug_backends = mybackend``) or on the
-command line::
+of your test modules and pin your backend there::
 
-    # tests/test_conformance.py of your plugin
+    # tests/test_backend.py of your plugin
     from edgeplug.testing.conformance import *  # noqa: F401,F403
+
+    EDGEPLUG_BACKENDS = ["mybackend"]
+
+Without ``EDGEPLUG_BACKENDS`` the imported tests run for the backends named
+with ``--edgeplug-backend``, else in the ini option ``edgeplug_backends``
+(``pytest.ini``/``pyproject.toml``), else for every installed backend. Every
+first-party plugin's ``tests/test_backend.py`` does exactly this.
 
 Fixtures the plugin provides (names start with ``edgeplug_``):
 

@@ -12,6 +12,7 @@ import pytest
 
 __all__ = [
     "test_plugin_loaded_without_problems",
+    "test_distribution_declares_its_entry_point_and_needs_edgeplug",
     "test_backend_spec",
     "test_records_validate_and_name_a_backend",
     "test_skip_table_holds_real_operator_overloads",
@@ -40,6 +41,22 @@ def _problems_of(backend) -> list[str]:
 def test_plugin_loaded_without_problems(edgeplug_backend):
     """No plugin of the backend's distribution was dropped while loading."""
     assert _problems_of(edgeplug_backend) == []
+
+
+def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backend):
+    import re
+    from importlib.metadata import distribution
+
+    from edgeplug.plugins import ENTRY_POINT_GROUP
+
+    info = edgeplug_backend.plugin
+    if info.registered:
+        pytest.skip(f"{edgeplug_backend.name!r} was registered in code, not installed")
+    dist = distribution(info.distribution)
+    eps = [e for e in dist.entry_points if e.group == ENTRY_POINT_GROUP]
+    assert info.name in [e.name for e in eps], f"{info.distribution} declares no {ENTRY_POINT_GROUP!r} entry point {info.name!r}"
+    requires = {re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower() for r in dist.requires or []}
+    assert "edgeplug" in requires, f"{info.distribution} must depend on edgeplug (it has {sorted(requires)})"
 
 
 def test_backend_spec(edgeplug_backend):

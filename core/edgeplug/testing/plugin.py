@@ -41,9 +41,14 @@ def selected_backends(config: pytest.Config) -> list[str]:
     return edgeplug.backends()
 
 
+#: A test module may pin the backends its tests run for: ``EDGEPLUG_BACKENDS = ["mybackend"]``.
+MODULE_ATTR = "EDGEPLUG_BACKENDS"
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "edgeplug_backend_name" in metafunc.fixturenames:
-        names = selected_backends(metafunc.config)
+        pinned = getattr(metafunc.module, MODULE_ATTR, None)
+        names = list(pinned) if pinned is not None else selected_backends(metafunc.config)
         metafunc.parametrize("edgeplug_backend_name", names, ids=names, scope="session")
 
 

@@ -1,0 +1,42 @@
+"""The qnn backend: the conformance suite, and what it declares without the QNN SDK."""
+
+from __future__ import annotations
+
+import pytest
+
+import edgeplug
+from edgeplug.testing.conformance import *  # noqa: F401,F403
+
+EDGEPLUG_BACKENDS = ["qnn"]
+
+
+@pytest.fixture(autouse=True)
+def _no_sdk(monkeypatch):
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+
+
+def test_without_the_sdk_it_partitions_from_its_support_table():
+    from edgeplug.partition import SupportTablePartitioner
+
+    qnn = edgeplug.get_backend("qnn")
+    assert qnn.spec.backend_id == "QnnBackend" and qnn.spec.constant_only_policy
+    partitioner = qnn.make_partitioner()
+    assert isinstance(partitioner, SupportTablePartitioner)
+    assert partitioner.delegation_spec.backend_id == "QnnBackend"
+    assert edgeplug.get_backend("qnn").availability().reason == "the QNN SDK is not configured (QNN_SDK_ROOT is not set)"
+
+
+def test_availability_names_what_is_missing_in_the_sdk(monkeypatch, tmp_path):
+    monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path))
+    a = edgeplug.get_backend("qnn").availability()
+    assert not a.ok and a.reason == f"QNN_SDK_ROOT={tmp_path} has no lib/x86_64-linux-clang/libQnnHtp.so"
+    assert "set QNN_SDK_ROOT" in a.hint
+    lib = tmp_path / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    assert edgeplug.get_backend("qnn").availability().ok
+
+
+def test_htp_keeps_its_native_ops_whole():
+    aten = __import__("torch").ops.aten
+    assert {aten.linear.default, aten.rms_norm.default, aten.hardswish.default} <= set(edgeplug.get_backend("qnn").skip_ops)
