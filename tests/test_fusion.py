@@ -1,0 +1,218 @@
+"""edgeplug.fuse under each backend's policy, on real edge programs.
+
+Every accepted spelling becomes exactly one fused op whose eps, weight and
+input are checked, and the fused program computes what eager computes; every
+near-miss is left alone and reported with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import edgeplug
+from edgeplug import FusionPolicy
+from edgeplug.errors import EdgeplugError
+from edgeplug.graph.constants import constant_value
+from edgeplug.patterns.base import is_op
+from edgeplug.testing.rms_norm_cases import ACCEPTED, D, REJECTED, UNRELATED, WHOLE, Bundle
+
+BACKENDS = ["qnn", "samsung", "vulkan", "webgpu"]
+TARGET = {"aten.rms_norm": "aten::rms_norm", "et_vk.rms_norm": "et_vk::rms_norm"}
+
+
+@pytest.fixture(scope="module")
+def programs():
+    """One edge program per bundle (an export costs about a second) and a cache of fusions."""
+    bundles = {"decomposed": Bundle(ACCEPTED), "whole": Bundle(WHOLE), "refused": Bundle(REJECTED + UNRELATED)}
+    eps = {k: b.edge_program() for k, b in bundles.items()}
+    fused: dict = {}
+
+    def get(kind: str, backend: str):
+        if (kind, backend) not in fused:
+            fused[kind, backend] = edgeplug.fuse(eps[kind], backend)
+        return bundles[kind], eps[kind], *fused[kind, backend]
+
+    return get
+
+
+def _records_of(bundle, ep, records, case):
+    """The records whose anchor (a node of the input program) belongs to ``case``."""
+    owner = {n.name: c for n, c in bundle.case_of(ep).items()}
+    return [r for r in records if owner.get(r.anchor) is case]
+
+
+def _fused_nodes(bundle, fused_ep, case, target):
+    owner = bundle.case_of(fused_ep)
+    return [n for n in fused_ep.graph_module.graph.nodes if owner.get(n) is case and is_op(n, TARGET[target])]
+
+
+def _expected_outcome(case, policy) -> str:
+    if case.weight is None:
+        return "fused"
+    if case.weight == "runtime":
+        return "fused_unit_weight"
+    if case.weight == "computed" or case.name == "leading_ones_weight":
+        return "folded_weight"
+    if case.name == "fp16_upcast" and not policy.fp32_accumulation:
+        return "folded_weight"  # the fp16 weight becomes an fp32 constant for the fp32 norm
+    return "fused"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", [c for c in ACCEPTED + WHOLE if c.accept], ids=lambda c: c.name)
+def test_accepted_case_becomes_one_fused_op(programs, backend, case):
+    policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
+    bundle, ep, fused_ep, records = programs("whole" if case.whole else "decomposed", backend)
+    (record,) = _records_of(bundle, ep, records, case)
+    assert record.outcome == _expected_outcome(case, policy), record
+    nodes = _fused_nodes(bundle, fused_ep, case, policy.target)
+    assert len(nodes) == 1, f"{case.name}: {len(nodes)} fused ops"
+    (node,) = nodes
+    if policy.target == "aten.rms_norm":
+        x, normalized_shape, weight, eps = node.args
+        assert list(normalized_shape) == [D]
+    else:
+        x, weight, eps = node.args
+    assert isinstance(eps, float) and math.isclose(eps, case.eps, rel_tol=1e-6), (eps, case.eps)
+    assert record.eps == eps
+
+    # fp32 upcasts stay outside the fused op unless the kernel accumulates in fp32
+    upcast = case.name in ("fp16_upcast", "fp16_gemma_upcast")
+    absorbed = policy.fp32_accumulation and case.name == "fp16_upcast"  # the cast back follows the norm
+    expected_dtype = torch.float32 if upcast and not absorbed else case.dtype
+    assert x.meta["val"].dtype == expected_dtype
+    assert node.meta["val"].dtype == expected_dtype
+
+    module = bundle.parts[bundle.cases.index(case)]
+    if record.outcome == "fused_unit_weight" or case.weight is None:
+        if policy.target == "aten.rms_norm":
+            assert weight is None
+        else:
+            assert torch.equal(constant_value(fused_ep, weight), torch.ones(D, dtype=expected_dtype))
+    else:
+        assert weight.op == "placeholder", "the fused weight must be a constant of the program"
+        value = constant_value(fused_ep, weight)
+        expected = case.weight_value(module).detach().reshape(D).to(expected_dtype)
+        assert value.shape == (D,) and value.dtype == expected_dtype
+        torch.testing.assert_close(value, expected, rtol=0, atol=0)
+        assert record.weight == weight.name
+    if record.outcome == "fused_unit_weight":
+        # the runtime scale's multiply stays, reading the fused norm
+        reader = [u for u in node.users if is_op(u, "aten::mul.Tensor")]
+        assert reader, f"{case.name}: the multiply by the runtime weight is gone"
+        assert case.name in record.reason or "runtime" in record.reason
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["decomposed", "whole", "refused"])
+def test_fused_program_computes_what_eager_computes(programs, backend, kind):
+    bundle, ep, fused_ep, _ = programs(kind, backend)
+    inputs = bundle.inputs()
+    with torch.no_grad():
+        eager = bundle(*inputs)
+        unfused = ep.module()(*inputs)
+        got = fused_ep.module()(*inputs)
+    for case, e, u, g in zip(bundle.cases, eager, unfused, got):
+        assert g.dtype == e.dtype and g.shape == e.shape, case.name
+        if kind == "refused":  # nothing was fused: bit for bit what the input program computes
+            torch.testing.assert_close(g, u, rtol=0, atol=0, equal_nan=True, msg=case.name)
+        else:
+            tol = case.tolerance()
+            torch.testing.assert_close(g, e, rtol=tol, atol=tol, msg=case.name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_near_misses_are_reported_and_left_alone(programs, backend):
+    policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
+    bundle, ep, fused_ep, records = programs("refused", backend)
+    assert not any(is_op(n, TARGET[policy.target]) for n in fused_ep.graph_module.graph.nodes)
+    for case in REJECTED:
+        recs = _records_of(bundle, ep, records, case)
+        assert recs and all(r.outcome == "rejected" for r in recs), case.name
+        assert any(case.reason in r.reason for r in recs), (case.name, [r.reason for r in recs])
+    for case in UNRELATED:
+        assert _records_of(bundle, ep, records, case) == []
+    assert str(fused_ep.graph_module.graph) == str(ep.graph_module.graph)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fused_program_passes_the_edge_verifier(programs, backend):
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
+
+    b = edgeplug.get_backend(backend)
+    for kind in ("decomposed", "whole"):
+        _, _, fused_ep, _ = programs(kind, backend)
+        # aten.rms_norm is not core ATen: it is legal where the backend keeps it whole
+        # (and in the "whole" bundle, exported with it preserved)
+        keep = [op for op in b.skip_ops if op == torch.ops.aten.rms_norm.default]
+        if b.fusion_policy("rms_norm").target == "aten.rms_norm":
+            assert keep, f"{backend} fuses into aten.rms_norm but does not keep it whole"
+        if kind == "whole":
+            keep = [torch.ops.aten.rms_norm.default]
+        EXIREdgeDialectVerifier(edge_compile_config=EdgeCompileConfig(), class_only=True, preserve_ops=keep)()(
+            fused_ep.graph_module
+        )
+
+
+def test_fuse_leaves_its_input_program_unchanged(programs):
+    bundle = Bundle(ACCEPTED[:1] + ACCEPTED[-7:])
+    ep = bundle.edge_program()
+    graph, signature = str(ep.graph_module.graph), str(ep.graph_signature)
+    state = dict(ep.state_dict)
+    fused_ep, records = edgeplug.fuse(ep, "vulkan")
+    assert records and fused_ep is not ep
+    assert str(ep.graph_module.graph) == graph and str(ep.graph_signature) == signature
+    assert ep.state_dict.keys() == state.keys()
+    # fusing again finds nothing left to fuse
+    again, more = edgeplug.fuse(fused_ep, "vulkan")
+    assert more == []
+
+
+def test_backend_without_a_policy_gets_the_program_back(programs):
+    _, ep, _, _ = programs("decomposed", "vulkan")
+    same, records = edgeplug.fuse(ep, "xnnpack")
+    assert same is ep and records == []
+
+
+def _with_policy(backend: str, **changes):
+    b = edgeplug.get_backend(backend)
+    policy = b.fusion_policy("rms_norm").model_copy(update=changes)
+    return dataclasses.replace(b, fusion_policies=(policy,))
+
+
+def test_policy_that_neither_folds_nor_falls_back_refuses_with_a_reason(programs):
+    bundle, ep, _, _ = programs("decomposed", "vulkan")
+    strict = _with_policy("vulkan", fold_computed_constants=False, unit_weight_fallback=False)
+    fused_ep, records = edgeplug.fuse(ep, strict)
+    by_case = {c.name: _records_of(bundle, ep, records, c) for c in bundle.cases}
+    for name in ("gemma_one_plus_w", "runtime_scale", "graph_input_gamma"):
+        (r,) = by_case[name]
+        assert r.outcome == "rejected" and "neither folds it nor fuses with a unit weight" in r.reason, r
+    assert by_case["rsqrt"][0].outcome == "fused"
+    with torch.no_grad():
+        for case, e, g in zip(bundle.cases, bundle(*bundle.inputs()), fused_ep.module()(*bundle.inputs())):
+            torch.testing.assert_close(g, e, rtol=case.tolerance(), atol=case.tolerance(), msg=case.name)
+
+
+def test_policy_without_folding_keeps_the_computed_weight_multiply(programs):
+    bundle, ep, _, _ = programs("decomposed", "vulkan")
+    fused_ep, records = edgeplug.fuse(ep, _with_policy("vulkan", fold_computed_constants=False))
+    (r,) = _records_of(bundle, ep, records, next(c for c in ACCEPTED if c.name == "gemma_one_plus_w"))
+    assert r.outcome == "fused_unit_weight" and "does not fold" in r.reason
+
+
+def test_policy_naming_an_unknown_op_is_an_error(programs):
+    _, ep, _, _ = programs("decomposed", "vulkan")
+    with pytest.raises(EdgeplugError, match=r"backend 'vulkan' names target 'mylib.rms_norm'.*edgeplug_fusion_policies"):
+        edgeplug.fuse(ep, _with_policy("vulkan", target="mylib.rms_norm"))
+
+
+def test_policy_records_are_valid_for_every_backend():
+    for backend in BACKENDS:
+        policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
+        assert isinstance(policy, FusionPolicy) and policy.target in ("aten.rms_norm", "et_vk.rms_norm")
