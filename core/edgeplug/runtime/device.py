@@ -229,18 +229,25 @@ class GpuDevice:
         entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(buffers)]
         return self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
 
-    def dispatch(self, pipeline: Any, bind_group: Any, grid: tuple[int, int, int], *, repeat: int = 1, wait: bool = True) -> None:
-        """Record ``repeat`` dispatches in one submission; with ``wait``, block until the queue is idle."""
+    def encode(self, pipeline: Any, bind_group: Any, grid: tuple[int, int, int], *, repeat: int = 1) -> Any:
+        """A command buffer of ``repeat`` dispatches (one compute pass; wgpu orders them)."""
         enc = self.device.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(pipeline)
+        cp.set_bind_group(0, bind_group)
         for _ in range(repeat):
-            cp = enc.begin_compute_pass()
-            cp.set_pipeline(pipeline)
-            cp.set_bind_group(0, bind_group)
             cp.dispatch_workgroups(*grid)
-            cp.end()
-        self.device.queue.submit([enc.finish()])
+        cp.end()
+        return enc.finish()
+
+    def submit(self, command_buffer: Any, *, wait: bool = True) -> None:
+        self.device.queue.submit([command_buffer])
         if wait:
             self.wait()
+
+    def dispatch(self, pipeline: Any, bind_group: Any, grid: tuple[int, int, int], *, repeat: int = 1, wait: bool = True) -> None:
+        """Record ``repeat`` dispatches, submit them; with ``wait``, block until they have run."""
+        self.submit(self.encode(pipeline, bind_group, grid, repeat=repeat), wait=wait)
 
     def wait(self) -> None:
         """Block until everything submitted so far has run.

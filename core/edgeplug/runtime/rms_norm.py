@@ -135,6 +135,10 @@ class PreparedRmsNorm:
             return
         self.device.dispatch(self.pipeline, self.bind_group, self.grid, repeat=repeat, wait=wait)
 
+    def encode(self, repeat: int = 1) -> Any:
+        """A command buffer of ``repeat`` dispatches, for ``device.submit`` (benchmarks time the submit alone)."""
+        return self.device.encode(self.pipeline, self.bind_group, self.grid, repeat=repeat)
+
     def result(self) -> torch.Tensor:
         if self.out is None:
             return torch.empty(self.shape, dtype=self.dtype)
