@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -87,3 +89,4 @@ def test_model_file_that_fails_to_import_says_so(tmp_path):
     path.write_text("import torch\nraise RuntimeError('checkpoint not found')\n")
     with pytest.raises(EdgeplugError, match=r"importing .*broken.py failed: RuntimeError: checkpoint not found"):
         load_model(f"{path}:build")
+    assert "_edgeplug_user_broken" not in sys.modules

@@ -84,6 +84,7 @@ def load_model(spec: str) -> tuple[Any, tuple[Any, ...], str]:
         try:
             loader.loader.exec_module(module)
         except Exception as exc:
+            sys.modules.pop(mod_name, None)  # no half-imported module left behind
             raise EdgeplugError(f"importing {path_s} failed: {type(exc).__name__}: {exc}") from exc
         fn = getattr(module, attr, None)
         if fn is None or not callable(fn):
