@@ -46,7 +46,7 @@ from edgeplug_webgpu.kernels import prepare_rms_norm as prepare_wgsl  # noqa: E4
 KERNELS = {"wgsl": prepare_wgsl, "glsl": prepare_glsl}
 DEFAULT_SIZES = [
     (1, 4096), (64, 4096), (1024, 4096), (4096, 4096), (16384, 4096), (65536, 4096),
-    (4096, 1024), (4096, 5000), (4096, 8192), (16384, 8192), (65536, 8192),
+    (4096, 1024), (4096, 5000), (4096, 8192), (16384, 8192), (32768, 8192), (65536, 8192),
 ]
 EPS = 1e-6
 
@@ -200,10 +200,15 @@ def main(argv=None) -> int:
         print(f"\n# workgroup sizes at {rows}x{width} (GB/s)")
         for k in kernels:
             line = []
-            for wg in (32, 64, 128, 256, 512, 1024):
+            for wg in (8, 16, 32, 64, 128, 256, 512, 1024):
                 try:
                     prepared = KERNELS[k](x, w, EPS, device=dev, workgroup_size=wg)
                 except KernelError:
+                    continue  # past the kernel's or the adapter's limit
+                err = check(prepared, x, w)
+                if err > 1e-4:
+                    tune.append({"kernel": k, "workgroup_size": wg, "error": err})
+                    line.append(f"{wg}: wrong ({err:.1e})")
                     continue
                 s = time_ours(prepared, args.min_time, args.trials)
                 gb = moved_bytes(rows, width) / s / 1e9

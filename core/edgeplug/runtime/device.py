@@ -105,6 +105,28 @@ class GpuDevice:
         self._constants: dict[str, tuple[Any, int]] = {}
         self._lock = threading.Lock()
         self._scratch: Any = None
+        self._subgroup_size: Optional[int] = None
+
+    @property
+    def subgroup_size(self) -> Optional[int]:
+        """The subgroup size compute pipelines get here (probed once), or None without subgroup support.
+
+        wgpu-py 0.32 does not report the adapter's subgroup sizes, so a one-
+        workgroup WGSL probe reads ``@builtin(subgroup_size)``.
+        """
+        if "subgroup" not in self.enabled:
+            return None
+        if self._subgroup_size is None:
+            probe = (
+                "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n"
+                "@compute @workgroup_size(64) fn main(@builtin(subgroup_size) s: u32, "
+                "@builtin(local_invocation_index) i: u32) { if (i == 0u) { out[0] = s; } }"
+            )
+            pipe = self.pipeline(probe, label="subgroup size probe")
+            buf = self.empty(4, what="subgroup size probe")
+            self.dispatch(pipe, self.bind(pipe, [buf]), (1, 1, 1))
+            self._subgroup_size = int(self.read(buf, (1,), torch.int32)[0])
+        return self._subgroup_size
 
     # limits -------------------------------------------------------------------
     @property

@@ -102,15 +102,30 @@ def check_args(
     return RmsNormArgs(x=xc, weight=weight.detach().to("cpu").contiguous(), eps=eps, rows=rows, width=width)
 
 
-def choose_workgroup_size(device: GpuDevice, units_per_row: int, requested: Optional[int], *, where: str) -> int:
-    """The workgroup size: ``requested`` if valid, else the power of two covering a row (at most 256)."""
+def choose_workgroup_size(
+    device: GpuDevice,
+    units_per_row: int,
+    requested: Optional[int],
+    *,
+    where: str,
+    limit: Optional[int] = None,
+    limit_reason: str = "",
+) -> int:
+    """The workgroup size: ``requested`` if valid, else the power of two covering a row (at most 256).
+
+    ``limit`` is a kernel's own ceiling (e.g. one subgroup), explained by ``limit_reason``.
+    """
     cap = min(device.max_workgroup_size, int(device.limits.get("max-compute-workgroup-storage-size", 16384)) // 4)
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1 or requested & (requested - 1):
             raise KernelError(f"{where}: workgroup_size must be a power of two >= 1, got {requested!r}")
         if requested > cap:
             raise KernelError(f"{where}: workgroup_size {requested} exceeds what {device.summary} allows ({cap})")
+        if limit is not None and requested > limit:
+            raise KernelError(f"{where}: workgroup_size {requested} exceeds {limit}: {limit_reason}")
         return requested
+    if limit is not None:
+        cap = min(cap, limit)
     wg = 1
     while wg < units_per_row and wg < DEFAULT_MAX_WORKGROUP:
         wg *= 2
@@ -153,6 +168,8 @@ def prepare(
     where: str,
     workgroup_size: Optional[int] = None,
     cache_keys: Optional[Mapping[int, str]] = None,
+    workgroup_limit: Optional[int] = None,
+    workgroup_limit_reason: str = "",
 ) -> PreparedRmsNorm:
     """Upload x (and the weight, once per cache key), build the pipeline, bind; dispatch nothing yet.
 
@@ -161,7 +178,9 @@ def prepare(
     """
     shape, dtype = tuple(args.x.shape), args.x.dtype
     units = args.width // args.lanes
-    wg = choose_workgroup_size(device, units, workgroup_size, where=where)
+    wg = choose_workgroup_size(
+        device, units, workgroup_size, where=where, limit=workgroup_limit, limit_reason=workgroup_limit_reason
+    )
     if args.rows == 0:
         return PreparedRmsNorm(device, None, None, (0, 0, 0), None, shape, dtype, wg)
     nbytes = args.x.numel() * args.x.element_size()

@@ -48,14 +48,25 @@ def test_rows_past_the_1d_dispatch_limit_go_2d(device, width):
     prepared.run()
     y = prepared.result()
     torch.testing.assert_close(y, F.rms_norm(x, (width,), w, 1e-6), rtol=2e-6, atol=2e-6)
-    assert torch.equal(y[-1], F.rms_norm(x[-1:], (width,), w, 1e-6)[0])  # the last row was written
+    torch.testing.assert_close(y[-1], F.rms_norm(x[-1:], (width,), w, 1e-6)[0], rtol=2e-6, atol=2e-6)  # last row written
 
 
-@pytest.mark.parametrize("wg", [1, 2, 32, 256])
-def test_workgroup_size_variants(wg):
-    x, w = _inputs(3, 260)  # 65 vec4 per row: more than some sizes, fewer than others
-    y = rms_norm(x, w, 1e-6, workgroup_size=wg)
-    torch.testing.assert_close(y, F.rms_norm(x, (260,), w, 1e-6), rtol=2e-6, atol=2e-6)
+@pytest.mark.parametrize("wg", [1, 2, "subgroup"])
+def test_workgroup_size_variants(device, wg):
+    wg = device.subgroup_size if wg == "subgroup" else wg
+    x, w = _inputs(3, 260)  # 65 vec4 per row: more than each size
+    prepared = prepare_rms_norm(x, w, 1e-6, workgroup_size=wg)
+    prepared.run()
+    torch.testing.assert_close(prepared.result(), F.rms_norm(x, (260,), w, 1e-6), rtol=2e-6, atol=2e-6)
+    assert prepared.workgroup_size == wg
+
+
+def test_workgroup_is_one_subgroup(device):
+    # wgpu compiles GLSL barrier() with subgroup scope: more invocations would race
+    x, w = _inputs(2, 4096)
+    assert prepare_rms_norm(x, w, 1e-6).workgroup_size == min(device.subgroup_size, 256)
+    with pytest.raises(KernelError, match=r"workgroup_size \d+ exceeds \d+: .*barrier\(\) to a subgroup-scope barrier"):
+        rms_norm(x, w, 1e-6, workgroup_size=device.subgroup_size * 2)
 
 
 def test_glsl_450_source_with_vec4_and_scalar_variants():

@@ -2,7 +2,9 @@
 
 The same algorithm as the Vulkan runtime's buffer shader: one workgroup per
 row, fp32 sums of squares per invocation, a tree reduction in shared memory,
-then each invocation writes its slice. It runs through wgpu (naga translates
+then each invocation writes its slice. Unlike glslang, wgpu's GLSL frontend
+compiles ``barrier()`` to a subgroup-scope barrier, so the workgroup here is
+one subgroup (32 invocations on NVIDIA; probed per adapter). It runs through wgpu (naga translates
 the GLSL) on the Vulkan adapter. Variants are chosen by preprocessor defines:
 ``WG_SIZE`` (a power of two) and ``LANES`` (4: vec4 path for widths that are a
 multiple of 4; 1: scalar path). Storage is fp32, as in the Vulkan runtime's
@@ -93,7 +95,11 @@ def glsl_source(lanes: int, workgroup_size: int) -> str:
     return _SOURCE.format(wg=int(workgroup_size), lanes=int(lanes))
 
 
-def _pipeline(device: GpuDevice, dtype: torch.dtype, lanes: int, workgroup_size: int) -> Any:
+def _subgroup_limit(device: GpuDevice) -> int:
+    # wgpu's GLSL frontend (naga) turns barrier() into a barrier of subgroup
+    # scope, which needs these features and synchronises one subgroup only: the
+    # workgroup must therefore be one subgroup. Seen on an H200: 256 invocations
+    # per workgroup gave wrong sums, 32 (one warp) correct ones.
     missing = {"subgroup", "subgroup-barrier"} - set(device.enabled)
     if missing:
         raise KernelError(
@@ -101,6 +107,16 @@ def _pipeline(device: GpuDevice, dtype: torch.dtype, lanes: int, workgroup_size:
             f"{', '.join(sorted(missing))}, which {device.summary} lacks; choose another adapter with "
             "EDGEPLUG_WGPU_ADAPTER or use the webgpu kernel"
         )
+    return int(device.subgroup_size)
+
+
+_LIMIT_REASON = (
+    "wgpu compiles GLSL's barrier() to a subgroup-scope barrier, so this kernel's workgroup must be "
+    "one subgroup of the adapter"
+)
+
+
+def _pipeline(device: GpuDevice, dtype: torch.dtype, lanes: int, workgroup_size: int) -> Any:
     return device.pipeline(glsl_source(lanes, workgroup_size), label=f"{BACKEND} rms_norm x{lanes} wg{workgroup_size}")
 
 
@@ -116,7 +132,10 @@ def prepare(
     """Check, upload and bind; ``.run()`` dispatches and ``.result()`` reads y (benchmarks time ``run``)."""
     device = device or get_device()
     args = contract.check_args(x, weight, eps, where=WHERE, dtypes=(torch.float32,), dtype_hint=" (the Vulkan buffer shader's storage)")
-    return contract.prepare(args, device, _pipeline, where=WHERE, workgroup_size=workgroup_size, cache_keys=cache_keys)
+    return contract.prepare(
+        args, device, _pipeline, where=WHERE, workgroup_size=workgroup_size, cache_keys=cache_keys,
+        workgroup_limit=_subgroup_limit(device), workgroup_limit_reason=_LIMIT_REASON,
+    )
 
 
 def rms_norm(
