@@ -130,3 +130,48 @@ def test_lowers_and_matches_eager(key):
     assert not any(case.removed in t for t in _targets(edge))
     assert result.report.partitions, "nothing was partitioned"
     torch.testing.assert_close(edge.module()(*case.inputs), case.model(*case.inputs), rtol=0, atol=1e-6)
+
+
+# the backend passes themselves, beyond the collision models --------------------
+
+
+class NestedAutocast(nn.Module):
+    """A disabled region inside an enabled one: the inner matmul stays fp32."""
+
+    def forward(self, x):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            y = x @ x
+            with torch.autocast(device_type="cpu", enabled=False):
+                z = y.float() @ x
+        return y.float() + z
+
+
+class Remainders(nn.Module):
+    def forward(self, x, i):
+        return (
+            torch.remainder(x, 0.7),
+            torch.remainder(x, x.flip(0) + 3),  # a tensor divisor
+            torch.remainder(i, 3),
+            torch.remainder(i, -4),  # the result takes the divisor's sign
+            torch.remainder(5.0, x + 10),  # a scalar dividend
+        )
+
+
+def test_qnn_inlines_nested_autocast_regions_with_their_casts():
+    x = torch.randn(4, 4, generator=_gen())
+    ep = edgeplug.transform(torch.export.export(NestedAutocast(), (x,)), "qnn")
+    targets = _targets(ep)
+    assert not any("wrap_with_autocast" in t for t in targets)
+    assert "aten._to_copy.default" in targets  # autocast's casts are explicit now
+    mms = [n for n in ep.graph.nodes if str(n.target) == "aten.mm.default"]
+    assert [n.meta["val"].dtype for n in mms] == [torch.bfloat16, torch.float32]
+    torch.testing.assert_close(ep.module()(x), NestedAutocast()(x), rtol=0, atol=0)
+
+
+def test_samsung_remainder_matches_eager():
+    inputs = (torch.randn(8, generator=_gen()) * 5, torch.arange(-8, 8))
+    ep = edgeplug.transform(torch.export.export(Remainders(), inputs), "samsung")
+    assert not any("remainder" in t for t in _targets(ep))
+    for got, want in zip(ep.module()(*inputs), Remainders()(*inputs), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)

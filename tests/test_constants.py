@@ -260,3 +260,34 @@ def test_fold_refuses_runtime_and_dequantized_weights(analysed):
         fold_constant(analysed, outs["dequant"])
     w = _placeholder(analysed, "w")
     assert fold_constant(analysed, w) is w  # a leaf is already a constant
+
+
+def test_fold_constants_folds_a_batch():
+    from edgeplug.examples.llama import gemma_style_block
+    from edgeplug.graph import fold_constants
+
+    model, inputs = gemma_style_block()
+    ep = _edge(model, inputs).exported_program()
+    analysis = analyze_constants(ep)
+    targets = [n for n in ep.graph.nodes if n.op == "call_function" and analysis.source(n) == "computed" and n.users]
+    assert len(targets) >= 3  # 1 + w of both block norms and the final norm (and what feeds them)
+    placeholders = fold_constants(ep, targets + targets[:1], name_hint="norm_weight")
+    assert placeholders[-1] is None  # already folded earlier in the batch
+    names = [p.name for p in placeholders if p is not None]
+    assert len(names) == len(set(names))
+    assert all(weight_source(p, ep) == "leaf" for p in placeholders if p is not None)
+    assert not [n for n in ep.graph.nodes if n.op == "call_function" and analyze_constants(ep).source(n) == "computed"]
+    torch.testing.assert_close(ep.module()(*inputs), model(*inputs))
+
+
+def test_fold_constants_changes_nothing_when_one_node_is_refused():
+    model = GemmaNorm().eval()
+    ep = _edge(model, _inputs()).exported_program()
+    before = [n.name for n in ep.graph.nodes]
+    runtime = next(n for n in ep.graph.nodes if n.op == "call_function" and "rsqrt" in str(n.target))
+    from edgeplug.graph import fold_constants
+
+    with pytest.raises(ValueError, match="not a compile-time constant"):
+        fold_constants(ep, [_gemma_weight(ep), runtime])
+    assert [n.name for n in ep.graph.nodes] == before
+    assert "weight" in ep.state_dict

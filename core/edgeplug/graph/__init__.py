@@ -3,7 +3,7 @@
 - ``reserve_node_names``: keep names a pass creates unused (pytorch#202927).
 - ``run_passes``: the pass runner every backend pass goes through.
 - ``resolve_scalar``: the compile-time value of a scalar operand.
-- ``constant_only_nodes`` / ``weight_source`` / ``fold_constant``: what is
+- ``constant_only_nodes`` / ``weight_source`` / ``fold_constant(s)``: what is
   known at AOT, where a weight comes from, and turning a computed constant
   into a real constant of the program.
 """
@@ -14,6 +14,7 @@ from edgeplug.graph.constants import (
     analyze_constants,
     constant_only_nodes,
     fold_constant,
+    fold_constants,
     weight_source,
 )
 from edgeplug.graph.names import NameReservationError, reserve_node_names
@@ -27,6 +28,7 @@ __all__ = [
     "analyze_constants",
     "constant_only_nodes",
     "fold_constant",
+    "fold_constants",
     "reserve_node_names",
     "resolve_scalar",
     "run_passes",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Iterable, Literal, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -250,13 +250,35 @@ def fold_constant(ep: ExportedProgram, node: torch.fx.Node, name_hint: str = "fo
     in place on aten and edge dialect programs; returns the new placeholder.
     A ``leaf`` placeholder is returned unchanged; a ``runtime`` node or a
     dequantize of a leaf (folding would drop the quantization) is refused.
+
+    Each call analyses the program and regenerates its code; to fold many
+    nodes of one program use ``fold_constants`` (once each).
     """
-    _check_node(node, ep)
+    return fold_constants(ep, [node], name_hint)[0]
+
+
+def fold_constants(ep: ExportedProgram, nodes: Sequence[torch.fx.Node], name_hint: str = "folded") -> list[torch.fx.Node]:
+    """``fold_constant`` for several nodes: one analysis, one lint and recompile.
+
+    Returns the placeholder each node became, in order. A node that an
+    earlier fold in the batch already removed (it only fed that one) is
+    folded into nothing and its entry is None.
+    """
+    for node in nodes:
+        _check_node(node, ep)
     analysis = analyze_constants(ep)
-    source = analysis.source(node)
-    if source == "leaf":
-        if node.op in ("placeholder", "get_attr"):
-            return node
+    for node in nodes:  # refuse before changing anything
+        _foldable(node, analysis.source(node))
+    out: list[Optional[torch.fx.Node]] = []
+    for node in nodes:
+        out.append(None if getattr(node, "_erased", False) else _fold_one(ep, node, name_hint, analysis))
+    ep.graph_module.graph.lint()
+    ep.graph_module.recompile()
+    return out  # type: ignore[return-value]
+
+
+def _foldable(node: torch.fx.Node, source: WeightSource) -> None:
+    if source == "leaf" and node.op not in ("placeholder", "get_attr"):
         raise ValueError(
             f"node {node.name!r} ({base_name(node.target)}) dequantizes a constant; folding it would "
             "store the weight unquantized. Use it as a leaf weight instead."
@@ -266,6 +288,11 @@ def fold_constant(ep: ExportedProgram, node: torch.fx.Node, name_hint: str = "fo
             f"node {node.name!r} is not a compile-time constant (it depends on a user input, "
             "a buffer the program mutates, or a random op); only 'computed' constants can be folded"
         )
+
+
+def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, analysis: ConstantAnalysis) -> torch.fx.Node:
+    if analysis.source(node) == "leaf":
+        return node  # already a constant placeholder or attribute
     graph = ep.graph_module.graph
     subgraph = _ancestors(node)
     value = _evaluate(ep, subgraph)[node]
@@ -301,9 +328,8 @@ def fold_constant(ep: ExportedProgram, node: torch.fx.Node, name_hint: str = "fo
     if new.name != ph_name:  # fx picked another name: keep the signature in step
         ph_name = new.name
     new.meta["val"] = _fake(node, value)
-    for key in ("tensor_meta", "stack_trace"):
-        if key in node.meta:
-            new.meta[key] = node.meta[key]
+    if "stack_trace" in node.meta:
+        new.meta["stack_trace"] = node.meta["stack_trace"]
     sig.input_specs.insert(index, InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph_name), target=target, persistent=None))
     ep.constants[target] = value
 
@@ -313,8 +339,6 @@ def fold_constant(ep: ExportedProgram, node: torch.fx.Node, name_hint: str = "fo
         if isinstance(spec.arg, TensorArgument) and spec.arg.name == old_name:
             sig.output_specs[i] = type(spec)(kind=spec.kind, arg=TensorArgument(name=ph_name), target=spec.target)
     _remove_dead(ep, subgraph)
-    graph.lint()
-    ep.graph_module.recompile()
     return new
 
 

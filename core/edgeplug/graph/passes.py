@@ -98,6 +98,7 @@ def run_passes(ep: ExportedProgram, passes: Sequence[PassSpec], *, backend: Any 
     done: list[str] = []
     for spec in passes:
         reserve_node_names(ep)
+        before = _snapshot(ep)
         try:
             out = spec.fn(ep)
         except Exception as exc:
@@ -110,11 +111,30 @@ def run_passes(ep: ExportedProgram, passes: Sequence[PassSpec], *, backend: Any 
         try:
             check_program(ep)
             for gm in graph_modules(ep.graph_module):
-                gm.recompile()
+                if not _same(before.get(id(gm)), _code_key(gm)):
+                    gm.recompile()
         except Exception as exc:
             raise _fail(spec, backend, done, "left a broken program", exc) from exc
         done.append(spec.name)
     return ep
+
+
+def _code_key(gm: torch.fx.GraphModule) -> tuple:
+    """What a GraphModule's generated code depends on, compared by identity and value."""
+    return (gm.graph, tuple((n, n.op, n.name, n.target, n.args, n.kwargs) for n in gm.graph.nodes))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. a tensor literal among the args: assume changed
+        return False
+
+
+def _snapshot(ep: ExportedProgram) -> dict[int, tuple]:
+    # Recompiling (Python codegen) is most of a no-op pass's cost: skip the
+    # graph modules a pass left exactly as they were.
+    return {id(gm): _code_key(gm) for gm in graph_modules(ep.graph_module)}
 
 
 def core_pass(name: str, fn: Any, stage: str = "edge", order: int = 0) -> PassSpec:
