@@ -48,9 +48,13 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(mod), attr)
-        globals()[name] = value
-        return value
+        module = importlib.import_module(mod)
+        # Importing the submodule edgeplug.lower binds it to the name "lower"
+        # here, hiding the function: bind every lazy name it provides.
+        for other, (other_mod, other_attr) in _LAZY.items():
+            if other_mod == mod:
+                globals()[other] = getattr(module, other_attr)
+        return globals()[name]
     if name == "plugins":  # `edgeplug.plugins.register(...)` after a bare `import edgeplug`
         import importlib
 
