@@ -120,8 +120,8 @@ def test_transform_with_the_reservation(key):
 def test_lowers_and_matches_eager(key):
     # the vendor SDKs are absent here: a dry run goes through to_edge, the
     # edge passes and partitioning; the edge program then runs on the host
-    # not edgeplug.lower: once edgeplug.transform has imported the submodule
-    # edgeplug.lower, that name is bound to the module (reported to the lead)
+    # the function itself: a direct import of the submodule edgeplug.lower
+    # elsewhere in the session can leave that name bound to the module
     from edgeplug.lower import lower
 
     case = CASES[key]
