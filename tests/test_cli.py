@@ -172,6 +172,16 @@ def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(cli, tmp_path)
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["mlp.json", "mlp.pte"]
 
 
+def test_verification_over_tolerance_fails_and_writes_no_pte(cli, tmp_path):
+    out = tmp_path / "mlp.pte"
+    # a negative tolerance no difference can meet: the check itself must fail the command
+    code, stdout, stderr = cli("lower", "mlp", "--backend", "xnnpack", "--verify", "--tolerance=-1", "-o", out)
+    assert code == 3
+    assert "verification failed" in stderr and "no .pte was written" in stderr
+    assert f"verification failed: {out} was not written" in stdout
+    assert not out.exists()
+
+
 def test_dry_run_for_qnn_writes_the_report_and_no_pte(cli, tmp_path):
     rep = tmp_path / "qnn.json"
     code, stdout, stderr = cli("lower", "mlp", "-b", "qnn", "--dry-run", "-o", tmp_path / "mlp.pte", "--report", rep)

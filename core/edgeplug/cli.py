@@ -87,9 +87,13 @@ def cmd_lower(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(f"{Path(label).stem.replace(':', '_')}-{backend.name}.pte")
     result = lower(model, inputs, backend, verify=args.verify, dry_run=args.dry_run, model_name=label, progress=progress)
     report = result.report
+    v = report.verification
+    failed = args.verify and v is not None and v.max_abs_diff > args.tolerance
     if args.dry_run:
         if args.output:
             report.notes.append(f"--dry-run: {out} was not written")
+    elif failed:
+        report.notes.append(f"verification failed: {out} was not written")
     else:
         try:
             result.save(out)
@@ -103,8 +107,11 @@ def cmd_lower(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise EdgeplugError(f"cannot write the report {rp}: {exc.strerror or exc}") from exc
         print(f"wrote report {rp}")
-    if args.verify and report.verification is not None and report.verification.max_abs_diff > args.tolerance:
-        _err(f"verification failed: max |difference| {report.verification.max_abs_diff:.3e} > tolerance {args.tolerance:g}")
+    if failed:
+        _err(
+            f"verification failed: max |difference| {v.max_abs_diff:.3e} > tolerance {args.tolerance:g}; "
+            f"no .pte was written (raise --tolerance to accept it)"
+        )
         return 3
     return 0
 
