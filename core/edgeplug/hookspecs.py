@@ -57,11 +57,22 @@ def edgeplug_skip_decomp() -> Iterable[SkipDecomp]:
 
 @hookspec
 def edgeplug_partitioner_filters() -> Iterable[PartitionerFilter]:
-    """Per-node refinements of the keep-whole/partition decision.
+    """Per-node refinements of the one keep-whole/partition predicate.
 
-    ``fn(node, ctx)`` returns True, False or None; ``ctx.stage`` is
-    "before_decomposition", "partition" or "after_lowering", and
-    ``ctx.constant_only`` the set of constant-only nodes.
+    Called when a backend is resolved; the core partitioner asks every filter
+    of the backend, for each candidate node, at stage "before_decomposition"
+    (aten graph: keep this kept-whole op whole?) and "partition" (edge graph:
+    delegate this node?). ``fn(node, ctx)`` returns:
+
+    - ``False``: refuse the node (it is decomposed / left on the CPU, and the
+      report names the filter as the reason);
+    - ``True``: accept it, which matters only under the backend's
+      constant-only policy (e.g. a weight dequantize HTP needs whole);
+    - ``None``: no opinion.
+
+    ``ctx`` is an ``edgeplug.partition.FilterContext``: ``ctx.stage``,
+    ``ctx.ep`` and ``ctx.is_constant_only(node)``. Filters never silence the
+    post-lowering check: a kept-whole op left on the CPU is always reported.
     """
 
 
