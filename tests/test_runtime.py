@@ -141,3 +141,16 @@ def test_kernels_run_without_executorch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("ok")
+
+
+def test_default_workgroup_size_follows_the_row():
+    from edgeplug.runtime.rms_norm import choose_workgroup_size
+
+    dev = get_device()
+    assert choose_workgroup_size(dev, 1, None, where="t") == 1
+    assert choose_workgroup_size(dev, 16, None, where="t") == 16
+    assert choose_workgroup_size(dev, 1024, None, where="t") == 256
+    assert choose_workgroup_size(dev, 2048, None, where="t") == min(512, dev.max_workgroup_size)
+    assert choose_workgroup_size(dev, 2048, None, where="t", limit=32, limit_reason="one subgroup") == 32
+    with pytest.raises(KernelError, match="workgroup_size 64 exceeds 32: one subgroup"):
+        choose_workgroup_size(dev, 2048, 64, where="t", limit=32, limit_reason="one subgroup")
