@@ -190,3 +190,22 @@ def test_names_are_reserved_before_each_pass():
     names = [n.name for n in ep.graph.nodes]
     assert len(names) == len(set(names))
     torch.testing.assert_close(ep.module()(x), x * 2)
+
+
+def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
+    # a fusion that corrupts the graph is reported as the core's edge-stage pass
+    import importlib
+
+    pipeline = importlib.import_module("edgeplug.lower")  # the module: `import ... as` gives the function
+    lower = pipeline.lower
+
+    def corrupting_fuse(ep, backend):
+        rename_duplicate(ep)
+        return ep, []
+
+    monkeypatch.setattr(pipeline, "fuse", corrupting_fuse)
+    with pytest.raises(Exception) as info:
+        lower(Small(), (torch.randn(2, 4),), "qnn", dry_run=True)
+    message = str(info.value)
+    assert "edge-stage pass 'fuse' of the edgeplug core (lowering for backend 'qnn')" in message
+    assert "redefined name" in message

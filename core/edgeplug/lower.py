@@ -59,11 +59,17 @@ class _EdgeStage:
         class EdgeplugEdgeStage(ExportedProgramPassBase):
             def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
                 from edgeplug.graph import run_passes
+                from edgeplug.graph.passes import core_pass
+
+                def fusion(ep: ExportedProgram) -> ExportedProgram:
+                    out, stage.fusions = fuse(ep, stage.backend)
+                    return out
 
                 stage.clock["edge_start"] = time.perf_counter()
                 stage.say(f"[{stage.backend.name}] edge passes + fusion ...")
-                ep = run_passes(exported_program, stage.backend.passes_for("edge"), backend=stage.backend)
-                ep, stage.fusions = fuse(ep, stage.backend)
+                # the core's fusion goes through the runner too: names reserved, graphs linted
+                passes = [*stage.backend.passes_for("edge"), core_pass("fuse", fusion)]
+                ep = run_passes(exported_program, passes, backend=stage.backend)
                 stage.clock["edge_end"] = time.perf_counter()
                 stage.say(f"[{stage.backend.name}] partition + delegate ...")
                 return ExportedProgramPassResult(ep, True)
@@ -145,6 +151,17 @@ def _cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, 
     return out
 
 
+def _edgeplug_cause(exc: BaseException) -> Optional[EdgeplugError]:
+    """The first EdgeplugError in ``exc``'s chain of causes, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, EdgeplugError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def lower(
     model_or_ep: torch.nn.Module | ExportedProgram,
     example_inputs: Sequence[Any],
@@ -183,6 +200,9 @@ def lower(
         except EdgeplugError:
             raise
         except Exception as exc:
+            ours = _edgeplug_cause(exc)
+            if ours is not None:  # e.g. a PassError executorch's pass manager wrapped
+                raise ours
             raise LoweringError(f"stage {name!r} failed for backend {b.name!r}: {type(exc).__name__}: {exc}") from exc
         stages.append(StageTiming(stage=name, seconds=time.perf_counter() - t))
         return value

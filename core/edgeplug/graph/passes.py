@@ -58,24 +58,29 @@ def check_program(ep: ExportedProgram) -> None:
 
 def _who(spec: PassSpec, backend: Any) -> str:
     origin = backend.origin(spec) if backend is not None and hasattr(backend, "origin") else None
-    if origin is not None:
-        return origin.describe()
-    if spec.backend == "core":
-        return "the edgeplug core"
-    return "an unknown plugin"
+    return origin.describe() if origin is not None else "an unregistered plugin"
 
 
 def _fail(spec: PassSpec, backend: Any, done: list[str], what: str, cause: BaseException) -> PassError:
     origin = backend.origin(spec) if backend is not None and hasattr(backend, "origin") else None
     before = ", ".join(repr(d) for d in done) if done else "none"
-    remedy = (
-        f"report it to the maintainers of {origin.distribution}, or disable the plugin with "
-        f"EDGEPLUG_DISABLE_PLUGINS={origin.name}"
-        if origin is not None and not origin.registered
-        else "fix the pass"
-    )
+    if spec.backend == "core":
+        target = f" (lowering for backend {backend.name!r})" if getattr(backend, "name", None) else ""
+        where = f"{spec.stage}-stage pass {spec.name!r} of the edgeplug core{target}"
+        remedy = "please report it to edgeplug with the model that triggers it"
+    else:
+        where = f"{spec.stage}-stage pass {spec.name!r} of backend {spec.backend!r}, from {_who(spec, backend)},"
+        if origin is not None and not origin.registered:
+            remedy = (
+                f"report it to the maintainers of {origin.distribution}, or disable the plugin with "
+                f"EDGEPLUG_DISABLE_PLUGINS={origin.name}"
+            )
+        elif origin is not None:
+            remedy = f"fix it, or unregister the plugin with edgeplug.plugins.unregister({origin.name!r})"
+        else:
+            remedy = "fix it"
     err = PassError(
-        f"{spec.stage}-stage pass {spec.name!r} of backend {spec.backend!r}, from {_who(spec, backend)}, "
+        f"{where} "
         f"{what}: {type(cause).__name__}: {cause}. Passes run before it in this stage: {before}. "
         f"This is a bug in the pass; {remedy}."
     )
