@@ -1,10 +1,11 @@
 """Constant analysis of an ExportedProgram: what is known at AOT, and where it comes from.
 
-``constant_only_nodes(ep)`` is one pass over the graph in topological order: a
-node is constant-only when every node it reads is, starting from the
-parameters, buffers and lifted constants. Two things break the chain: a value
-written in place anywhere in the graph (a buffer the program mutates, or
-anything it writes through a view) and an op that draws from an RNG.
+``constant_only_nodes(ep)`` is linear in the graph: one scan collects what the
+program writes in place, one pass in topological order propagates: a node is
+constant-only when every node it reads is, starting from the parameters,
+buffers and lifted constants. Two things break the chain: a value written in
+place anywhere in the graph (a buffer the program mutates, or anything it
+writes through a view) and an op that draws from an RNG.
 
 ``weight_source(node, ep)`` names where an operand comes from, which is what a
 fusion policy decides on; ``fold_constant(ep, node)`` turns a computed
