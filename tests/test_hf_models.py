@@ -1,0 +1,113 @@
+"""Real model code: tiny, randomly initialised Hugging Face decoders lower for every backend.
+
+Llama and Qwen2 write RMSNorm as ``w * (x * rsqrt(mean(x^2) + eps))``, Gemma as
+``x * rsqrt(...) * (1 + w)`` in fp32: every norm must fuse (Gemma's through
+folding ``1 + w``) and the lowered program must compute what eager computes.
+Nothing is downloaded; each model is exported once per session.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import edgeplug
+from edgeplug.patterns.base import is_op
+
+transformers = pytest.importorskip("transformers")
+
+SEQ, VOCAB = 8, 128
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+MODELS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, "fused"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}, "fused"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}, "folded_weight"),
+}
+#: (backend, dry run): QNN's and Samsung's SDKs are absent here
+BACKENDS = [("vulkan", False), ("webgpu", False), ("qnn", True), ("samsung", True)]
+
+
+class Logits(nn.Module):
+    """``input_ids -> logits`` without a cache: the contract ``edgeplug.lower`` exports."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def _build(name: str):
+    config_cls, model_cls, extra, _ = MODELS[name]
+    config = getattr(transformers, config_cls)(**COMMON, **extra)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config).eval()
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in norms:  # not the init's ones (or Gemma's zeros): a wrong weight must show
+            m.weight.copy_(m.weight + 0.2 * torch.randn(m.weight.shape, generator=g))
+    ids = torch.randint(0, VOCAB, (1, SEQ), generator=g)
+    wrapped = Logits(model).eval()
+    with torch.no_grad():
+        ep = torch.export.export(wrapped, (ids,))
+    return wrapped, ep, (ids,), len(norms)
+
+
+@pytest.fixture(scope="session")
+def hf_models():
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = _build(name)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,dry_run", BACKENDS, ids=[b for b, _ in BACKENDS])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_hf_decoder_lowers_with_every_norm_fused(hf_models, name, backend, dry_run):
+    model, ep, ids, norms = hf_models(name)
+    result = edgeplug.lower(copy.deepcopy(ep), ids, backend, dry_run=dry_run, verify=not dry_run, model_name=name)
+    fusions = result.report.fusions
+    assert len(fusions) == norms == 2 * COMMON["num_hidden_layers"] + 1, result.report.to_table()
+    expected = MODELS[name][3]
+    assert all(f.outcome == expected for f in fusions), [(f.anchor, f.outcome, f.reason) for f in fusions]
+    assert all(f.eps == pytest.approx(1e-6, rel=1e-6) for f in fusions)
+
+    target = edgeplug.get_backend(backend).fusion_policy("rms_norm").target.replace(".", "::")
+    with torch.no_grad():
+        eager = model(*ids)
+    if dry_run:
+        # nothing is delegated: the edge program, fused ops included, runs on the host
+        edge = result.edge.exported_program()
+        assert sum(is_op(n, target) for n in edge.graph_module.graph.nodes) == norms
+        with torch.no_grad():
+            got = edge.module()(*ids)
+        torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4)
+    else:
+        from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+        delegated = sum(
+            is_op(n, target)
+            for _, lowered, _ in get_lowered_submodules(result.edge.exported_program().graph_module)
+            for n in lowered.original_module.graph_module.graph.nodes
+        )
+        assert delegated == norms, result.report.to_table()
+        v = result.report.verification
+        assert v is not None and v.max_abs_diff < 1e-4, result.report.to_table()
