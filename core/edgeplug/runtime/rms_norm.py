@@ -31,10 +31,10 @@ OP = "et_vk.rms_norm.default"
 #: the eps the op takes when the graph gives none (float32 machine epsilon)
 DEFAULT_EPS = float(torch.finfo(torch.float32).eps)
 #: default workgroup: the power of two covering a row, at most 256 invocations, and 512 for
-#: rows of 2048 storage units or more (on an H200, 512 moved 3776 GB/s at 32768x8192 where
-#: 256 moved 2916; at 65536x4096, 256 was best)
+#: rows of 8192 elements or more (on an H200: 512 moved 3741 GB/s at 32768x8192 where 256
+#: moved 2934; at 65536x4096 and 16384x5000, 256 was best)
 DEFAULT_MAX_WORKGROUP = 256
-WIDE_ROW_UNITS, WIDE_ROW_WORKGROUP = 2048, 512
+WIDE_ROW_ELEMENTS, WIDE_ROW_WORKGROUP = 8192, 512
 
 #: builds (or fetches from the device's cache) the pipeline for (dtype, lanes, workgroup size)
 PipelineFactory = Callable[[GpuDevice, torch.dtype, int, int], Any]
@@ -111,6 +111,7 @@ def choose_workgroup_size(
     requested: Optional[int],
     *,
     where: str,
+    row_elements: Optional[int] = None,
     limit: Optional[int] = None,
     limit_reason: str = "",
 ) -> int:
@@ -129,7 +130,8 @@ def choose_workgroup_size(
         return requested
     if limit is not None:
         cap = min(cap, limit)
-    most = WIDE_ROW_WORKGROUP if units_per_row >= WIDE_ROW_UNITS else DEFAULT_MAX_WORKGROUP
+    elements = units_per_row if row_elements is None else row_elements
+    most = WIDE_ROW_WORKGROUP if elements >= WIDE_ROW_ELEMENTS else DEFAULT_MAX_WORKGROUP
     wg = 1
     while wg < units_per_row and wg < most:
         wg *= 2
@@ -185,7 +187,8 @@ def prepare(
     shape, dtype = tuple(args.x.shape), args.x.dtype
     units = args.width // args.lanes
     wg = choose_workgroup_size(
-        device, units, workgroup_size, where=where, limit=workgroup_limit, limit_reason=workgroup_limit_reason
+        device, units, workgroup_size, where=where, row_elements=args.width,
+        limit=workgroup_limit, limit_reason=workgroup_limit_reason,
     )
     if args.rows == 0:
         return PreparedRmsNorm(device, None, None, (0, 0, 0), None, shape, dtype, wg)
