@@ -216,3 +216,26 @@ def test_policy_records_are_valid_for_every_backend():
     for backend in BACKENDS:
         policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
         assert isinstance(policy, FusionPolicy) and policy.target in ("aten.rms_norm", "et_vk.rms_norm")
+
+
+@pytest.mark.parametrize("example,count,outcome", [("llama", 5, "fused"), ("gemma-block", 3, "folded_weight")])
+def test_example_lowering_reports_every_fusion(edgeplug_lowering, example, count, outcome):
+    result = edgeplug_lowering(example, "qnn", dry_run=True)
+    fusions = result.report.fusions
+    assert [f.outcome for f in fusions] == [outcome] * count
+    table = result.report.to_table()
+    assert f"fusions: {count}" in table
+    assert all(f.anchor in table for f in fusions)
+
+
+@pytest.mark.slow
+def test_lowering_report_gives_each_refusal_its_reason():
+    cases = tuple(c for c in ACCEPTED + REJECTED if c.name in ("rsqrt", "gemma_one_plus_w", "relu_between", "weight_of_shape_1"))
+    bundle = Bundle(cases)
+    result = edgeplug.lower(bundle, bundle.inputs(), "qnn", dry_run=True, model_name="near-misses")
+    outcomes = sorted(f.outcome for f in result.report.fusions)
+    assert outcomes == ["folded_weight", "fused", "rejected", "rejected"]
+    table = result.report.to_table()
+    assert "sits between the norm and the weight multiply" in table
+    assert "has shape (1,), not (16,)" in table
+    assert '"outcome": "rejected"' in result.report.to_json()

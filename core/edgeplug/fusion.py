@@ -206,12 +206,28 @@ class _RmsNormFuser:
                 node = self._call(self.ops.cast, (node,), self.ops.cast_kwargs(node, dt), like=w)
                 added.append(node)
         try:
-            folded = fold_constant(self.ep, node, name_hint=f"{m.anchor.name}_weight")
+            folded = fold_constant(self.ep, node, name_hint=self._weight_name(w))
         except ValueError as exc:
             for n in reversed(added):
                 self.graph.erase_node(n)
             return None, "fused_unit_weight", f"weight {w.name!r} could not be folded ({exc}): its multiply stays"
         return folded, "folded_weight", ""
+
+    def _weight_name(self, w: Node) -> str:
+        """``blocks.0.norm.weight_rms_norm``: named after the parameter the weight comes from."""
+        specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs if s.target}
+        found: list = []
+        stack, seen = [w], set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "placeholder" and n.name in specs:
+                found.append(specs[n.name])
+            stack.extend(n.all_input_nodes)
+        found.sort(key=lambda spec: spec.kind != InputKind.PARAMETER)  # a parameter names it best
+        return f"{found[0].target}_rms_norm" if found else f"{w.name}_rms_norm"
 
     def _unit_weight(self, dim: int, dt: Optional[torch.dtype]) -> Node:
         key = (dim, dt)
