@@ -153,7 +153,7 @@ def test_default_workgroup_size_follows_the_row():
     assert choose_workgroup_size(dev, 4, None, where="t") == min(4, most)
     assert choose_workgroup_size(dev, 1024, None, where="t") == min(256, most)
     assert choose_workgroup_size(dev, 2048, None, where="t", row_elements=8192) == min(512, dev.max_workgroup_size, most)
-    assert choose_workgroup_size(dev, 5000, None, where="t", row_elements=5000) == min(256, most)  # scalar path
+    assert choose_workgroup_size(dev, 1250, None, where="t", row_elements=5000) == min(256, most)
     assert choose_workgroup_size(dev, 5000, 64, where="t") == 64  # an explicit size is kept
     assert choose_workgroup_size(dev, 2048, None, where="t", limit=2, limit_reason="one subgroup") == 2
     with pytest.raises(KernelError, match="workgroup_size 64 exceeds 32: one subgroup"):

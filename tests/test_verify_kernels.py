@@ -144,3 +144,5 @@ def test_cli_verifies_llama_on_the_adapter(cli, tmp_path, backend):
     assert f"verification (kernels on {get_device().summary})" in out
     diff = float(re.search(r"max \|difference\| vs eager = (\S+)", out).group(1))
     assert diff < 1e-4
+    # the core fuses the model's five RMSNorms into et_vk.rms_norm; each ran on the adapter
+    assert f"{backend} kernels ran et_vk.rms_norm.default x5 on the adapter" in out
