@@ -7,6 +7,15 @@
 - ``edgeplug.runtime.host``: ``run_lowered(result, backend)``, host
   verification of a lowered program (imports executorch).
 
+The kernel contract (``edgeplug.Kernel`` records from ``edgeplug_kernels``):
+``impl(*op_args, **op_kwargs, device=GpuDevice, cache_keys={arg index: key})``
+returns what the op returns (CPU tensors); ``cache_keys`` names constant
+arguments by their named-data key so the device uploads each once. ``checks``
+receives an ``OpCall`` (op, node, delegate, evaluated args, which args are
+program constants) before dispatch and raises ``KernelError`` to refuse it,
+e.g. where the backend's runtime would abort. A ``device="cpu"`` kernel's impl
+takes the op's arguments only.
+
 Importing this package is cheap and needs neither executorch nor wgpu.
 """
 
