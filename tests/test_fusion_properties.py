@@ -48,7 +48,7 @@ class Norm:
     axis: str  # last, ndim-1, other
     keepdim: bool
     squared: str  # same, shifted, downcast
-    between: str  # none, casts, relu, bias
+    between: str  # none, casts, roundtrip (through fp16), relu, bias
     weight: str  # leaf, left, gemma, view, leading_ones, runtime, none, shape1
     fp16: bool  # fp16 input, math in an fp32 upcast, cast back before the weight
 
@@ -61,7 +61,7 @@ class Norm:
             and self.alpha == 1
             and self.axis in ("last", "ndim-1")
             and self.keepdim
-            and self.between in ("none", "casts")
+            and self.between in ("none", "casts", "roundtrip")
             and self.weight != "shape1"
         )
 
@@ -85,7 +85,7 @@ def norms(draw) -> Norm:
         axis=draw(st.sampled_from(["last", "last", "ndim-1", "other"])),
         keepdim=draw(st.sampled_from([True, True, True, False])),
         squared=draw(st.sampled_from(["same", "same", "same", "shifted", "downcast"])),
-        between="none" if fp16 else draw(st.sampled_from(["none", "none", "casts", "relu", "bias"])),
+        between="none" if fp16 else draw(st.sampled_from(["none", "none", "casts", "roundtrip", "relu", "bias"])),
         weight=draw(st.sampled_from(["leaf", "left", "gemma", "view", "leading_ones", "runtime", "none", "shape1"])),
         fp16=fp16,
     )
@@ -124,7 +124,13 @@ class NormModule(nn.Module):
         else:
             inv = {"rsqrt": torch.rsqrt, "pow": lambda a: torch.pow(a, -0.5), "recip": lambda a: 1 / torch.sqrt(a)}
             n = h * inv[s.inverse](v)
-        n = {"none": n, "casts": n.double().float(), "relu": torch.relu(n), "bias": n + self.b}[s.between]
+        n = {
+            "none": lambda: n,
+            "casts": lambda: n.double().float(),
+            "roundtrip": lambda: n.half().float(),
+            "relu": lambda: torch.relu(n),
+            "bias": lambda: n + self.b,
+        }[s.between]()
         if s.fp16:
             n = n.to(x.dtype)
         w = {

@@ -10,7 +10,7 @@ import torch
 from edgeplug.graph import analyze_constants
 from edgeplug.graph.constants import constant_value
 from edgeplug.patterns import NoMatch, RmsNormMatch, match_rms_norm
-from edgeplug.testing.rms_norm_cases import ACCEPTED, D, REJECTED, UNRELATED, WHOLE, Bundle
+from edgeplug.testing.rms_norm_cases import ACCEPTED, D, REJECTED, ROUNDED, UNRELATED, WHOLE, Bundle
 
 
 def _by_case(bundle: Bundle, ep):
@@ -87,6 +87,8 @@ def test_accepted_spelling_matches_with_its_arguments(accepted, case):
         assert m.upcast is not None and m.input.meta["val"].dtype == torch.float32
     if case.name == "fp16_upcast":
         assert m.cast_back is not None and m.cast_back.meta["val"].dtype == torch.float16
+    if case in ROUNDED:  # matched through the ops between the norm and the weight multiply
+        assert m.between and m.weight_mul is not None
 
 
 @pytest.mark.parametrize("case", REJECTED + tuple(c for c in WHOLE if not c.accept), ids=lambda c: c.name)

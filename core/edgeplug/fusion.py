@@ -30,7 +30,7 @@ from edgeplug.backend import Backend
 from edgeplug.errors import EdgeplugError
 from edgeplug.graph import analyze_constants, fold_constant, reserve_node_names
 from edgeplug.patterns import RmsNormMatch, match_rms_norm
-from edgeplug.patterns.base import dtype, dtype_name, shape
+from edgeplug.patterns.base import dtype, dtype_name, is_qdq, shape
 from edgeplug.records import FusionPolicy, FusionRecord
 
 Node = torch.fx.Node
@@ -138,6 +138,14 @@ class _RmsNormFuser:
         keep_mul = False
         if m.weight is None:
             weight, outcome = None, "fused"
+        elif _rounds_before_weight(m):
+            # quantize/dequantize (or a narrower cast) round and clamp the norm's output before
+            # the multiply: folding the weight across them would change the result
+            weight, outcome, keep_mul = None, "fused_unit_weight", True
+            note = (
+                f"{_rounds_before_weight(m)} between the norm and the weight multiply rounds the norm's "
+                "output; it and the multiply stay"
+            )
         elif m.weight_source in p.weight_sources and self._usable(m.weight, m.dim, dt):
             weight, outcome = m.weight, "fused"
         else:
@@ -287,6 +295,18 @@ class _RmsNormFuser:
                 if not any(s.target == spec.target for s in sig.input_specs):
                     self.ep.state_dict.pop(spec.target, None)
                     self.ep.constants.pop(spec.target, None)
+
+
+def _rounds_before_weight(m: RmsNormMatch) -> str:
+    """The op between the norm and its weight multiply that loses precision, named ("" if none)."""
+    final = dtype(m.output)
+    for n in m.between:
+        if is_qdq(n):
+            return f"{n.name!r} (quantize/dequantize)"
+        narrow = dtype(n)
+        if final is not None and narrow is not None and torch.promote_types(narrow, final) != narrow:
+            return f"{n.name!r} (a cast to {dtype_name(narrow)})"
+    return ""
 
 
 def _is_pure(node: Node) -> bool:

@@ -79,6 +79,8 @@ class RmsNormMatch:
     weight_mul: Optional[Node] = None
     #: the last node before the weight multiply: ``anchor`` or the end of the casts after it
     norm_output: Optional[Node] = None
+    #: the casts and quantize/dequantize ops between the norm and the weight multiply
+    between: tuple[Node, ...] = ()
     #: every node the match covers, anchor first
     nodes: tuple[Node, ...] = ()
 
@@ -521,5 +523,6 @@ def _finish(
         upcast=upcast,
         cast_back=cast_back,
         nodes=tuple(dict.fromkeys(covered)),
+        between=tuple(between),
         **fields,
     )

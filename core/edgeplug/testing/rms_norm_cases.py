@@ -150,6 +150,23 @@ ACCEPTED: tuple[Case, ...] = (
     ),
 )
 
+def _fake_quant(t: torch.Tensor) -> torch.Tensor:
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    qd = torch.ops.quantized_decomposed
+    q = qd.quantize_per_tensor(t, 0.02, 0, -128, 127, torch.int8)
+    return qd.dequantize_per_tensor(q, 0.02, 0, -128, 127, torch.int8)
+
+
+#: spellings that match but round the norm's output before the weight multiply: the
+#: norm fuses with a unit weight and the rounding and the multiply stay
+ROUNDED: tuple[Case, ...] = (
+    Case("qdq_between", lambda m, x: _fake_quant(_norm(x)) * m.w, weight_value=_w),
+    Case("roundtrip_fp16_between", lambda m, x: _norm(x).half().float() * m.w, weight_value=_w),
+)
+
+ACCEPTED = ACCEPTED + ROUNDED
+
 #: aten.rms_norm kept whole (QNN and Samsung keep it; others meet it in preserved programs)
 WHOLE: tuple[Case, ...] = (
     Case("whole_nn_rmsnorm", lambda m, x: m.nn_norm(x), eps=1e-5, weight_value=lambda m: m.nn_norm.weight, whole=True),
