@@ -36,7 +36,11 @@ def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
 
 
 def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
-    """Apply the core's pattern fusions to an edge-dialect program under ``backend``'s policy."""
+    """Apply the core's pattern fusions to an edge-dialect program under ``backend``'s policy.
+
+    Returns a new program (``ep`` is not changed) and one ``FusionRecord`` per
+    match: fused, folded, fused with a unit weight, or rejected with its reason.
+    """
     from edgeplug.fusion import fuse_program
 
     return fuse_program(ep, _resolve(backend))
