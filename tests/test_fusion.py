@@ -242,3 +242,33 @@ def test_lowering_report_gives_each_refusal_its_reason():
     assert "sits between the norm and the weight multiply" in table
     assert "has shape (1,), not (16,)" in table
     assert '"outcome": "rejected"' in result.report.to_json()
+
+
+class _ThreeNorms(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(1 + 0.1 * torch.randn(D))
+        self.dw = torch.nn.Parameter(0.1 * torch.randn(D))
+
+    def forward(self, x, scale):
+        def norm(t):
+            return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+        return norm(x) * self.w, norm(x + 1) * (1.0 + self.dw), norm(x.float()).to(x.dtype) * (1 + scale)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dynamic_sequence_length_fuses_and_runs_at_other_lengths(backend):
+    from executorch.exir import to_edge
+
+    model = _ThreeNorms().eval()
+    seq = torch.export.Dim("seq", min=2, max=64)
+    x, scale = torch.randn(2, 8, D), 0.1 * torch.rand(1, 1, D)
+    ep = to_edge(torch.export.export(model, (x, scale), dynamic_shapes=({1: seq}, None))).exported_program()
+    fused_ep, records = edgeplug.fuse(ep, backend)
+    assert [r.outcome for r in records] == ["fused", "folded_weight", "fused_unit_weight"]
+    for length in (3, 8, 29):
+        x = torch.randn(2, length, D)
+        with torch.no_grad():
+            for got, want in zip(fused_ep.module()(x, scale), model(x, scale)):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

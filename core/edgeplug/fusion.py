@@ -169,7 +169,9 @@ class _RmsNormFuser:
 
         with self.graph.inserting_before(replaced):
             args = (x, [m.dim], weight, m.eps) if self.takes_shape else (x, weight, m.eps)
-            fused = self._call(self.ops.rms_norm, args, like=m.anchor)
+            # the fused op's output is its input's shape and dtype (computed from metadata: its
+            # composite implementation cannot run on dynamic-shaped fake tensors)
+            fused = self._call(self.ops.rms_norm, args, like=m.anchor, val=_like(x))
             out = fused
             if keep_mul and m.weight_in_op:
                 out = self._call(self.ops.mul, (out, m.weight), like=m.anchor)
@@ -247,10 +249,12 @@ class _RmsNormFuser:
         return self.units[key]
 
     # graph surgery --------------------------------------------------------------
-    def _call(self, target: Any, args: tuple, kwargs: Optional[dict] = None, *, like: Optional[Node]) -> Node:
+    def _call(
+        self, target: Any, args: tuple, kwargs: Optional[dict] = None, *, like: Optional[Node], val: Any = None
+    ) -> Node:
         kwargs = kwargs or {}
         node = self.graph.call_function(target, args, kwargs)
-        node.meta["val"] = _fake_eval(target, args, kwargs, self.fake_mode)
+        node.meta["val"] = val if val is not None else _fake_eval(target, args, kwargs, self.fake_mode)
         if like is not None:
             for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "debug_handle"):
                 if key in like.meta:
@@ -324,6 +328,13 @@ def _fake_eval(target: Any, args: tuple, kwargs: dict, mode: Any) -> Any:
 
     with mode:
         return target(*torch.fx.node.map_aggregate(args, meta), **torch.fx.node.map_aggregate(kwargs, meta))
+
+
+def _like(node: Node) -> Any:
+    """A fake tensor of ``node``'s shape, dtype and device (contiguous)."""
+    v = node.meta["val"]
+    with v.fake_mode:
+        return torch.empty_like(v, memory_format=torch.contiguous_format)
 
 
 def _fake_mode(graph: torch.fx.Graph) -> Any:

@@ -71,14 +71,12 @@ def val(node: Any) -> Optional[torch.Tensor]:
     return None
 
 
-def shape(node: Any) -> Optional[tuple[int, ...]]:
+def shape(node: Any) -> Optional[tuple[Any, ...]]:
+    """Static sizes as ints, dynamic ones as their symbol's text (equal for the same symbol)."""
     v = val(node)
     if v is None:
         return None
-    try:
-        return tuple(int(s) for s in v.shape)
-    except (TypeError, ValueError):  # symbolic sizes
-        return None
+    return tuple(s if isinstance(s, int) else str(s) for s in v.shape)
 
 
 def dtype(node: Any) -> Optional[torch.dtype]:

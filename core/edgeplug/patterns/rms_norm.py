@@ -181,8 +181,8 @@ def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[Consta
     if isinstance(chosen, NoMatch):
         return chosen
     dims = shape(chosen)
-    if dims is None or not dims:
-        return NoMatch(f"the input {describe(chosen)} has no static shape; the last axis size must be known", node)
+    if not dims or not isinstance(dims[-1], int):
+        return NoMatch(f"the last axis of {describe(chosen)} is not static ({dims}); its size must be known", node)
     if shape(node) != dims:
         return NoMatch(
             f"the normalised output has shape {shape(node)}, the input {dims}: the scale broadcasts", node
@@ -365,8 +365,8 @@ def _match_whole(node: Node, ep: ExportedProgram, analysis: Optional[ConstantAna
     weight = _arg(node, 2, "weight")
     eps = _arg(node, 3, "eps")
     dims = shape(x)
-    if not isinstance(x, Node) or not dims:
-        return NoMatch(f"the input of {describe(node)} has no static shape", node)
+    if not isinstance(x, Node) or not dims or not isinstance(dims[-1], int):
+        return NoMatch(f"the last axis of the input of {describe(node)} is not static ({dims})", node)
     if len(normalized_shape) != 1:
         return NoMatch(
             f"normalized_shape {normalized_shape} spans {len(normalized_shape)} axes; only the last axis is fused",
