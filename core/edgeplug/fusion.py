@@ -112,11 +112,11 @@ class _RmsNormFuser:
         reserve_node_names(self.ep.graph_module)
         records: list[FusionRecord] = []
         erased: set[Node] = set()
+        analysis = analyze_constants(self.ep)
         for node in list(self.graph.nodes):
             if node in erased or node.graph is not self.graph:
                 continue
-            # re-analysed per match: folding adds constants and removes nodes
-            m = match_rms_norm(node, self.ep, analysis=analyze_constants(self.ep))
+            m = match_rms_norm(node, self.ep, analysis=analysis)
             if not m:
                 if m.candidate:
                     records.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
@@ -124,6 +124,7 @@ class _RmsNormFuser:
             before = set(self.graph.nodes)
             records.append(self._fuse(m))
             erased |= before - set(self.graph.nodes)
+            analysis = analyze_constants(self.ep)  # folding added constants and removed nodes
         return records
 
     # one match ------------------------------------------------------------------
