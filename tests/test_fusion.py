@@ -272,3 +272,31 @@ def test_dynamic_sequence_length_fuses_and_runs_at_other_lengths(backend):
         with torch.no_grad():
             for got, want in zip(fused_ep.module()(x, scale), model(x, scale)):
                 torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+class _SharedGemmaWeight(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw = torch.nn.Parameter(0.1 * torch.randn(D))
+
+    def forward(self, x, y):
+        def norm(t):
+            return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+        scale = 1.0 + self.dw  # one computed weight, two norms
+        return norm(x) * scale, norm(y) * scale
+
+
+@pytest.mark.parametrize("backend", ["qnn", "vulkan"])
+def test_two_norms_sharing_a_computed_weight_share_one_folded_constant(backend):
+    from executorch.exir import to_edge
+
+    model = _SharedGemmaWeight().eval()
+    args = (torch.randn(2, 8, D), torch.randn(3, D))
+    ep = to_edge(torch.export.export(model, args)).exported_program()
+    fused_ep, records = edgeplug.fuse(ep, backend)
+    assert [r.outcome for r in records] == ["folded_weight", "fused"]
+    assert records[0].weight == records[1].weight
+    with torch.no_grad():
+        for got, want in zip(fused_ep.module()(*args), model(*args)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -20,7 +20,7 @@ Every match, fused or refused, yields a ``FusionRecord``.
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch.export import ExportedProgram
@@ -110,21 +110,31 @@ class _RmsNormFuser:
 
     def run(self) -> list[FusionRecord]:
         reserve_node_names(self.ep.graph_module)
-        records: list[FusionRecord] = []
-        erased: set[Node] = set()
+        # match everything against one analysis of the input, then rewrite
         analysis = analyze_constants(self.ep)
-        for node in list(self.graph.nodes):
-            if node in erased or node.graph is not self.graph:
-                continue
+        found: list[Union[FusionRecord, RmsNormMatch]] = []
+        for node in self.graph.nodes:
             m = match_rms_norm(node, self.ep, analysis=analysis)
-            if not m:
-                if m.candidate:
-                    records.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
-                continue
-            before = set(self.graph.nodes)
-            records.append(self._fuse(m))
-            erased |= before - set(self.graph.nodes)
-            analysis = analyze_constants(self.ep)  # folding added constants and removed nodes
+            if m:
+                found.append(m)
+            elif m.candidate:
+                found.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
+        records: list[FusionRecord] = []
+        for item in found:
+            if isinstance(item, RmsNormMatch):
+                alive = set(self.graph.nodes)
+                if any(n is not None and n not in alive for n in (*item.nodes, item.input, item.weight)):
+                    # an earlier rewrite changed a node this match shares (a folded weight): match again
+                    again = match_rms_norm(item.anchor, self.ep) if item.anchor in alive else None
+                    if not again:
+                        if again is not None and again.candidate:
+                            records.append(
+                                FusionRecord(pattern="rms_norm", anchor=item.anchor.name, outcome="rejected", reason=again.reason)
+                            )
+                        continue
+                    item = again
+                item = self._fuse(item)
+            records.append(item)
         return records
 
     # one match ------------------------------------------------------------------
