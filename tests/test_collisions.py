@@ -120,12 +120,8 @@ def test_transform_with_the_reservation(key):
 def test_lowers_and_matches_eager(key):
     # the vendor SDKs are absent here: a dry run goes through to_edge, the
     # edge passes and partitioning; the edge program then runs on the host
-    # the function itself: a direct import of the submodule edgeplug.lower
-    # elsewhere in the session can leave that name bound to the module
-    from edgeplug.lower import lower
-
     case = CASES[key]
-    result = lower(case.model, case.inputs, case.backend, dry_run=True)
+    result = edgeplug.lower(case.model, case.inputs, case.backend, dry_run=True)
     edge = result.edge.exported_program()
     assert not any(case.removed in t for t in _targets(edge))
     assert result.report.partitions, "nothing was partitioned"

@@ -142,3 +142,21 @@ def test_fuse_returns_a_program_computing_the_same(llama_edge, llama_example):
         assert r.outcome != "rejected" or r.reason, f"a rejected fusion must say why: {r}"
     expected = llama_edge.module()(*inputs)
     torch.testing.assert_close(fused.module()(*inputs), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_every_public_name_stays_the_function_whatever_was_imported_first():
+    # the pipeline lives in edgeplug.pipeline, so importing it (or using any
+    # other public name first) can never rebind edgeplug.lower to a module
+    import subprocess
+    import sys
+
+    code = (
+        "import edgeplug, edgeplug.pipeline, edgeplug.report\n"
+        "names = ['transform', 'fuse', 'verify', 'lower', 'backends', 'get_backend']\n"
+        "for n in names: getattr(edgeplug, n)\n"
+        "import edgeplug.pipeline\n"
+        "assert all(callable(getattr(edgeplug, n)) and not isinstance(getattr(edgeplug, n), type(edgeplug)) for n in names)\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

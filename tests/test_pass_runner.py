@@ -196,7 +196,7 @@ def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
     # a fusion that corrupts the graph is reported as the core's edge-stage pass
     import importlib
 
-    pipeline = importlib.import_module("edgeplug.lower")  # the module: `import ... as` gives the function
+    pipeline = importlib.import_module("edgeplug.pipeline")
     lower = pipeline.lower
 
     def corrupting_fuse(ep, backend):

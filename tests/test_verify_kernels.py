@@ -51,11 +51,7 @@ def lowered():
         if (model, backend) not in cache:
             m = {"constant": ConstantWeight, "runtime": RuntimeWeight, "both": BothWeights}[model]().eval()
             inputs = (_x(),) if model == "constant" else (_x(), torch.randn(WIDTH))
-            # not edgeplug.lower: once edgeplug.verify has loaded the module edgeplug.lower,
-            # that attribute of the package is the module, not the function
-            from edgeplug.lower import lower
-
-            cache[model, backend] = lower(m, inputs, backend)
+            cache[model, backend] = edgeplug.lower(m, inputs, backend)
         return cache[model, backend]
 
     return get

@@ -34,12 +34,12 @@ _LAZY = {
     "backends": ("edgeplug.backend", "backends"),
     "get_backend": ("edgeplug.backend", "get_backend"),
     "Backend": ("edgeplug.backend", "Backend"),
-    "transform": ("edgeplug.lower", "transform"),
-    "fuse": ("edgeplug.lower", "fuse"),
-    "lower": ("edgeplug.lower", "lower"),
-    "LoweringResult": ("edgeplug.lower", "LoweringResult"),
+    "transform": ("edgeplug.pipeline", "transform"),
+    "fuse": ("edgeplug.pipeline", "fuse"),
+    "lower": ("edgeplug.pipeline", "lower"),
+    "LoweringResult": ("edgeplug.pipeline", "LoweringResult"),
     "LoweringReport": ("edgeplug.report", "LoweringReport"),
-    "verify": ("edgeplug.lower", "verify_result"),
+    "verify": ("edgeplug.pipeline", "verify_result"),
 }
 
 
@@ -48,13 +48,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         mod, attr = _LAZY[name]
-        module = importlib.import_module(mod)
-        # Importing the submodule edgeplug.lower binds it to the name "lower"
-        # here, hiding the function: bind every lazy name it provides.
-        for other, (other_mod, other_attr) in _LAZY.items():
-            if other_mod == mod:
-                globals()[other] = getattr(module, other_attr)
-        return globals()[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
     if name == "plugins":  # `edgeplug.plugins.register(...)` after a bare `import edgeplug`
         import importlib
 

@@ -72,7 +72,7 @@ def _write_atomically(path: Path, text: str) -> None:
 def cmd_lower(args: argparse.Namespace) -> int:
     from edgeplug.backend import get_backend
     from edgeplug.examples import load_model
-    from edgeplug.lower import lower
+    from edgeplug.pipeline import lower
 
     start = time.perf_counter()
 
