@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Optional
 
 from pydantic import BaseModel, Field
@@ -108,11 +109,14 @@ class LoweringReport(BaseModel):
             for c in self.kept_whole_on_cpu:
                 add(f"  {c.op:<40} {c.node}: {c.reason}")
         add("")
-        add(f"fusions: {len(self.fusions)}")
+        outcomes = Counter(f.outcome for f in self.fusions)
+        summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+        add(f"fusions: {len(self.fusions)}" + (f" ({summary})" if summary else ""))
         for f in self.fusions:
             extra = f": {f.reason}" if f.reason else ""
             eps = f" eps={f.eps:g}" if f.eps is not None else ""
-            add(f"  {f.pattern:<9} {f.anchor:<28} {f.outcome}{eps}{extra}")
+            weight = f" weight={f.weight}" if f.weight else ""
+            add(f"  {f.pattern:<9} {f.anchor:<28} {f.outcome}{eps}{weight}{extra}")
         if self.verification is not None:
             v = self.verification
             add("")
