@@ -29,8 +29,11 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" tests plugins
 
+# Benchmarks (not tests): figures and how to read them in docs/benchmarks.md
 bench: setup
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/graph_overhead.py --repeat 3
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/rms_norm.py \
+	  --sizes 1x4096,64x4096,1024x4096,4096x4096,4096x1024,4096x5000 --torch-threads 1
 
 clean:
 	rm -rf $(VENV) out
