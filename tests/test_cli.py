@@ -88,7 +88,7 @@ def test_backends_lists_each_with_distribution_version_and_availability(cli):
     assert code == 0, err
     header, *rows = out.splitlines()
     assert header.split() == ["backend", "distribution", "version", "verify", "serializes", "here"]
-    table = {r.split()[0]: r for r in rows if r.strip()}
+    table = {r.split()[0]: r for r in rows if r.strip() and not r.startswith("wgpu adapter:")}
     assert set(table) == {"qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
     assert table["vulkan"].split()[:5] == ["vulkan", "edgeplug-vulkan", "0.1.0", "kernels", "yes"]
     assert table["xnnpack"].split()[:5] == ["xnnpack", "edgeplug-xnnpack", "0.1.0", "pte", "yes"]
@@ -127,6 +127,25 @@ def test_backends_says_what_is_skipped(cli, monkeypatch):
     code, out, err = cli("backends")
     assert code == 0 and not re.search(r"^qnn\b", out, re.M)
     assert "skipped plugin 'qnn' (edgeplug-qnn): blocked by EDGEPLUG_DISABLE_PLUGINS=qnn" in err
+
+
+def test_backends_names_the_wgpu_adapter_host_verification_uses(cli, monkeypatch):
+    code, out, _ = cli("backends")
+    assert code == 0
+    line = next(l for l in out.splitlines() if l.startswith("wgpu adapter: "))
+    assert "max storage binding" in line  # a real adapter (llvmpipe here, a GPU where there is one)
+    monkeypatch.setenv("EDGEPLUG_WGPU_ADAPTER", "none")
+    from edgeplug.runtime import reset_device
+
+    reset_device()
+    try:
+        code, out, _ = cli("backends")
+        assert code == 0 and "wgpu adapter: none (" in out
+        code, out, _ = cli("backends", "--no-adapter")
+        assert code == 0 and "wgpu adapter" not in out
+    finally:
+        monkeypatch.delenv("EDGEPLUG_WGPU_ADAPTER")
+        reset_device()
 
 
 def test_examples_lists_the_built_in_models(cli):

@@ -32,7 +32,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
     if len(rows) == 1:
         print("no backends installed: pip install edgeplug-vulkan (or -webgpu, -qnn, -samsung, -xnnpack)")
-    if args.adapter:
+    kernels = any(get_backend(n).spec.verify == "kernels" for n in specs)
+    if args.adapter or (kernels and not args.no_adapter):
         try:
             from edgeplug.runtime import adapter_summary
 
@@ -120,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgeplug", description="Lower PyTorch models to ExecuTorch backends through plugins.")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("backends", help="list installed backends")
-    b.add_argument("--adapter", action="store_true", help="also name the wgpu adapter kernels would run on")
+    b.add_argument("--adapter", action="store_true", help="name the wgpu adapter even if no backend verifies with kernels")
+    b.add_argument("--no-adapter", action="store_true", help="do not look for a wgpu adapter")
     b.set_defaults(fn=cmd_backends)
     e = sub.add_parser("examples", help="list built-in example models")
     e.set_defaults(fn=cmd_examples)
