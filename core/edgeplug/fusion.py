@@ -28,7 +28,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 
 from edgeplug.backend import Backend
 from edgeplug.errors import EdgeplugError
-from edgeplug.graph import analyze_constants, fold_constant, reserve_node_names
+from edgeplug.graph import analyze_constants, fold_constant, fold_constants, reserve_node_names
 from edgeplug.patterns import RmsNormMatch, match_rms_norm
 from edgeplug.patterns.base import dtype, dtype_name, is_qdq, shape
 from edgeplug.records import FusionPolicy, FusionRecord
@@ -106,6 +106,8 @@ class _RmsNormFuser:
         self.ops = _Ops(ep, policy.target)
         self.takes_shape = policy.target == "aten.rms_norm"
         self.units: dict[tuple[int, torch.dtype], Node] = {}
+        #: anchor -> the constant its weight was folded into, or why folding it failed
+        self.folded: dict[Node, Union[Node, ValueError]] = {}
         self.fake_mode = _fake_mode(self.graph)
 
     def run(self) -> list[FusionRecord]:
@@ -119,6 +121,7 @@ class _RmsNormFuser:
                 found.append(m)
             elif m.candidate:
                 found.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
+        self._fold_weights([m for m in found if isinstance(m, RmsNormMatch)])
         records: list[FusionRecord] = []
         for item in found:
             if isinstance(item, RmsNormMatch):
@@ -137,16 +140,77 @@ class _RmsNormFuser:
             records.append(item)
         return records
 
+    # folding, all matches at once ---------------------------------------------------
+    def _fold_weights(self, matches: list[RmsNormMatch]) -> None:
+        """Fold every weight the matches need folded, and the unit weights they need, in one batch.
+
+        Decides each match as ``_fuse`` will, in the same order, so the new
+        constants are named and ordered as folding one match at a time would
+        make them. What cannot be folded is left as it was and recorded; a
+        unit weight only a failed fold needs is made later, by ``_unit_weight``.
+        """
+        batch: list[Node] = []
+        hints: list[str] = []
+        owners: list[tuple[Union[Node, tuple], list[Node]]] = []  # anchor (or unit weight key), nodes added
+        sharers: list[tuple[Node, int]] = []  # anchor, index of the weight it shares in the batch
+        unit_keys: set[tuple[int, Optional[torch.dtype]]] = set()
+        for m in matches:
+            _, dt = self._norm_input(m)
+            if m.weight is not None and not _rounds_before_weight(m) and not (
+                m.weight_source in self.policy.weight_sources and self._usable(m.weight, m.dim, dt)
+            ):
+                target, added, _ = self._fold_target(m, dt)
+                if target is None:
+                    needs_unit = self.policy.unit_weight_fallback
+                elif target in batch:
+                    sharers.append((m.anchor, batch.index(target)))
+                    continue
+                else:
+                    batch.append(target)
+                    hints.append(self._weight_name(m.weight))
+                    owners.append((m.anchor, added))
+                    continue
+            else:
+                needs_unit = m.weight is None or bool(_rounds_before_weight(m))
+            key = (m.dim, dt)
+            if needs_unit and not self.takes_shape and key not in self.units and key not in unit_keys:
+                unit_keys.add(key)
+                batch.append(self._unit_weight_node(m.dim, dt))
+                hints.append(_unit_weight_name(m.dim, dt))
+                owners.append((key, []))
+        if not batch:
+            return
+        results = fold_constants(self.ep, batch, hints, errors="return")
+        for (owner, added), result in zip(owners, results):
+            if isinstance(owner, tuple):
+                if isinstance(result, Node):
+                    self.units[owner] = result
+                continue
+            if isinstance(result, ValueError):
+                for n in reversed(added):
+                    self.graph.erase_node(n)
+            self.folded[owner] = result
+        for anchor, i in sharers:
+            # a weight two norms share: when it became a new constant the later norm is matched
+            # again and finds it (a leaf now); when it stayed as it was, the later norm fares as the first
+            if isinstance(results[i], ValueError) or results[i] is batch[i]:
+                self.folded[anchor] = results[i]
+
     # one match ------------------------------------------------------------------
+    def _norm_input(self, m: RmsNormMatch) -> tuple[Node, Optional[torch.dtype]]:
+        """The fused op's input and dtype: an fp32 upcast stays outside unless the kernel accumulates in fp32 anyway."""
+        absorb = self.policy.fp32_accumulation and m.upcast is not None and m.cast_back is not None
+        x = m.upcast.args[0] if absorb else m.input
+        return x, dtype(x)
+
     def _fuse(self, m: RmsNormMatch) -> FusionRecord:
         p = self.policy
         anchor_name = m.anchor.name
-        # an fp32 upcast stays outside unless the kernel accumulates in fp32 anyway
         absorb = p.fp32_accumulation and m.upcast is not None and m.cast_back is not None
-        x = m.upcast.args[0] if absorb else m.input
-        dt = dtype(x)
+        x, dt = self._norm_input(m)
         note = ""
         keep_mul = False
+        folded = self.folded.get(m.anchor)
         if m.weight is None:
             weight, outcome = None, "fused"
         elif _rounds_before_weight(m):
@@ -157,6 +221,10 @@ class _RmsNormFuser:
                 f"{_rounds_before_weight(m)} between the norm and the weight multiply rounds the norm's "
                 "output; it and the multiply stay"
             )
+        elif isinstance(folded, Node):  # folded by _fold_weights (matched again if that replaced its weight)
+            weight, outcome = folded, "folded_weight"
+        elif isinstance(folded, ValueError):
+            weight, outcome, note = None, "fused_unit_weight", _fold_failed(m.weight, folded)
         elif m.weight_source in p.weight_sources and self._usable(m.weight, m.dim, dt):
             weight, outcome = m.weight, "fused"
         else:
@@ -210,12 +278,29 @@ class _RmsNormFuser:
         return self.takes_shape or w.op in ("placeholder", "get_attr")
 
     def _fold(self, m: RmsNormMatch, dt: Optional[torch.dtype]) -> tuple[Optional[Node], str, str]:
-        """Fold the weight (viewed to ``[D]``, cast to ``dt``) into a new constant."""
+        """Fold the weight (viewed to ``[D]``, cast to ``dt``) into a new constant now.
+
+        Only for a match ``_fold_weights`` did not plan (matched again after an
+        earlier rewrite changed it); the others were folded in one batch.
+        """
+        node, added, note = self._fold_target(m, dt)
+        if node is None:
+            return None, "fused_unit_weight", note
+        try:
+            folded = fold_constant(self.ep, node, name_hint=self._weight_name(m.weight))
+        except ValueError as exc:
+            for n in reversed(added):
+                self.graph.erase_node(n)
+            return None, "fused_unit_weight", _fold_failed(m.weight, exc)
+        return folded, "folded_weight", ""
+
+    def _fold_target(self, m: RmsNormMatch, dt: Optional[torch.dtype]) -> tuple[Optional[Node], list[Node], str]:
+        """The node to fold (the weight, viewed to ``[D]`` and cast to ``dt`` by nodes added here), or why none."""
         w = m.weight
         if m.weight_source == "runtime":
-            return None, "fused_unit_weight", ""
+            return None, [], ""
         if not self.policy.fold_computed_constants:
-            return None, "fused_unit_weight", f"weight {w.name!r} is {m.weight_source}; the policy does not fold"
+            return None, [], f"weight {w.name!r} is {m.weight_source}; the policy does not fold"
         node = w
         added: list[Node] = []
         with self.graph.inserting_after(w):
@@ -226,13 +311,7 @@ class _RmsNormFuser:
             with self.graph.inserting_after(node):
                 node = self._call(self.ops.cast, (node,), self.ops.cast_kwargs(node, dt), like=w)
                 added.append(node)
-        try:
-            folded = fold_constant(self.ep, node, name_hint=self._weight_name(w))
-        except ValueError as exc:
-            for n in reversed(added):
-                self.graph.erase_node(n)
-            return None, "fused_unit_weight", f"weight {w.name!r} could not be folded ({exc}): its multiply stays"
-        return folded, "folded_weight", ""
+        return node, added, ""
 
     def _weight_name(self, w: Node) -> str:
         """``blocks.0.norm.weight_rms_norm``: named after the parameter the weight comes from."""
@@ -251,13 +330,16 @@ class _RmsNormFuser:
         return f"{found[0].target}_rms_norm" if found else f"{w.name}_rms_norm"
 
     def _unit_weight(self, dim: int, dt: Optional[torch.dtype]) -> Node:
+        """The constant ``ones([dim])`` (usually made by ``_fold_weights``; here only if a failed fold needs it)."""
         key = (dim, dt)
         if key not in self.units:
-            first = next(n for n in self.graph.nodes if n.op != "placeholder")
-            with self.graph.inserting_before(first):
-                ones = self._call(self.ops.full, ([dim], 1.0), {"dtype": dt}, like=None)
-            self.units[key] = fold_constant(self.ep, ones, name_hint=f"rms_norm_unit_weight_{dim}_{dtype_name(dt)}")
+            self.units[key] = fold_constant(self.ep, self._unit_weight_node(dim, dt), name_hint=_unit_weight_name(dim, dt))
         return self.units[key]
+
+    def _unit_weight_node(self, dim: int, dt: Optional[torch.dtype]) -> Node:
+        first = next(n for n in self.graph.nodes if n.op != "placeholder")
+        with self.graph.inserting_before(first):
+            return self._call(self.ops.full, ([dim], 1.0), {"dtype": dt}, like=None)
 
     # graph surgery --------------------------------------------------------------
     def _call(
@@ -310,6 +392,14 @@ class _RmsNormFuser:
                 if not any(s.target == spec.target for s in sig.input_specs):
                     self.ep.state_dict.pop(spec.target, None)
                     self.ep.constants.pop(spec.target, None)
+
+
+def _unit_weight_name(dim: int, dt: Optional[torch.dtype]) -> str:
+    return f"rms_norm_unit_weight_{dim}_{dtype_name(dt)}"
+
+
+def _fold_failed(w: Node, exc: ValueError) -> str:
+    return f"weight {w.name!r} could not be folded ({exc}): its multiply stays"
 
 
 def _rounds_before_weight(m: RmsNormMatch) -> str:

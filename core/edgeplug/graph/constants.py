@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Optional, Sequence
+from typing import Any, Iterable, Literal, Optional, Sequence, Union
 
 import torch
 from torch.export import ExportedProgram
@@ -258,24 +258,105 @@ def fold_constant(ep: ExportedProgram, node: torch.fx.Node, name_hint: str = "fo
     return fold_constants(ep, [node], name_hint)[0]
 
 
-def fold_constants(ep: ExportedProgram, nodes: Sequence[torch.fx.Node], name_hint: str = "folded") -> list[torch.fx.Node]:
+def fold_constants(
+    ep: ExportedProgram,
+    nodes: Sequence[torch.fx.Node],
+    name_hint: Union[str, Sequence[str]] = "folded",
+    *,
+    errors: Literal["raise", "return"] = "raise",
+) -> list[Any]:
     """``fold_constant`` for several nodes: one analysis, one lint and recompile.
 
-    Returns the placeholder each node became, in order. A node that an
-    earlier fold in the batch already removed (it only fed that one) is
-    folded into nothing and its entry is None.
+    ``name_hint`` is one hint for every node or one per node. Returns the
+    placeholder each node became, in order. A node that an earlier fold in
+    the batch already removed (it only fed that one) is folded into nothing
+    and its entry is None.
+
+    Every node is checked and evaluated before anything changes. With
+    ``errors="raise"`` a node that cannot be folded raises its ValueError and
+    the program is left as it was; with ``errors="return"`` that node's entry
+    is the ValueError, it stays as it is, and the others are folded.
     """
+    hints = [name_hint] * len(nodes) if isinstance(name_hint, str) else list(name_hint)
+    if len(hints) != len(nodes):
+        raise ValueError(f"fold_constants got {len(nodes)} nodes but {len(hints)} name hints")
     for node in nodes:
         _check_node(node, ep)
     analysis = analyze_constants(ep)
-    for node in nodes:  # refuse before changing anything
-        _foldable(node, analysis.source(node))
-    out: list[Optional[torch.fx.Node]] = []
-    for node in nodes:
-        out.append(None if getattr(node, "_erased", False) else _fold_one(ep, node, name_hint, analysis))
+    values = _fold_values(ep, nodes, analysis)  # refuse before changing anything
+    if errors == "raise":
+        refused = next((v for v in values if isinstance(v, ValueError)), None)
+        if refused is not None:
+            raise refused
+    out: list[Any] = []
+    for node, hint, value in zip(nodes, hints, values):
+        if isinstance(value, ValueError):
+            out.append(value)
+        elif getattr(node, "_erased", False):
+            out.append(None)
+        elif value is None:
+            out.append(node)  # a leaf: already a constant placeholder or attribute
+        else:
+            out.append(_fold_one(ep, node, hint, value))
     ep.graph_module.graph.lint()
     ep.graph_module.recompile()
-    return out  # type: ignore[return-value]
+    return out
+
+
+def _fold_values(ep: ExportedProgram, nodes: Sequence[torch.fx.Node], analysis: ConstantAnalysis) -> list[Any]:
+    """Per node: the tensor it folds to, None for a leaf, or the ValueError saying why it cannot be folded.
+
+    The subgraphs are evaluated together, so what several nodes share is computed once.
+    """
+    out: list[Any] = []
+    computed: list[torch.fx.Node] = []
+    for node in nodes:
+        source = analysis.source(node)
+        try:
+            _foldable(node, source)
+        except ValueError as exc:
+            out.append(exc)
+            continue
+        out.append(None)
+        if source == "computed":
+            computed.append(node)
+    if not computed:
+        return out
+    order = {n: i for i, n in enumerate(ep.graph_module.graph.nodes)}
+    seen: set[torch.fx.Node] = set()
+    stack = list(computed)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    try:
+        env = _evaluate(ep, sorted(seen, key=order.__getitem__))
+    except ValueError:
+        env = None  # one subgraph cannot be evaluated: find out which, one node at a time
+    for i, node in enumerate(nodes):
+        if out[i] is not None or analysis.source(node) != "computed":
+            continue
+        try:
+            value = env[node] if env is not None else _evaluate(ep, _ancestors(node))[node]
+            out[i] = _checked_value(node, value)
+        except ValueError as exc:
+            out[i] = exc
+    return out
+
+
+def _checked_value(node: torch.fx.Node, value: Any) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"node {node.name!r} evaluates to {type(value).__name__}, not a tensor; nothing to fold")
+    expected = node.meta.get("val")
+    if isinstance(expected, torch.Tensor) and (
+        tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype
+    ):
+        raise ValueError(
+            f"folding {node.name!r} produced {tuple(value.shape)} {value.dtype}, but the graph records "
+            f"{tuple(expected.shape)} {expected.dtype}; the subgraph is not safe to evaluate at AOT"
+        )
+    return value.detach().contiguous().clone()
 
 
 def _foldable(node: torch.fx.Node, source: WeightSource) -> None:
@@ -291,23 +372,10 @@ def _foldable(node: torch.fx.Node, source: WeightSource) -> None:
         )
 
 
-def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, analysis: ConstantAnalysis) -> torch.fx.Node:
-    if analysis.source(node) == "leaf":
-        return node  # already a constant placeholder or attribute
+def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: torch.Tensor) -> torch.fx.Node:
+    """Make ``value`` (what ``node`` computes) a lifted constant and remove what only fed ``node``."""
     graph = ep.graph_module.graph
     subgraph = _ancestors(node)
-    value = _evaluate(ep, subgraph)[node]
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"node {node.name!r} evaluates to {type(value).__name__}, not a tensor; nothing to fold")
-    expected = node.meta.get("val")
-    if isinstance(expected, torch.Tensor) and (
-        tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype
-    ):
-        raise ValueError(
-            f"folding {node.name!r} produced {tuple(value.shape)} {value.dtype}, but the graph records "
-            f"{tuple(expected.shape)} {expected.dtype}; the subgraph is not safe to evaluate at AOT"
-        )
-    value = value.detach().contiguous().clone()
 
     sig = ep.graph_signature
     taken_targets = set(ep.state_dict) | set(ep.constants) | {s.target for s in sig.input_specs if s.target}
