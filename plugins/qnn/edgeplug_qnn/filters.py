@@ -1,14 +1,21 @@
-"""HTP's constant-only rule, as a partitioner filter.
+"""The QNN backend's partitioner filters.
 
-The HTP refuses a graph that reads no runtime input, so what is computed only
-from weights runs on the CPU. An op QNN keeps whole (``linear``,
-``hardswish``, ``rms_norm``, ...) whose inputs are all constant-only must
-therefore be decomposed into ops the CPU runs. Quantize and dequantize ops
-are the exception: QNN builds its weight encodings (per-channel, per-block)
-from them, so they stay whole even when they read only constants, and are
-delegated with the runtime op that consumes them. What comes after a
-constant-only dequantize is still constant-only (the analysis propagates
-through it), so a ``linear`` over a dequantized table is decomposed.
+``constant_only``: HTP's constant-only rule. The HTP refuses a graph that
+reads no runtime input, so what is computed only from weights runs on the
+CPU. An op QNN keeps whole (``linear``, ``hardswish``, ``rms_norm``, ...)
+whose inputs are all constant-only must therefore be decomposed into ops the
+CPU runs. Quantize and dequantize ops are the exception: QNN builds its
+weight encodings (per-channel, per-block) from them, so they stay whole even
+when they read only constants, and are delegated with the runtime op that
+consumes them. What comes after a constant-only dequantize is still
+constant-only (the analysis propagates through it), so a ``linear`` over a
+dequantized table is decomposed.
+
+``rms_norm_one_axis``: QNN's RmsNorm op builder normalises the last axis
+only; given an ``aten.rms_norm`` whose ``normalized_shape`` spans more axes
+it warns and builds nothing, so such a node must not be kept whole or
+delegated. Refused, it is decomposed into the elementwise ops and the mean
+it is made of, which QNN takes one by one.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ if TYPE_CHECKING:  # the partition module imports executorch; plugins load witho
     from edgeplug.partition import FilterContext
 
 NAME = "htp-constant-only"
+RMS_NORM_NAME = "qnn-rms-norm-last-axis-only"
 
 
 def constant_only(node: Any, ctx: "FilterContext") -> Optional[bool]:
@@ -28,3 +36,15 @@ def constant_only(node: Any, ctx: "FilterContext") -> Optional[bool]:
     from edgeplug.partition import is_quantize_op
 
     return is_quantize_op(node.target)
+
+
+def rms_norm_one_axis(node: Any, ctx: "FilterContext") -> Optional[bool]:
+    """False for an ``aten.rms_norm`` (aten or edge dialect) normalising over more than one axis."""
+    from edgeplug.graph.ops import qualified_name
+
+    if node.op != "call_function" or qualified_name(node.target) != "aten::rms_norm":
+        return None
+    shape = node.args[1] if len(node.args) > 1 else node.kwargs.get("normalized_shape")
+    if shape is None or len(shape) <= 1:
+        return None
+    return False

@@ -28,6 +28,7 @@ def edgeplug_skip_decomp():
 @edgeplug.hookimpl
 def edgeplug_partitioner_filters():
     yield PartitionerFilter(backend="qnn", name=filters.NAME, fn=filters.constant_only)
+    yield PartitionerFilter(backend="qnn", name=filters.RMS_NORM_NAME, fn=filters.rms_norm_one_axis)
 
 
 @edgeplug.hookimpl
