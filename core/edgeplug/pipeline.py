@@ -235,7 +235,8 @@ def lower(
                     ep,
                     transform_passes=ExportedProgramPassManager([edge_stage.make()]),
                     partitioner=[partitioner],
-                    compile_config=EdgeCompileConfig(_check_ir_validity=False),
+                    # a dry run keeps whole ops it then does not delegate: skip the edge-IR check there
+                    compile_config=EdgeCompileConfig(_check_ir_validity=not dry_run),
                 )
         except Exception as exc:
             if partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
