@@ -87,6 +87,14 @@ def test_report_says_why_the_two_axis_norm_is_not_one_op(lowered):
     assert reason in lowered.report.to_table()
 
 
+def test_report_lists_the_norm_decomposed_instead_of_kept_whole_with_the_filter(lowered):
+    rep = lowered.report
+    assert [(c.op, c.reason) for c in rep.decomposed_instead] == [(RMS_NORM, f"refused by filter {FILTER!r}")]
+    table = rep.to_table()
+    assert "decomposed instead of kept whole: 1 nodes" in table
+    assert f"refused by filter {FILTER!r}" in table
+
+
 def test_filter_refuses_an_edge_dialect_two_axis_rms_norm(aten_program):
     # a pass that recomposed a two-axis norm after to_edge must not get it delegated either
     from executorch.exir import EdgeCompileConfig, to_edge

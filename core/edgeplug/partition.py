@@ -288,6 +288,8 @@ class CorePartitioner(Partitioner):
         self.stranded: list[StrandedNode] = []
         #: node name -> keep-whole decision made before decomposition (aten names)
         self.keep_decisions: dict[str, Verdict] = {}
+        #: kept-whole ops the predicate refused, so they were decomposed: node -> (op, why)
+        self.decomposed: dict[str, tuple[str, str]] = {}
         self._inner_keep: Optional[tuple[list[Any], Optional[Callable[[Any], bool]]]] = None
         super().__init__()
 
@@ -405,10 +407,13 @@ class CorePartitioner(Partitioner):
             return ops, lambda node: self._is_stranded(node, keep)
         ctx = self.context(ep, "before_decomposition")
         check = support_check(self.inner)  # pattern-aware checks need the edge graph; not yet
+        kept = set(ops)
 
         def keep(node: torch.fx.Node) -> bool:
             v = self.delegable(node, ctx, check)
             self.keep_decisions[node.name] = v
+            if not v.ok and node.op == "call_function" and aten_overload(node.target) in kept:
+                self.decomposed[node.name] = (op_name(node.target), v.reason)
             return v.ok
 
         return ops, keep

@@ -279,6 +279,7 @@ def lower(
         cpu_nodes=cpu,
         fusions=edge_stage.fusions,
         kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in partitioner.stranded],
+        decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in partitioner.decomposed.items()],
     )
     if partitioner.stranded:
         report.notes.append(partitioner.stranded_message())

@@ -58,6 +58,8 @@ class LoweringReport(BaseModel):
     cpu_nodes: list[CpuNode] = Field(default_factory=list)
     #: ops kept whole before decomposition that were not delegated (a lowering defect)
     kept_whole_on_cpu: list[CpuNode] = Field(default_factory=list)
+    #: skip-table ops the backend would not take at that node, so they were decomposed
+    decomposed_instead: list[CpuNode] = Field(default_factory=list)
     fusions: list[FusionRecord] = Field(default_factory=list)
     output_path: Optional[str] = None
     output_bytes: Optional[int] = None
@@ -107,6 +109,10 @@ class LoweringReport(BaseModel):
         if self.kept_whole_on_cpu:
             add(f"kept whole but left on CPU: {len(self.kept_whole_on_cpu)} nodes")
             for c in self.kept_whole_on_cpu:
+                add(f"  {c.op:<40} {c.node}: {c.reason}")
+        if self.decomposed_instead:
+            add(f"decomposed instead of kept whole: {len(self.decomposed_instead)} nodes")
+            for c in self.decomposed_instead:
                 add(f"  {c.op:<40} {c.node}: {c.reason}")
         add("")
         outcomes = Counter(f.outcome for f in self.fusions)

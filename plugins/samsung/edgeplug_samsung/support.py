@@ -36,6 +36,7 @@ def supported_ops():
     a = torch.ops.aten
     return [
         a.add.Tensor, a.sub.Tensor, a.mul.Tensor, a.div.Tensor, a.neg.default,
+        a.add.Scalar, a.sub.Scalar, a.mul.Scalar, a.div.Scalar,
         a.rsqrt.default, a.sqrt.default, a.pow.Tensor_Scalar, a.exp.default,
         a.mean.dim, a.amax.default, a.linear.default, a.addmm.default, a.mm.default,
         a.bmm.default, a.permute_copy.default, a.view_copy.default, a.expand_copy.default,
