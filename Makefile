@@ -32,6 +32,7 @@ test-fast: setup
 # Benchmarks (not tests): figures and how to read them in docs/benchmarks.md
 bench: setup
 	$(BIN)/python bench/graph_overhead.py --repeat 3
+	$(BIN)/python bench/fusion_overhead.py
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/rms_norm.py \
 	  --sizes 1x4096,64x4096,1024x4096,4096x4096,4096x1024,4096x5000 --torch-threads 1
 
