@@ -19,8 +19,9 @@ Every match, fused or refused, yields a ``FusionRecord``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import torch
 from torch.export import ExportedProgram
@@ -447,3 +448,26 @@ def _fake_mode(graph: torch.fx.Graph) -> Any:
 
         mode = FakeTensorMode()
     return mode
+
+
+@contextlib.contextmanager
+def without_executorch_vulkan_pattern(name: str = "rms_norm") -> Iterator[None]:
+    """Keep one of executorch's own Vulkan fusion patterns out of a lowering.
+
+    For the backends that serialize through executorch's Vulkan delegate
+    (vulkan, webgpu; their ``BackendSpec.lowering_context``).
+    ``VulkanPartitioner`` and ``vulkan_preprocess`` fuse RMSNorm again with
+    the ``"rms_norm"`` entry of executorch's pattern registry, which folds
+    ``1 + w``, runtime scales, graph-input gammas and weights of shape (1,) or
+    (4, D) into ``et_vk.rms_norm`` as a weight the runtime cannot prepack.
+    The core has fused what is safe already (and said why it refused the
+    rest); the entry is restored on exit, errors included.
+    """
+    from executorch.backends.vulkan.patterns import fusable_patterns
+
+    entry = fusable_patterns.pop(name, None)
+    try:
+        yield
+    finally:
+        if entry is not None:
+            fusable_patterns[name] = entry

@@ -13,9 +13,10 @@ def _partitioner():
 
 
 def _lowering_context():
-    from edgeplug_webgpu.lowering import without_executorch_rms_norm
+    # executorch's own Vulkan rms_norm pattern would fuse what the core refused
+    from edgeplug.fusion import without_executorch_vulkan_pattern
 
-    return without_executorch_rms_norm()
+    return without_executorch_vulkan_pattern("rms_norm")
 
 
 @edgeplug.hookimpl
