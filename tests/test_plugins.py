@@ -135,6 +135,10 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site):
     # edgeplug_passes, in ascending order per stage
     assert [p.name for p in b.passes_for("export")] == ["note-export"]
     assert [p.name for p in b.passes_for("edge")] == ["early", "late"]
+    # edgeplug_quantizers
+    from edgeplug.quantization import schemes
+
+    assert [(s.scheme, s.weight_bits) for s in schemes("tinycpu")] == [("8a8w", 8)]
     assert b.origin(b.passes[0]).distribution == "edgeplug-fixture-good"
     assert plugins.problems() == []
 

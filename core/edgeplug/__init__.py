@@ -25,6 +25,7 @@ from edgeplug.records import (
     Kernel,
     PartitionerFilter,
     PassSpec,
+    QuantScheme,
     SkipDecomp,
 )
 
@@ -39,6 +40,7 @@ _LAZY = {
     "lower": ("edgeplug.pipeline", "lower"),
     "LoweringResult": ("edgeplug.pipeline", "LoweringResult"),
     "LoweringReport": ("edgeplug.report", "LoweringReport"),
+    "quantize": ("edgeplug.quantization", "quantize"),
     "verify": ("edgeplug.pipeline", "verify_result"),
 }
 
@@ -67,6 +69,7 @@ __all__ = [
     "Kernel",
     "PartitionerFilter",
     "PassSpec",
+    "QuantScheme",
     "SkipDecomp",
     "hookimpl",
     *_LAZY,

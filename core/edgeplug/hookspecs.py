@@ -13,6 +13,7 @@ Hooks, in the order the lowering pipeline uses them:
 3. to_edge: ``edgeplug_skip_decomp``, ``edgeplug_partitioner_filters``
 4. edge: ``edgeplug_passes`` (stage "edge"), ``edgeplug_fusion_policies``
 5. verification and benchmarks: ``edgeplug_kernels``
+6. quantization (``edgeplug.quantize``, ``lower --quantize``): ``edgeplug_quantizers``
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from edgeplug.records import (
     Kernel,
     PartitionerFilter,
     PassSpec,
+    QuantScheme,
     SkipDecomp,
 )
 
@@ -96,4 +98,17 @@ def edgeplug_passes() -> Iterable[PassSpec]:
 
     Run by the core's pass runner, which reserves node names first and lints
     the graph after each pass, in ascending ``order``.
+    """
+
+
+@hookspec
+def edgeplug_quantizers() -> Iterable[QuantScheme]:
+    """PT2E quantization schemes of a backend, for ``edgeplug.quantize`` and ``lower --quantize``.
+
+    Called once when plugins load. Yield one ``QuantScheme`` per scheme
+    (``"8a8w"``, ``"w4"``, ...) with a factory that builds the backend's own
+    torchao ``Quantizer``; the factory is called only when that scheme is used,
+    and must never reach the network. A backend with no scheme cannot be
+    quantized for (the error lists the backends that can); two schemes of one
+    name for one backend are an error naming both distributions.
     """

@@ -159,6 +159,36 @@ class PassSpec(_Record):
     order: int = 0
 
 
+_SCHEME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
+
+
+class QuantScheme(_Record):
+    """A PT2E quantization scheme of a backend, for ``edgeplug.quantize`` and ``lower --quantize``.
+
+    ``factory()`` returns a fresh, configured torchao ``Quantizer``
+    (executorch's ``QnnQuantizer``, ``XNNPACKQuantizer``, ...); building it
+    must not reach the network. The other fields say what the scheme means.
+    """
+
+    #: the name users pass (``--quantize 8a8w``), lower-case
+    scheme: str
+    factory: Callable[[], Any]
+    #: bits of the quantized activations; None: weight-only (activations stay float)
+    activation_bits: Optional[int]
+    weight_bits: int
+    #: weights quantized per output channel (else per tensor)
+    per_channel: bool
+    description: str
+
+    @field_validator("scheme")
+    @classmethod
+    def _check_scheme(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not _SCHEME.match(v):
+            raise ValueError(f"scheme name {v!r} must be lower-case letters, digits, '-' or '_'")
+        return v
+
+
 FusionOutcome = Literal["fused", "fused_unit_weight", "folded_weight", "rejected"]
 
 
@@ -183,4 +213,5 @@ HOOK_RECORDS: dict[str, type[BaseModel]] = {
     "edgeplug_fusion_policies": FusionPolicy,
     "edgeplug_kernels": Kernel,
     "edgeplug_passes": PassSpec,
+    "edgeplug_quantizers": QuantScheme,
 }

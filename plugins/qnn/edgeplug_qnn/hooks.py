@@ -50,3 +50,21 @@ def edgeplug_passes():
 
     yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_autocast", fn=passes.decompose_autocast, order=10)
     yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_sdpa", fn=passes.decompose_sdpa, order=20)
+
+
+@edgeplug.hookimpl
+def edgeplug_quantizers():
+    from functools import partial
+
+    from edgeplug_qnn.quantizers import qnn_quantizer
+
+    # executorch's QnnQuantizer, per-channel linear/conv weights; building one never downloads the SDK
+    for scheme, act, weight, what in (
+        ("8a8w", 8, 8, "8-bit activations, 8-bit per-channel weights (QnnQuantizer; the HTP default)"),
+        ("16a8w", 16, 8, "16-bit activations, 8-bit per-channel weights (QnnQuantizer; for accuracy-sensitive models)"),
+        ("8a4w", 8, 4, "8-bit activations, 4-bit per-channel weights (QnnQuantizer; smallest weights)"),
+    ):
+        yield edgeplug.QuantScheme(
+            backend="qnn", scheme=scheme, factory=partial(qnn_quantizer, scheme),
+            activation_bits=act, weight_bits=weight, per_channel=True, description=what,
+        )

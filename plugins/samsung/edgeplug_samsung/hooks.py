@@ -43,3 +43,19 @@ def edgeplug_passes():
 
     yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_roll", fn=passes.decompose_roll, order=10)
     yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_remainder", fn=passes.decompose_remainder, order=20)
+
+
+def _enn_a8w8():
+    from executorch.backends.samsung.quantizer import EnnQuantizer, Precision
+
+    quantizer = EnnQuantizer()
+    quantizer.setup_quant_params(Precision.A8W8, is_per_channel=True)
+    return quantizer
+
+
+@edgeplug.hookimpl
+def edgeplug_quantizers():
+    yield edgeplug.QuantScheme(
+        backend="samsung", scheme="a8w8", factory=_enn_a8w8, activation_bits=8, weight_bits=8, per_channel=True,
+        description="8-bit activations, 8-bit per-channel weights (EnnQuantizer)",
+    )

@@ -63,3 +63,22 @@ def edgeplug_kernels():
     from edgeplug_webgpu.kernels import check_rms_norm, rms_norm
 
     yield Kernel(backend="webgpu", op="et_vk.rms_norm.default", impl=rms_norm, device="wgpu", checks=check_rms_norm)
+
+
+def _weight_only(bits: int):
+    from executorch.backends.vulkan.quantizer.vulkan_quantizer import VulkanQuantizer, get_symmetric_quantization_config
+
+    return VulkanQuantizer().set_global(get_symmetric_quantization_config(weight_bits=bits))
+
+
+@edgeplug.hookimpl
+def edgeplug_quantizers():
+    from functools import partial
+
+    # WebGPU shares Vulkan's partitioner and serialization, so Vulkan's quantizer
+    for bits in (8, 4):
+        yield edgeplug.QuantScheme(
+            backend="webgpu", scheme=f"w{bits}", factory=partial(_weight_only, bits),
+            activation_bits=None, weight_bits=bits, per_channel=True,
+            description=f"weight-only: {bits}-bit per-channel linear weights, float activations (VulkanQuantizer)",
+        )

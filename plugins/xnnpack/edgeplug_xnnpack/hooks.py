@@ -31,3 +31,20 @@ def edgeplug_backends():
         partitioner=_partitioner,
         verify="pte",
     )
+
+
+def _symmetric_per_channel():
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+
+
+@edgeplug.hookimpl
+def edgeplug_quantizers():
+    yield edgeplug.QuantScheme(
+        backend="xnnpack", scheme="8a8w", factory=_symmetric_per_channel, activation_bits=8, weight_bits=8,
+        per_channel=True, description="8-bit activations, 8-bit symmetric per-channel weights (XNNPACKQuantizer)",
+    )
