@@ -185,20 +185,42 @@ def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(cli, tmp_path)
     data = json.loads(rep.read_text())
     assert data["backend"] == "xnnpack" and data["model"] == "mlp" and data["dry_run"] is False
     assert data["output_path"] == str(out) and data["output_bytes"] == out.stat().st_size
-    assert data["summary"] == {"partitions": 1, "delegated_nodes": 3, "cpu_nodes": 0, "max_abs_diff": pytest.approx(diff, rel=1e-3)}
+    assert data["summary"] == {
+        "partitions": 1, "delegated_nodes": 3, "cpu_nodes": 0, "max_abs_diff": pytest.approx(diff, rel=1e-3), "verified": True
+    }
+    check = data["verification"]["outputs"][0]
+    assert check["tolerance"] == 1e-4 and check["tolerance_reason"] == "default for float32 outputs"
+    assert check["problems"] == [] and check["dtype"] == "float32"
     assert [p["backend_id"] for p in data["partitions"]] == ["XnnpackBackend"]
     assert {s["stage"] for s in data["stages"]} >= {"export", "to_edge", "serialize .pte", "verify"}
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["mlp.json", "mlp.pte"]
 
 
-def test_verification_over_tolerance_fails_and_writes_no_pte(cli, tmp_path):
+@pytest.mark.parametrize("tolerance", ["-1", "nan", "inf", "-inf", "lots"])
+def test_a_tolerance_that_is_not_a_finite_number_at_least_zero_is_refused(cli, tmp_path, tolerance):
+    # `--tolerance nan` used to be accepted and let any difference through (nan compares false)
     out = tmp_path / "mlp.pte"
-    # a negative tolerance no difference can meet: the check itself must fail the command
-    code, stdout, stderr = cli("lower", "mlp", "--backend", "xnnpack", "--verify", "--tolerance=-1", "-o", out)
-    assert code == 3
-    assert "verification failed" in stderr and "no .pte was written" in stderr
-    assert f"verification failed: {out} was not written" in stdout
+    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "--verify", f"--tolerance={tolerance}", "-o", out)
+    assert code == 2 and stdout == ""
+    assert "argument --tolerance" in stderr
+    assert "finite number >= 0" in stderr or "is not a number" in stderr
     assert not out.exists()
+
+
+def test_lower_takes_a_tolerance_only_if_it_is_finite_and_not_negative():
+    from edgeplug.errors import EdgeplugError
+    from edgeplug.examples import load_model
+
+    model, inputs, _ = load_model("mlp")
+    for bad in (float("nan"), float("inf"), -1e-9):
+        with pytest.raises(EdgeplugError, match="tolerance must be a finite number >= 0"):
+            edgeplug_lower(model, inputs, "xnnpack", verify=True, tolerance=bad)
+
+
+def edgeplug_lower(*args, **kwargs):
+    import edgeplug
+
+    return edgeplug.lower(*args, **kwargs)
 
 
 def test_dry_run_for_qnn_writes_the_report_and_no_pte(cli, tmp_path):
@@ -312,7 +334,7 @@ def test_output_path_that_is_a_directory_is_refused_cleanly(cli, tmp_path):
     target.mkdir()
     code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", target, "-q")
     assert code == 2
-    assert f"edgeplug: error: cannot write {target}: Is a directory; nothing was written" in stderr
+    assert stderr == f"edgeplug: error: cannot write the .pte {target}: it is a directory; name a file inside it\n"
     assert list(tmp_path.rglob("*")) == [target]
 
 

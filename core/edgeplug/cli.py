@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 from edgeplug.errors import EdgeplugError
+
+
+DEBUG_ENV = "EDGEPLUG_DEBUG"
 
 
 def _err(msg: str) -> None:
@@ -26,13 +30,13 @@ def cmd_backends(args: argparse.Namespace) -> int:
         b = get_backend(name)
         a = b.availability()
         avail = "yes" if a.ok else f"no: {a.reason}"
-        rows.append((name, b.distribution, b.version, b.spec.verify, avail))
+        rows.append((name, b.distribution, b.version, b.spec.verify_method, avail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
     if len(rows) == 1:
         print("no backends installed: pip install edgeplug-vulkan (or -webgpu, -qnn, -samsung, -xnnpack)")
-    kernels = any(get_backend(n).spec.verify == "kernels" for n in specs)
+    kernels = any(get_backend(n).spec.verify_method == "kernels" for n in specs)
     if args.adapter or (kernels and not args.no_adapter):
         try:
             from edgeplug.runtime import adapter_summary
@@ -55,24 +59,26 @@ def cmd_examples(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    import os
-    import tempfile
+def _tolerance(text: str) -> float:
+    import math
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the tolerance must be a finite number >= 0")
+    return value
+
+
+def _default_output(spec: str, backend: str) -> Path:
+    return Path(f"{Path(spec).stem.replace(':', '_')}-{backend}.pte")
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
     from edgeplug.backend import get_backend
     from edgeplug.examples import load_model
+    from edgeplug.outputs import check_output_paths, write_file
     from edgeplug.pipeline import lower
 
     start = time.perf_counter()
@@ -84,35 +90,36 @@ def cmd_lower(args: argparse.Namespace) -> int:
     backend = get_backend(args.backend)
     if not args.dry_run:
         backend.require_available()  # fail before spending a minute on export
-    model, inputs, label = load_model(args.model)
-    out = Path(args.output) if args.output else Path(f"{Path(label).stem.replace(':', '_')}-{backend.name}.pte")
-    result = lower(model, inputs, backend, verify=args.verify, dry_run=args.dry_run, model_name=label, progress=progress)
+    out = Path(args.output) if args.output else _default_output(args.model, backend.name)
+    # every target is checked before any work; a dry run writes no .pte
+    check_output_paths({"the .pte": None if args.dry_run else out, "the report": args.report})
+    if args.dry_run and args.report:
+        check_output_paths({"the .pte": out, "the report": args.report})
+    model, inputs, label = load_model(args.model, progress=progress)
+    result = lower(
+        model, inputs, backend, verify=args.verify, dry_run=args.dry_run, model_name=label,
+        progress=progress, tolerance=args.tolerance,
+    )
     report = result.report
     v = report.verification
-    failed = args.verify and v is not None and v.max_abs_diff > args.tolerance
-    if args.dry_run:
-        if args.output:
-            report.notes.append(f"--dry-run: {out} was not written")
+    failed = v is not None and not v.passed
+    if args.dry_run and args.output:
+        report.notes.append(f"--dry-run: {out} was not written")
     elif failed:
         report.notes.append(f"verification failed: {out} was not written")
-    else:
-        try:
-            result.save(out)
-        except OSError as exc:
-            raise EdgeplugError(f"cannot write {out}: {exc.strerror or exc}; nothing was written") from exc
+    try:
+        if args.dry_run or failed:
+            if args.report:
+                write_file(args.report, report.to_json())
+        else:
+            result.save(out, report=args.report)
+    except OSError as exc:
+        raise EdgeplugError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was written") from exc
     print(report.to_table())
     if args.report:
-        rp = Path(args.report)
-        try:
-            _write_atomically(rp, report.to_json())
-        except OSError as exc:
-            raise EdgeplugError(f"cannot write the report {rp}: {exc.strerror or exc}") from exc
-        print(f"wrote report {rp}")
+        print(f"wrote report {args.report}")
     if failed:
-        _err(
-            f"verification failed: max |difference| {v.max_abs_diff:.3e} > tolerance {args.tolerance:g}; "
-            f"no .pte was written (raise --tolerance to accept it)"
-        )
+        _err(f"verification failed: {' | '.join(v.failures())}; no .pte was written")
         return 3
     return 0
 
@@ -127,15 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("examples", help="list built-in example models")
     e.set_defaults(fn=cmd_examples)
     lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte")
-    lo.add_argument("model", help="a built-in example name, or FILE.py:ATTR returning (model, example_inputs)")
+    lo.add_argument(
+        "model",
+        help="a built-in example name, or FILE.py:ATTR: FILE.py is executed (as `python FILE.py` would, "
+        "its folder on sys.path) and ATTR called to return (model, example_inputs)",
+    )
     lo.add_argument("--backend", "-b", required=True)
     lo.add_argument("-o", "--output", help="where to write the .pte (default: MODEL-BACKEND.pte)")
     lo.add_argument("--report", help="also write the report as JSON here")
     lo.add_argument("--verify", action="store_true", help="run the lowered program and compare with eager")
-    lo.add_argument("--tolerance", type=float, default=1e-4, help="max |difference| --verify accepts (default 1e-4)")
+    lo.add_argument(
+        "--tolerance", type=_tolerance, default=None,
+        help="max |difference| --verify accepts, a finite number >= 0 (default: by output dtype, "
+        "1e-4 for fp32, a few ulps of the output's magnitude for fp16/bf16)",
+    )
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
     lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
+    lo.add_argument("--debug", action="store_true", help=f"on an error, print its traceback too (or set {DEBUG_ENV}=1)")
     lo.set_defaults(fn=cmd_lower)
     return p
 
@@ -154,18 +170,64 @@ def _quiet_dependencies() -> None:
     logging.getLogger().setLevel(logging.WARNING)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (what `timeout` and CI cancellation send)."""
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+def _debugging(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    import signal
+    import threading
+
     args = build_parser().parse_args(argv)
     if not getattr(args, "verbose", False):
         _quiet_dependencies()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.fn(args)
     except EdgeplugError as exc:
-        _err(str(exc))
+        _fail(args, exc, str(exc))
         return 2
-    except KeyboardInterrupt:
-        _err("interrupted; nothing was written")
+    except KeyboardInterrupt as exc:
+        _fail(args, exc, "interrupted; nothing was written")
         return 130
+    except Terminated as exc:
+        _fail(args, exc, "terminated (SIGTERM); nothing was written")
+        return 143
+    except SystemExit as exc:  # argparse exits before this try: this one came from the model's (or a plugin's) code
+        _fail(args, exc, f"the model's code called sys.exit({exc.code!r}) while edgeplug was lowering it; nothing was written")
+        return 2
+    except Exception as exc:
+        from edgeplug.failures import first_line
+
+        _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
+    if _debugging(args):
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    stage = getattr(exc, "stage", None)
+    if stage and not message.startswith("stage "):
+        message = f"stage {stage!r}: {message}"
+    first, *rest = message.splitlines() or [""]
+    _err(first)
+    for line in rest:
+        print(f"  {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

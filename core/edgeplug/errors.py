@@ -32,3 +32,7 @@ class KernelError(EdgeplugError):
 
 class VerificationError(EdgeplugError):
     """Host verification could not run a lowered program."""
+
+
+class OutputPathError(EdgeplugError):
+    """An output path cannot be written (checked before any work)."""

@@ -1,11 +1,28 @@
-"""The lowering pipeline: export, passes, fusion, partitioning, .pte, report."""
+"""The lowering pipeline: a list of named stages, each timed by one clock.
+
+``lower`` runs ``STAGES`` in order on a ``Lowering`` (the state they share):
+
+- ``export``: the eager reference, on a copy of the model, its buffers and its
+  inputs, then ``torch.export`` of another copy (a given ExportedProgram is
+  copied and run for its reference in ``eager reference`` instead), so the
+  caller's model and inputs are never changed;
+- ``export passes``: the backend's export-stage passes;
+- ``to_edge``: executorch's ``to_edge_transform_and_lower`` with the core's
+  partitioner; the stages it runs inside (``edge passes + fusion``,
+  ``partition + delegate``) enter the same clock, so each timing and each
+  error names the stage that was really running;
+- ``serialize .pte`` and ``verify``.
+
+A stage that fails raises one ``EdgeplugError`` naming the stage, the backend
+and the party at fault (``edgeplug.failures``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import operator
 import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,12 +30,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from edgeplug.backend import Backend, get_backend
 from edgeplug.errors import EdgeplugError, LoweringError, VerificationError
 from edgeplug.records import FusionRecord
-from edgeplug.report import CpuNode, LoweringReport, OutputCheck, PartitionSummary, StageTiming, Verification
+from edgeplug.report import CpuNode, LoweringReport, PartitionSummary, StageTiming, Verification
 
 Progress = Callable[[str], None]
 
@@ -28,11 +46,12 @@ def _resolve(backend: str | Backend) -> Backend:
 
 
 def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
-    """Run ``backend``'s export-stage passes on an aten-dialect program."""
+    """Run ``backend``'s export-stage passes on an aten-dialect program; ``ep`` is left as it was."""
     from edgeplug.graph import run_passes
 
     b = _resolve(backend)
-    return run_passes(ep, b.passes_for("export"), backend=b)
+    passes = b.passes_for("export")
+    return run_passes(copy.deepcopy(ep), passes, backend=b) if passes else ep
 
 
 def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
@@ -41,44 +60,42 @@ def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, 
     Returns a new program (``ep`` is not changed) and one ``FusionRecord`` per
     match: fused, folded, fused with a unit weight, or rejected with its reason.
     """
-    from edgeplug.fusion import fuse_program
+    from edgeplug.fusion import fuse_for_backend
 
-    return fuse_program(ep, _resolve(backend))
+    return fuse_for_backend(ep, _resolve(backend))
 
 
-class _EdgeStage:
-    """Edge-stage passes and fusion, run inside to_edge_transform_and_lower."""
+# -- the eager reference -------------------------------------------------------------
 
-    def __init__(self, backend: Backend, clock: dict[str, float], say: Progress) -> None:
-        self.say = say
-        self.backend = backend
-        self.clock = clock
-        self.fusions: list[FusionRecord] = []
 
-    def make(self):
-        from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+@dataclass
+class Reference:
+    """What eager computed, on copies: outputs, and the inputs and buffers after the call."""
 
-        stage = self
+    outputs: list[torch.Tensor]
+    #: the flattened inputs after the call (a model may change its inputs in place)
+    inputs_after: list[Any] = field(default_factory=list)
+    #: buffer name -> value after the call
+    buffers_after: dict[str, torch.Tensor] = field(default_factory=dict)
 
-        class EdgeplugEdgeStage(ExportedProgramPassBase):
-            def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-                from edgeplug.graph import run_passes
-                from edgeplug.graph.passes import core_pass
 
-                def fusion(ep: ExportedProgram) -> ExportedProgram:
-                    out, stage.fusions = fuse(ep, stage.backend)
-                    return out
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
-                stage.clock["edge_start"] = time.perf_counter()
-                stage.say(f"[{stage.backend.name}] edge passes + fusion ...")
-                # the core's fusion goes through the runner too: names reserved, graphs linted
-                passes = [*stage.backend.passes_for("edge"), core_pass("fuse", fusion)]
-                ep = run_passes(exported_program, passes, backend=stage.backend)
-                stage.clock["edge_end"] = time.perf_counter()
-                stage.say(f"[{stage.backend.name}] partition + delegate ...")
-                return ExportedProgramPassResult(ep, True)
 
-        return EdgeplugEdgeStage()
+def eager_reference(module: torch.nn.Module, inputs: tuple) -> Reference:
+    """Run ``module`` (a copy the caller does not hold) on a copy of ``inputs``."""
+    args = copy.deepcopy(inputs)
+    with torch.no_grad():
+        out = module(*args)
+    return Reference(
+        outputs=[t.detach() for t in _tensors(out)],
+        inputs_after=[x for x in pytree.tree_leaves(args)],
+        buffers_after={k: v.detach() for k, v in module.named_buffers()},
+    )
+
+
+# -- the result ------------------------------------------------------------------------
 
 
 @dataclass
@@ -88,7 +105,11 @@ class LoweringResult:
     edge: Any  # executorch EdgeProgramManager
     program: Any = None  # executorch ExecutorchProgramManager (None on dry run)
     example_inputs: tuple = ()
-    eager_outputs: list = field(default_factory=list)
+    reference: Optional[Reference] = None
+
+    @property
+    def eager_outputs(self) -> list[torch.Tensor]:
+        return self.reference.outputs if self.reference is not None else []
 
     @property
     def buffer(self) -> bytes:
@@ -96,42 +117,239 @@ class LoweringResult:
             raise EdgeplugError("this was a dry run: there is no .pte to write")
         return self.program.buffer
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the .pte atomically: the file appears whole or not at all."""
+    def save(self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None) -> Path:
+        """Write the .pte (and the JSON report, with ``report``) atomically: each file appears whole or not at all."""
+        from edgeplug.outputs import check_output_paths, write_files
+
         data = self.buffer
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        check_output_paths({"the .pte": path, "the report": report})
         self.report.output_path = str(path)
         self.report.output_bytes = len(data)
+        files: dict[Path, bytes | str] = {path: data}
+        if report is not None:
+            files[Path(report)] = self.report.to_json()
+        try:
+            write_files(files)
+        except BaseException:
+            self.report.output_path = self.report.output_bytes = None
+            raise
         return path
 
 
-def _flatten(out: Any) -> list[torch.Tensor]:
-    import torch.utils._pytree as pytree
+# -- the stages -------------------------------------------------------------------
 
-    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+class StageClock:
+    """Times and names the stage now running: the one source of the report's stage timings."""
+
+    def __init__(self, backend: str, say: Progress) -> None:
+        self.backend, self.say = backend, say
+        self.timings: list[StageTiming] = []
+        self.current: Optional[str] = None
+        self._started = 0.0
+
+    def enter(self, stage: str) -> None:
+        self.stop()
+        self.say(f"[{self.backend}] {stage} ...")
+        self.current, self._started = stage, time.perf_counter()
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.timings.append(StageTiming(stage=self.current, seconds=time.perf_counter() - self._started))
+            self.current = None
+
+
+@dataclass
+class Lowering:
+    """The state ``STAGES`` share."""
+
+    source: torch.nn.Module | ExportedProgram
+    inputs: tuple
+    backend: Backend
+    clock: StageClock
+    dry_run: bool = False
+    verify: bool = False
+    tolerance: Optional[float] = None
+    label: str = ""
+    ep: Optional[ExportedProgram] = None
+    reference: Optional[Reference] = None
+    partitioner: Any = None
+    fusions: list[FusionRecord] = field(default_factory=list)
+    edge: Any = None
+    report: Optional[LoweringReport] = None
+    result: Optional[LoweringResult] = None
+
+
+def _without_grad(module: torch.nn.Module) -> torch.nn.Module:
+    # lowering never trains: a parameter that carries requires_grad cannot be
+    # updated in place (KV caches) nor serialized; the copy drops it
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
+def _copy_model(model: torch.nn.Module) -> torch.nn.Module:
+    try:
+        return _without_grad(copy.deepcopy(model))
+    except Exception as exc:
+        raise LoweringError(
+            f"cannot copy the model ({type(exc).__name__}: {exc}); edgeplug lowers a copy so that your "
+            "model is left as it was. Make the model deep-copyable (copy.deepcopy)"
+        ) from exc
+
+
+def _run_eager(job: Lowering, module: torch.nn.Module) -> Reference:
+    try:
+        return eager_reference(module, job.inputs)
+    except Exception as exc:
+        raise LoweringError(
+            f"running the model eagerly on its example inputs (the reference verification compares with) "
+            f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}. "
+            "Check that the example inputs are the ones the model (or program) takes"
+        ) from exc
+
+
+def _export(job: Lowering) -> None:
+    job.reference = _run_eager(job, _copy_model(job.source))
+    model = _copy_model(job.source)
+    with torch.no_grad():
+        job.ep = torch.export.export(model, copy.deepcopy(job.inputs))
+
+
+def _program_reference(job: Lowering) -> None:
+    job.ep = copy.deepcopy(job.source)
+    for t in job.ep.state_dict.values():
+        t.requires_grad_(False)
+    job.reference = _run_eager(job, copy.deepcopy(job.ep).module())
+
+
+def _export_passes(job: Lowering) -> None:
+    from edgeplug.graph import run_passes
+
+    job.ep = run_passes(job.ep, job.backend.passes_for("export"), backend=job.backend)
+
+
+def _edge_stage(job: Lowering) -> Any:
+    """The pass executorch runs between to_edge and partitioning: the backend's edge passes, then fusion."""
+    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+
+    from edgeplug.graph import run_passes
+    from edgeplug.graph.passes import core_pass
+
+    def fusion(ep: ExportedProgram) -> ExportedProgram:
+        out, job.fusions = fuse(ep, job.backend)
+        return out
+
+    class EdgeplugEdgeStage(ExportedProgramPassBase):
+        def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+            job.clock.enter("edge passes + fusion")
+            # the core's fusion goes through the runner too: names reserved, graphs linted
+            passes = [*job.backend.passes_for("edge"), core_pass("fuse", fusion)]
+            ep = run_passes(exported_program, passes, backend=job.backend)
+            job.clock.enter("partition + delegate")
+            return ExportedProgramPassResult(ep, True)
+
+    return EdgeplugEdgeStage()
+
+
+def _make_partitioner(job: Lowering) -> Any:
+    from edgeplug.partition import CorePartitioner
+
+    try:
+        return CorePartitioner(job.backend, dry_run=job.dry_run)
+    except EdgeplugError:
+        raise
+    except Exception as exc:
+        from edgeplug.failures import first_line, root_cause
+
+        b = job.backend
+        raise LoweringError(
+            f"the partitioner factory (BackendSpec.partitioner) of backend {b.name!r}, from "
+            f"{b.plugin.describe()}, raised {first_line(root_cause(exc))}. Check the backend's "
+            "configuration (its environment variables), or report it to the plugin's maintainers"
+        ) from exc
+
+
+def _to_edge(job: Lowering) -> None:
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from executorch.exir.pass_manager import ExportedProgramPassManager
+
+    b = job.backend
+    job.partitioner = _make_partitioner(job)
+    # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
+    scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
+    try:
+        with scope:
+            job.edge = to_edge_transform_and_lower(
+                job.ep,
+                transform_passes=ExportedProgramPassManager([_edge_stage(job)]),
+                partitioner=[job.partitioner],
+                # a dry run keeps whole ops it then does not delegate: skip the edge-IR check there
+                compile_config=EdgeCompileConfig(_check_ir_validity=not job.dry_run),
+            )
+    except Exception as exc:
+        if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
+            raise LoweringError(job.partitioner.stranded_message()) from exc
+        raise
+    job.report = _describe(job)
+
+
+def _serialize(job: Lowering) -> None:
+    job.result.program = job.edge.to_executorch()
+    _ = job.result.program.buffer
+
+
+def _verify(job: Lowering) -> None:
+    job.report.verification = verify(job.result, job.backend, tolerance=job.tolerance)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Lowering], None]
+    #: whether the stage runs for this lowering
+    applies: Callable[[Lowering], bool] = lambda job: True
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("export", _export, lambda job: not isinstance(job.source, ExportedProgram)),
+    Stage("eager reference", _program_reference, lambda job: isinstance(job.source, ExportedProgram)),
+    Stage("export passes", _export_passes),
+    Stage("to_edge", _to_edge),
+    Stage("serialize .pte", _serialize, lambda job: not job.dry_run),
+    Stage("verify", _verify, lambda job: job.verify and not job.dry_run),
+)
+
+
+def _run_stage(job: Lowering, stage: Stage) -> None:
+    from edgeplug.failures import edgeplug_cause, stage_failure
+
+    job.clock.enter(stage.name)
+    try:
+        stage.run(job)
+    except EdgeplugError as exc:
+        exc.stage = getattr(exc, "stage", None) or job.clock.current
+        raise
+    except Exception as exc:
+        ours = edgeplug_cause(exc)
+        if ours is not None:  # e.g. a PassError executorch's pass manager wrapped
+            ours.stage = getattr(ours, "stage", None) or job.clock.current
+            raise ours from exc
+        raise stage_failure(exc, job.clock.current or stage.name, job.backend) from exc
+    job.clock.stop()
+
+
+# -- the report ----------------------------------------------------------------------
 
 
 def _count_delegated(edge_ep: ExportedProgram) -> tuple[list[PartitionSummary], Counter]:
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
-    parts: list[PartitionSummary] = []
-    total: Counter = Counter()
     from edgeplug.partition import op_name
 
+    parts: list[PartitionSummary] = []
+    total: Counter = Counter()
     for name, lowered, _node in get_lowered_submodules(edge_ep.graph_module):
         ops: Counter = Counter()
         for n in lowered.original_module.graph_module.graph.nodes:
@@ -155,15 +373,54 @@ def _cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, 
     return out
 
 
-def _edgeplug_cause(exc: BaseException) -> Optional[EdgeplugError]:
-    """The first EdgeplugError in ``exc``'s chain of causes, if any."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, EdgeplugError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
+def _partitions(job: Lowering) -> tuple[list[PartitionSummary], Counter, list[CpuNode]]:
+    p, edge_ep = job.partitioner, job.edge.exported_program()
+    default_reason = f"no reason recorded by the {job.backend.name} partitioner"
+    if not job.dry_run:
+        parts, delegated = _count_delegated(edge_ep)
+        return parts, delegated, _cpu_nodes(edge_ep.graph_module, p.cpu_reasons, default_reason)
+    parts = [PartitionSummary(tag=r.tag, backend_id=r.backend_id, nodes=len(r.nodes), ops=dict(r.ops)) for r in p.partitions]
+    delegated: Counter = Counter()
+    for r in p.partitions:
+        delegated.update(r.ops)
+    tagged = {n for r in p.partitions for n in r.nodes}
+    return parts, delegated, _cpu_nodes(edge_ep.graph_module, p.cpu_reasons, default_reason, tagged)
+
+
+def _foreign_passes(job: Lowering) -> list[str]:
+    """Notes naming passes another plugin than the backend's own ran on this backend."""
+    b = job.backend
+    notes = []
+    for spec in [*b.passes_for("export"), *b.passes_for("edge")]:
+        origin = b.origin(spec)
+        if origin is not None and origin != b.plugin:
+            notes.append(f"{spec.stage}-stage pass {spec.name!r} on backend {b.name!r} came from {origin.describe()}, not from {b.distribution}")
+    return notes
+
+
+def _describe(job: Lowering) -> LoweringReport:
+    b, p = job.backend, job.partitioner
+    parts, delegated, cpu = _partitions(job)
+    report = LoweringReport(
+        model=job.label,
+        backend=b.name,
+        distribution=f"{b.distribution} {b.version}".strip(),
+        dry_run=job.dry_run,
+        partitions=parts,
+        delegated_ops=dict(delegated),
+        cpu_ops=dict(Counter(c.op for c in cpu)),
+        cpu_nodes=cpu,
+        fusions=job.fusions,
+        kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],
+        decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
+        notes=_foreign_passes(job),
+    )
+    if p.stranded:
+        report.notes.append(p.stranded_message())
+    job.result = LoweringResult(
+        report=report, exported_program=job.ep, edge=job.edge, example_inputs=job.inputs, reference=job.reference
+    )
+    return report
 
 
 def lower(
@@ -175,153 +432,122 @@ def lower(
     dry_run: bool = False,
     model_name: Optional[str] = None,
     progress: Optional[Progress] = None,
+    tolerance: Optional[float] = None,
 ) -> LoweringResult:
     """Lower a model (or aten-dialect ExportedProgram) for ``backend``.
 
     Returns a ``LoweringResult``; ``.save(path)`` writes the .pte. With
     ``dry_run`` everything but serialization runs and the report says what
     would be delegated. With ``verify`` the lowered program is executed and
-    compared against eager.
+    compared against eager (``tolerance``: the max |difference| accepted;
+    default by output dtype); ``report.verification.passed`` says whether it
+    held. The caller's model, program and inputs are left as they were.
     """
-    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-    from executorch.exir.pass_manager import ExportedProgramPassManager
-
-    from edgeplug.partition import CorePartitioner
+    from edgeplug.verification import check_tolerance
 
     b = _resolve(backend)
-    say = progress or (lambda msg: None)
     if not dry_run:
         b.require_available()
-    example_inputs = tuple(example_inputs)
-    stages: list[StageTiming] = []
-    label = model_name or type(model_or_ep).__name__
-
-    def timed(name: str, fn: Callable[[], Any]) -> Any:
-        say(f"[{b.name}] {name} ...")
-        t = time.perf_counter()
-        try:
-            value = fn()
-        except EdgeplugError:
-            raise
-        except Exception as exc:
-            ours = _edgeplug_cause(exc)
-            if ours is not None:  # e.g. a PassError executorch's pass manager wrapped
-                raise ours
-            raise LoweringError(f"stage {name!r} failed for backend {b.name!r}: {type(exc).__name__}: {exc}") from exc
-        stages.append(StageTiming(stage=name, seconds=time.perf_counter() - t))
-        return value
-
-    if isinstance(model_or_ep, ExportedProgram):
-        ep = model_or_ep
-        eager_module = ep.module()
-    else:
-        eager_module = model_or_ep
-        ep = timed("export", lambda: torch.export.export(model_or_ep, example_inputs))
-    with torch.no_grad():
-        eager_outputs = _flatten(eager_module(*example_inputs))
-
-    ep = timed("export passes", lambda: transform(ep, b))
-
-    clock: dict[str, float] = {}
-    edge_stage = _EdgeStage(b, clock, say)
-    partitioner = CorePartitioner(b, dry_run=dry_run)
-
-    def to_edge_and_partition():
-        # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
-        scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
-        try:
-            with scope:
-                return to_edge_transform_and_lower(
-                    ep,
-                    transform_passes=ExportedProgramPassManager([edge_stage.make()]),
-                    partitioner=[partitioner],
-                    # a dry run keeps whole ops it then does not delegate: skip the edge-IR check there
-                    compile_config=EdgeCompileConfig(_check_ir_validity=not dry_run),
-                )
-        except Exception as exc:
-            if partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
-                raise LoweringError(partitioner.stranded_message()) from exc
-            raise
-
-    t0 = time.perf_counter()
-    edge = timed("to_edge", to_edge_and_partition)
-    if "edge_start" in clock:
-        # split the combined stage for the report
-        stages.pop()
-        stages.append(StageTiming(stage="to_edge", seconds=clock["edge_start"] - t0))
-        stages.append(StageTiming(stage="edge passes + fusion", seconds=clock["edge_end"] - clock["edge_start"]))
-        stages.append(StageTiming(stage="partition + delegate", seconds=time.perf_counter() - clock["edge_end"]))
-
-    edge_ep = edge.exported_program()
-    default_reason = f"no reason recorded by the {b.name} partitioner"
-    if dry_run:
-        parts = [
-            PartitionSummary(tag=p.tag, backend_id=p.backend_id, nodes=len(p.nodes), ops=dict(p.ops))
-            for p in partitioner.partitions
-        ]
-        delegated: Counter = Counter()
-        for p in partitioner.partitions:
-            delegated.update(p.ops)
-        tagged = {n for p in partitioner.partitions for n in p.nodes}
-        cpu = _cpu_nodes(edge_ep.graph_module, partitioner.cpu_reasons, default_reason, tagged)
-    else:
-        parts, delegated = _count_delegated(edge_ep)
-        cpu = _cpu_nodes(edge_ep.graph_module, partitioner.cpu_reasons, default_reason)
-
-    report = LoweringReport(
-        model=label,
-        backend=b.name,
-        distribution=f"{b.distribution} {b.version}".strip(),
+    job = Lowering(
+        source=model_or_ep,
+        inputs=tuple(example_inputs),
+        backend=b,
+        clock=StageClock(b.name, progress or (lambda msg: None)),
         dry_run=dry_run,
-        partitions=parts,
-        delegated_ops=dict(delegated),
-        cpu_ops=dict(Counter(c.op for c in cpu)),
-        cpu_nodes=cpu,
-        fusions=edge_stage.fusions,
-        kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in partitioner.stranded],
-        decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in partitioner.decomposed.items()],
+        verify=verify,
+        tolerance=check_tolerance(tolerance),
+        label=model_name or type(model_or_ep).__name__,
     )
-    if partitioner.stranded:
-        report.notes.append(partitioner.stranded_message())
-    result = LoweringResult(report=report, exported_program=ep, edge=edge, example_inputs=example_inputs, eager_outputs=eager_outputs)
-    if not dry_run:
-        result.program = timed("serialize .pte", lambda: edge.to_executorch())
-        _ = result.program.buffer
-    if verify:
-        if dry_run:
-            report.notes.append("verification skipped: a dry run produces no program to run")
-        else:
-            report.verification = timed("verify", lambda: verify_result(result, b))
-    report.stages = stages
-    return result
+    for stage in STAGES:
+        if stage.applies(job):
+            _run_stage(job, stage)
+    if verify and dry_run:
+        job.report.notes.append("verification skipped: a dry run produces no program to run")
+    job.report.stages = job.clock.timings
+    return job.result
 
 
-def verify_result(result: LoweringResult, backend: str | Backend) -> Verification:
-    """Run the lowered program and compare each output against eager."""
-    backend = _resolve(backend)  # edgeplug.verify(result, "webgpu") takes a name too
-    if backend.spec.verify == "pte":
-        from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+# -- verification -----------------------------------------------------------------------
 
-        module = _load_for_executorch_from_buffer(result.buffer)
-        outs = _flatten(module.forward(tuple(result.example_inputs)))
-        method, adapter, note = "pte", "executorch runtime (host CPU)", ""
-    elif backend.spec.verify == "kernels":
-        from edgeplug.runtime import run_lowered
 
-        run = run_lowered(result, backend)
-        outs, method, adapter, note = run.outputs, "kernels", run.adapter, run.note
+def _runtime_inputs(example_inputs: Sequence[Any]) -> tuple:
+    """The inputs as the runtime takes them: the leaves of the (possibly nested) example inputs."""
+    return tuple(x for x in pytree.tree_leaves(tuple(example_inputs)) if x is not None)
+
+
+def _run_pte(result: LoweringResult) -> tuple[list[torch.Tensor], str, str, str]:
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    module = _load_for_executorch_from_buffer(result.buffer)
+    outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result.example_inputs))))
+    return outs, "pte", "executorch runtime (host CPU)", ""
+
+
+def _run_kernels(result: LoweringResult, backend: Backend) -> tuple[list[torch.Tensor], str, str, str]:
+    from edgeplug.runtime import run_lowered
+
+    run = run_lowered(_with_copied_inputs(result), backend)
+    return run.outputs, "kernels", run.adapter, run.note
+
+
+def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
+    # the host interpreter may change inputs in place, as the model does: give it copies
+    return LoweringResult(
+        report=result.report, exported_program=result.exported_program, edge=result.edge, program=result.program,
+        example_inputs=copy.deepcopy(tuple(result.example_inputs)), reference=result.reference,
+    )
+
+
+def _labelled_reference(result: LoweringResult, count: int) -> tuple[list[torch.Tensor], list[str]]:
+    """The reference for ``count`` lowered outputs: user outputs, plus inputs the program mutates when returned."""
+    ref = result.reference
+    outputs = list(ref.outputs)
+    names = [""] * len(outputs)
+    if count == len(outputs) or result.edge is None:
+        return outputs, names
+    ep = result.edge.exported_program()
+    user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    mutated, values, labels = [], [], []
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind.name == "USER_INPUT_MUTATION" and spec.target in user_inputs:
+            i = user_inputs.index(spec.target)
+            if i < len(ref.inputs_after) and isinstance(ref.inputs_after[i], torch.Tensor):
+                mutated.append(spec.target)
+                values.append(ref.inputs_after[i])
+                labels.append(f"input {spec.target!r} (changed in place)")
+    if count == len(outputs) + len(values):  # the runtime returns mutated inputs first, as the program does
+        return [*values, *outputs], [*labels, *names]
+    return outputs, names
+
+
+def verify(
+    result: LoweringResult, backend: str | Backend, *, tolerance: Optional[float] = None,
+    reference: Optional[Sequence[torch.Tensor]] = None,
+) -> Verification:
+    """``edgeplug.verify``: run the lowered program and compare each output with eager.
+
+    ``backend`` is a ``Backend`` or its name; ``BackendSpec.verify_method`` says
+    how the program runs here. ``tolerance`` is the max |difference| accepted
+    (default by output dtype; see ``edgeplug.verification``); ``reference``
+    replaces eager's outputs (e.g. a quantized model's). NaN and infinities
+    are compared by position. ``Verification.passed`` says whether it held.
+    """
+    from edgeplug.verification import compare_outputs
+
+    backend = _resolve(backend)
+    method = backend.spec.verify_method
+    if method == "pte":
+        outs, method, adapter, note = _run_pte(result)
+    elif method == "kernels":
+        outs, method, adapter, note = _run_kernels(result, backend)
     else:
         raise VerificationError(
             f"backend {backend.name!r} has no way to run its programs on this host "
-            "(its BackendSpec.verify is 'none'); run the .pte on the device instead"
+            "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
         )
-    eager = result.eager_outputs
-    if len(outs) != len(eager):
-        raise VerificationError(f"the lowered program returned {len(outs)} outputs, eager returned {len(eager)}")
-    checks = []
-    for i, (a, e) in enumerate(zip(outs, eager)):
-        if tuple(a.shape) != tuple(e.shape):
-            raise VerificationError(f"output {i}: lowered shape {tuple(a.shape)} != eager shape {tuple(e.shape)}")
-        diff = (a.to(torch.float64) - e.detach().to(torch.float64)).abs().max().item() if a.numel() else 0.0
-        checks.append(OutputCheck(output=i, max_abs_diff=diff, shape=list(e.shape)))
+    if reference is not None:
+        expected, names = list(reference), [""] * len(reference)
+    else:
+        expected, names = _labelled_reference(result, len(outs))
+    checks = compare_outputs(outs, expected, tolerance, names)
     return Verification(method=method, adapter=adapter, outputs=checks, note=note)

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
 from edgeplug.records import FusionRecord
+
+
+def _finite_or_null(value: Any, path: str, replaced: list[str]) -> Any:
+    """``value`` with every non-finite float replaced by None; ``replaced`` collects their paths."""
+    if isinstance(value, float) and not math.isfinite(value):
+        replaced.append(f"{path or 'value'} ({value})")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v, f"{path}.{k}" if path else str(k), replaced) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v, f"{path}[{i}]", replaced) for i, v in enumerate(value)]
+    return value
 
 
 class StageTiming(BaseModel):
@@ -30,9 +43,29 @@ class CpuNode(BaseModel):
 
 
 class OutputCheck(BaseModel):
+    """One output (or mutated input/buffer) of a verified program against its reference."""
+
     output: int
+    #: what was compared when it is not a plain output, e.g. "input 'x' (mutated in place)"
+    name: str = ""
     max_abs_diff: float
     shape: list[int]
+    dtype: str = ""
+    #: the max |difference| accepted, and why that value (given, or the default for the dtype)
+    tolerance: Optional[float] = None
+    tolerance_reason: str = ""
+    #: NaN/inf values at the same positions in both (these compare equal)
+    nonfinite_matched: int = 0
+    #: why this output fails (empty: it passes)
+    problems: list[str] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    @property
+    def label(self) -> str:
+        return self.name or f"output {self.output}"
 
 
 class Verification(BaseModel):
@@ -44,6 +77,14 @@ class Verification(BaseModel):
     @property
     def max_abs_diff(self) -> float:
         return max((o.max_abs_diff for o in self.outputs), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    def failures(self) -> list[str]:
+        """One line per failing output: what it is and why it fails."""
+        return [f"{o.label}: {'; '.join(o.problems)}" for o in self.outputs if o.problems]
 
 
 class LoweringReport(BaseModel):
@@ -75,14 +116,20 @@ class LoweringReport(BaseModel):
         return sum(self.cpu_ops.values())
 
     def to_json(self, indent: int = 2) -> str:
+        """Strict JSON: a non-finite number is written as null, and a note says where."""
         data = self.model_dump(mode="json")
         data["summary"] = {
             "partitions": len(self.partitions),
             "delegated_nodes": self.delegated_nodes,
             "cpu_nodes": self.cpu_node_count,
             "max_abs_diff": self.verification.max_abs_diff if self.verification else None,
+            "verified": self.verification.passed if self.verification else None,
         }
-        return json.dumps(data, indent=indent)
+        replaced: list[str] = []
+        data = _finite_or_null(data, "", replaced)
+        if replaced:
+            data["notes"] = [*data["notes"], "non-finite numbers written as null (JSON has none): " + ", ".join(replaced)]
+        return json.dumps(data, indent=indent, allow_nan=False)
 
     def to_table(self) -> str:
         lines: list[str] = []
@@ -129,7 +176,9 @@ class LoweringReport(BaseModel):
             where = f" on {v.adapter}" if v.adapter else ""
             add(f"verification ({v.method}{where}): max |difference| vs eager = {v.max_abs_diff:.3e}")
             for o in v.outputs:
-                add(f"  output {o.output} {tuple(o.shape)}: {o.max_abs_diff:.3e}")
+                tol = f" (tolerance {o.tolerance:.3e}, {o.tolerance_reason})" if o.tolerance is not None else ""
+                verdict = f" FAILED: {'; '.join(o.problems)}" if o.problems else ""
+                add(f"  {o.label} {tuple(o.shape)}: {o.max_abs_diff:.3e}{tol}{verdict}")
             if v.note:
                 add(f"  note: {v.note}")
         add("")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from edgeplug.errors import EdgeplugError
 
@@ -66,8 +66,18 @@ def _check_contract(result: Any, spec: str) -> tuple[Any, tuple[Any, ...]]:
     return model, inputs
 
 
-def load_model(spec: str) -> tuple[Any, tuple[Any, ...], str]:
-    """Resolve an example name or ``FILE.py:ATTR`` to ``(model, inputs, label)``."""
+def _describe_exit(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}); a model file must return (model, example_inputs), not exit"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def load_model(spec: str, progress: Optional[Callable[[str], None]] = None) -> tuple[Any, tuple[Any, ...], str]:
+    """Resolve an example name or ``FILE.py:ATTR`` to ``(model, inputs, label)``.
+
+    ``FILE.py`` is executed as ``python FILE.py`` would run it (its folder on
+    ``sys.path``, so sibling imports work); ``progress`` is told so.
+    """
     if spec in EXAMPLES:
         return (*_check_contract(EXAMPLES[spec][0](), spec), spec)
     if ":" in spec:
@@ -81,11 +91,16 @@ def load_model(spec: str) -> tuple[Any, tuple[Any, ...], str]:
             raise EdgeplugError(f"cannot import {path_s!r} as a Python file")
         module = importlib.util.module_from_spec(loader)
         sys.modules[mod_name] = module
+        if progress is not None:
+            progress(f"executing {path_s} (a model file is run as Python code), then calling {attr}()")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # sibling imports work, as under `python FILE.py`
         try:
             loader.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             sys.modules.pop(mod_name, None)  # no half-imported module left behind
-            raise EdgeplugError(f"importing {path_s} failed: {type(exc).__name__}: {exc}") from exc
+            raise EdgeplugError(f"importing {path_s} failed: {_describe_exit(exc)}") from exc
         fn = getattr(module, attr, None)
         if fn is None or not callable(fn):
             raise EdgeplugError(
@@ -94,8 +109,8 @@ def load_model(spec: str) -> tuple[Any, tuple[Any, ...], str]:
             )
         try:
             result = fn()
-        except Exception as exc:
-            raise EdgeplugError(f"calling {spec} failed: {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            raise EdgeplugError(f"calling {spec} failed: {_describe_exit(exc)}") from exc
         return (*_check_contract(result, spec), spec)
     import difflib
 

@@ -265,7 +265,14 @@ class _TopInterpreter(Interpreter):
 
 
 def run_lowered(result: Any, backend: Any) -> LoweredRun:
-    """Execute ``result`` (a LoweringResult) on the host; delegates' ops with ``backend``'s kernels."""
+    """Execute ``result`` (a LoweringResult) on the host; delegates' ops with ``backend``'s kernels.
+
+    ``backend`` is a ``Backend`` or its name, as for ``edgeplug.verify``.
+    """
+    if isinstance(backend, str):
+        from edgeplug.backend import get_backend
+
+        backend = get_backend(backend)
     if result.edge is None:
         raise VerificationError("the lowering result holds no edge program to run")
     ep = result.edge.exported_program()

@@ -1,0 +1,172 @@
+"""Saying who is at fault when a lowering stage fails: a plugin, executorch, torch, the model, or edgeplug.
+
+``stage_failure(exc, stage, backend)`` turns any exception into one
+``LoweringError`` whose first line names the stage, the party at fault (found
+by walking the traceback: the innermost frame that belongs to one of the
+backend's plugins, or to executorch, with the executorch pass that was
+running, if any) and the first line of the original cause. The original
+exception stays chained as ``__cause__`` for ``--debug``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import traceback
+from types import FrameType, TracebackType
+from typing import Any, Iterator, Optional
+
+from edgeplug.errors import EdgeplugError, LoweringError
+
+#: top-level packages that are never "the plugin at fault"
+_LIBRARIES = {"edgeplug", "torch", "executorch", "torchao", "pydantic", "pluggy", "functools", "contextlib", "importlib"}
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of ``exc``'s chain (``__cause__``, else ``__context__``)."""
+    seen = {id(exc)}
+    while True:
+        nxt = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        if nxt is None or id(nxt) in seen:
+            return exc
+        seen.add(id(nxt))
+        exc = nxt
+
+
+def edgeplug_cause(exc: BaseException) -> Optional[EdgeplugError]:
+    """The outermost ``EdgeplugError`` in ``exc``'s chain of causes, if any."""
+    seen = set()
+    cur: Optional[BaseException] = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, EdgeplugError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _frames(exc: BaseException) -> Iterator[FrameType]:
+    """Frames of every exception in the chain, innermost first."""
+    chain = []
+    cur: Optional[BaseException] = exc
+    seen = set()
+    while cur is not None and id(cur) not in seen:
+        chain.append(cur)
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(chain):
+        tbs: list[TracebackType] = []
+        tb = e.__traceback__
+        while tb is not None:
+            tbs.append(tb)
+            tb = tb.tb_next
+        for t in reversed(tbs):
+            yield t.tb_frame
+
+
+def _module_of(fn: Any) -> Optional[str]:
+    fn = getattr(fn, "__func__", fn)
+    mod = getattr(fn, "__module__", None)
+    if mod is None and hasattr(fn, "__call__"):
+        mod = type(fn).__module__
+    return mod
+
+
+def plugin_modules(backend: Any) -> dict[str, Any]:
+    """Top-level module/package name -> PluginInfo, for the code each of ``backend``'s plugins contributed."""
+    out: dict[str, Any] = {}
+
+    def add(fn: Any, info: Any) -> None:
+        mod = _module_of(fn)
+        if not mod or info is None:
+            return
+        top = mod.split(".")[0]
+        if top not in _LIBRARIES:
+            out.setdefault(top, info)
+
+    spec = backend.spec
+    for attr in ("partitioner", "availability", "lowering_context"):
+        add(getattr(spec, attr, None), backend.plugin)
+    for group, attrs in (("passes", ("fn",)), ("kernels", ("impl", "checks")), ("filters", ("fn",))):
+        for rec in getattr(backend, group, ()):
+            for attr in attrs:
+                add(getattr(rec, attr, None), backend.origin(rec))
+    ep = getattr(backend.plugin, "entry_point", "")
+    if "=" in ep:
+        top = ep.split("=", 1)[1].strip().split(".")[0].split(":")[0]
+        if top and top not in _LIBRARIES:
+            out.setdefault(top, backend.plugin)
+    return out
+
+
+def _executorch_pass(frame: FrameType) -> Optional[str]:
+    owner = frame.f_locals.get("self")
+    if owner is None:
+        return None
+    cls = type(owner)
+    if not cls.__module__.startswith("executorch."):
+        return None
+    names = [c.__name__ for c in inspect.getmro(cls)]
+    if cls.__name__.endswith("Pass") or any(n in ("PassBase", "ExportPass", "ExportedProgramPassBase") for n in names):
+        return f"{cls.__name__} ({cls.__module__})"
+    return None
+
+
+def at_fault(exc: BaseException, backend: Any = None) -> str:
+    """Who is at fault, as a phrase: "plugin 'x' (...)", "executorch's pass P (module)", ..."""
+    plugins = plugin_modules(backend) if backend is not None else {}
+    executorch_where: Optional[str] = None
+    for frame in _frames(root_cause(exc)) if root_cause(exc).__traceback__ else _frames(exc):
+        mod = frame.f_globals.get("__name__", "") or ""
+        top = mod.split(".")[0]
+        if top in plugins:
+            return plugins[top].describe()
+        if top == "executorch":
+            found = _executorch_pass(frame)
+            if found:
+                return f"executorch's pass {found}"
+            if executorch_where is None:
+                executorch_where = f"{mod}.{frame.f_code.co_name}"
+        if top == "edgeplug" and executorch_where is None:
+            return "edgeplug itself"
+        if mod.startswith("_edgeplug_user_"):
+            return "the model"
+    for frame in _frames(exc):  # an executorch pass further out (e.g. running the failing helper)
+        mod = frame.f_globals.get("__name__", "") or ""
+        if mod.startswith("executorch."):
+            found = _executorch_pass(frame)
+            if found:
+                return f"executorch's pass {found}"
+    if executorch_where is not None:
+        return f"executorch ({executorch_where})"
+    return "torch" if any((f.f_globals.get("__name__") or "").startswith("torch") for f in _frames(exc)) else "unknown code"
+
+
+def stage_failure(exc: BaseException, stage: str, backend: Any) -> LoweringError:
+    """One ``LoweringError``: stage, backend, who is at fault, and the cause's first line."""
+    who = at_fault(exc, backend)
+    cause = first_line(root_cause(exc))
+    outer = first_line(exc)
+    if outer != cause:
+        cause = f"{cause} (raised as {outer})"
+    msg = f"stage {stage!r} failed for backend {backend.name!r} in {who}: {cause}"
+    if who.startswith("executorch"):
+        msg += ". This error is executorch's own, not edgeplug's or a plugin's; run with --debug for its traceback"
+    elif who.startswith("plugin"):
+        msg += ". This is a bug in the plugin; report it to its maintainers"
+    err = LoweringError(msg)
+    err.stage = stage
+    err.at_fault = who
+    return err
+
+
+def format_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+__all__ = ["at_fault", "edgeplug_cause", "first_line", "format_traceback", "plugin_modules", "root_cause", "stage_failure"]
