@@ -96,6 +96,13 @@ def cmd_lower(args: argparse.Namespace) -> int:
     if args.dry_run and args.report:
         check_output_paths({"the .pte": out, "the report": args.report})
     model, inputs, label = load_model(args.model, progress=progress)
+    if args.quantize:  # the backend's own quantizer, before lowering (edgeplug.quantization)
+        from edgeplug.quantization import load_calibration, quantize
+
+        calibration = load_calibration(args.calibration) if args.calibration else None
+        model = quantize(model, inputs, backend, args.quantize, calibration, progress=progress)
+    elif args.calibration:
+        raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
     result = lower(
         model, inputs, backend, verify=args.verify, dry_run=args.dry_run, model_name=label,
         progress=progress, tolerance=args.tolerance,
@@ -149,6 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
         "1e-4 for fp32, a few ulps of the output's magnitude for fp16/bf16)",
     )
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
+    lo.add_argument(
+        "--quantize", metavar="SCHEME",
+        help="quantize with the backend's own PT2E quantizer first (qnn: 8a8w, 16a8w, 8a4w; samsung: a8w8; "
+        "xnnpack: 8a8w; vulkan/webgpu: w8, w4); --verify then compares with the quantized model",
+    )
+    lo.add_argument(
+        "--calibration", metavar="FILE.py:ATTR",
+        help="calibration inputs for --quantize: ATTR is a list of input tuples, or a callable returning one "
+        "(default: the example inputs)",
+    )
     lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
     lo.add_argument("--debug", action="store_true", help=f"on an error, print its traceback too (or set {DEBUG_ENV}=1)")

@@ -301,6 +301,11 @@ def _serialize(job: Lowering) -> None:
 
 
 def _verify(job: Lowering) -> None:
+    from edgeplug.quantization import is_quantized, verify_quantized
+
+    if is_quantized(job.source):  # against the quantized model, with a tolerance from its output scale
+        job.report.verification = verify_quantized(job.result, job.backend, job.source, job.tolerance)
+        return
     job.report.verification = verify(job.result, job.backend, tolerance=job.tolerance)
 
 
@@ -464,6 +469,9 @@ def lower(
     if verify and dry_run:
         job.report.notes.append("verification skipped: a dry run produces no program to run")
     job.report.stages = job.clock.timings
+    from edgeplug.quantization import describe_quantization
+
+    describe_quantization(job.report, job.source, b)  # scheme, norms, quantize timings
     return job.result
 
 

@@ -22,13 +22,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from edgeplug.errors import EdgeplugError, PluginConflictError
+from pydantic import BaseModel, Field
+
+from edgeplug.errors import EdgeplugError, PluginConflictError, VerificationError
 from edgeplug.records import FusionRecord, QuantScheme
 
 Progress = Callable[[str], None]
 
 #: key of ``GraphModule.meta`` under which ``quantize`` leaves its ``QuantizationInfo``
 META_KEY = "edgeplug_quantization"
+
+#: default verification tolerance of a quantized output, in steps of its output scale: the
+#: lowered program rounds at every requantization as the reference does, but a value one step
+#: off at one layer moves the next layers' outputs too (measured: 1 step for the MLP example,
+#: 4 for the 2-layer Llama on XNNPACK); a wrong weight or op is tens of steps off
+QUANT_STEPS = 8
 
 
 class QuantizationError(EdgeplugError):
@@ -52,6 +60,58 @@ class QuantizationInfo:
     stages: list[tuple[str, float]] = field(default_factory=list)
     #: the RMSNorm recomposition before annotation, one record per match
     fusions: list[FusionRecord] = field(default_factory=list)
+    #: the float model's outputs on ``example_inputs`` (for |lowered - float| in reports)
+    example_inputs: tuple = ()
+    float_outputs: list[Any] = field(default_factory=list)
+
+    def summary(self) -> "QuantizationSummary":
+        return QuantizationSummary(
+            quantizer_backend=self.backend, scheme=self.scheme, description=self.description,
+            activation_bits=self.activation_bits, weight_bits=self.weight_bits, per_channel=self.per_channel,
+            distribution=self.distribution, calibration_batches=self.calibration_batches,
+            norms=self.fusions,
+        )
+
+
+class QuantizationSummary(BaseModel):
+    """The report's account of a quantized program: whose quantizer, what it did, how it verified."""
+
+    #: the backend whose quantizer produced the program (may differ from the lowering's)
+    quantizer_backend: str
+    scheme: str
+    description: str = ""
+    activation_bits: Optional[int] = None
+    weight_bits: Optional[int] = None
+    per_channel: Optional[bool] = None
+    distribution: str = ""
+    calibration_batches: int = 0
+    #: RMSNorms recomposed before annotation (``fused``/``folded_weight``) or refused, with why
+    norms: list[FusionRecord] = Field(default_factory=list)
+    #: set when the program was quantized for another backend than the one it is lowered for
+    foreign: bool = False
+    #: what verification compared with, and per output |lowered - quantized| and |lowered - float|
+    reference: str = ""
+    versus_quantized: list[float] = Field(default_factory=list)
+    versus_float: list[float] = Field(default_factory=list)
+
+    def table_lines(self) -> list[str]:
+        bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
+        what = f"{bits}, {self.weight_bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} weights"
+        lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {self.calibration_batches} calibration batches)"]
+        if self.foreign:
+            lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
+        outcomes = {}
+        for r in self.norms:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        if self.norms:
+            told = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+            lines.append(f"  norms recomposed before annotation: {len(self.norms)} ({told})")
+            lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
+        if self.reference:
+            lines.append(f"  verification reference: {self.reference}")
+        for i, (q, f) in enumerate(zip(self.versus_quantized, self.versus_float)):
+            lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}, |lowered - float| = {f:.3e}")
+        return lines
 
 
 # -- schemes ---------------------------------------------------------------------
@@ -215,8 +275,22 @@ def quantize(
 
     timed("calibrate", calibrate)
     converted = timed("convert", lambda: convert_pt2e(prepared))
+    info.example_inputs, info.float_outputs = example_inputs, _float_outputs(model, example_inputs)
     converted.meta[META_KEY] = info
     return converted
+
+
+def _float_outputs(model: Any, inputs: tuple) -> list[Any]:
+    import copy
+
+    import torch
+    import torch.utils._pytree as pytree
+    from torch.export import ExportedProgram
+
+    module = model.module() if isinstance(model, ExportedProgram) else copy.deepcopy(model)
+    with torch.no_grad():
+        out = module(*copy.deepcopy(inputs))
+    return [t.detach() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
 def quantization_info(model: Any) -> Optional[QuantizationInfo]:
@@ -225,8 +299,224 @@ def quantization_info(model: Any) -> Optional[QuantizationInfo]:
     return meta.get(META_KEY) if isinstance(meta, dict) else None
 
 
+
+# -- lowering a quantized program ----------------------------------------------------
+
+
+def _graph_module(model: Any) -> Any:
+    from torch.export import ExportedProgram
+
+    return model.graph_module if isinstance(model, ExportedProgram) else model
+
+
+def is_quantized(model: Any) -> bool:
+    """Whether ``model`` (a module or program) holds quantize/dequantize ops or came from ``quantize``."""
+    if quantization_info(model) is not None:
+        return True
+    gm = _graph_module(model)
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return False
+    return any(n.op == "call_function" and "quantized_decomposed" in str(n.target) for n in graph.nodes)
+
+
+def output_steps(model: Any) -> list[Optional[float]]:
+    """Per output of ``model``'s graph: the scale of the dequantize that produces it, or None."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    gm = _graph_module(model)
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return []
+    out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+    if out is None:
+        return []
+    steps: list[Optional[float]] = []
+    for leaf in pytree.tree_leaves(out.args[0]):
+        if not isinstance(leaf, torch.fx.Node):
+            continue
+        step = None
+        if leaf.op == "call_function" and "dequantize_per_tensor" in str(leaf.target) and len(leaf.args) > 1:
+            scale = leaf.args[1]
+            if isinstance(scale, torch.fx.Node) and scale.op == "get_attr":
+                scale = _attr(gm, scale.target)
+            if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+                scale = scale.item()
+            step = float(scale) if isinstance(scale, (int, float)) else None
+        steps.append(step)
+    return steps
+
+
+def _attr(gm: Any, target: str) -> Any:
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) -> tuple:
+    """(outputs, method, adapter, note) of the lowered program, as ``edgeplug.verify`` runs it."""
+    from edgeplug import pipeline
+    from edgeplug.failures import first_line
+
+    method = backend.spec.verify_method
+    if method not in ("pte", "kernels"):
+        raise VerificationError(
+            f"backend {backend.name!r} has no way to run its programs on this host "
+            "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
+        )
+    try:
+        return pipeline._run_pte(result) if method == "pte" else pipeline._run_kernels(result, backend)
+    except EdgeplugError:
+        raise
+    except Exception as exc:
+        foreign = info is not None and info.backend != backend.name
+        if foreign:
+            why = (
+                f"the program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}), whose "
+                f"quantized ops {backend.name} does not take as they are"
+            )
+        else:
+            why = "the backend's runtime refused the quantized program"
+        own = ", ".join(s.scheme for _, s in _contributions(backend.name)) or "none"
+        raise VerificationError(
+            f"running the lowered quantized program with {backend.name}'s runtime failed: {first_line(exc)}; "
+            f"{why}. Quantize for {backend.name} itself (its schemes: {own}), e.g. "
+            f"`edgeplug lower MODEL --backend {backend.name} --quantize SCHEME --verify`"
+        ) from exc
+
+
+def _same_inputs(a: tuple, b: tuple) -> bool:
+    import torch
+    import torch.utils._pytree as pytree
+
+    la, lb = pytree.tree_leaves(a), pytree.tree_leaves(b)
+    if len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and not (x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)):
+            return False
+    return True
+
+
+def verify_quantized(result: Any, backend: Any, model: Any, tolerance: Optional[float] = None) -> Any:
+    """``edgeplug.verify`` for a quantized program; fills ``result.report.quantization`` too.
+
+    The reference is the quantized model's eager output (``result``'s
+    reference, since ``model`` is what was lowered). Each output whose value a
+    dequantize produces is held to ``QUANT_STEPS`` steps of its scale unless
+    ``tolerance`` is given; other outputs (weight-only schemes) to the float
+    default. |lowered - float| is reported where ``quantize`` kept the float
+    model's outputs for the same inputs.
+    """
+    import torch
+
+    from edgeplug.report import Verification
+    from edgeplug.verification import check_tolerance, compare_output
+
+    tolerance = check_tolerance(tolerance)
+    info = quantization_info(model)
+    outs, method, adapter, note = _run_lowered(result, backend, info)
+    reference = list(result.eager_outputs)
+    if len(outs) != len(reference):
+        raise VerificationError(
+            f"the lowered program returned {len(outs)} outputs, the quantized model returned {len(reference)}"
+        )
+    steps = output_steps(model)
+    checks = []
+    for i, (a, e) in enumerate(zip(outs, reference)):
+        step = steps[i] if i < len(steps) and len(steps) == len(reference) else None
+        why = None
+        tol = tolerance
+        if tol is None and step is not None:
+            tol = QUANT_STEPS * step
+            why = f"default for a quantized output: {QUANT_STEPS} steps of its output scale {step:.4g}"
+        check = compare_output(i, a, e, tol)
+        if why is not None:
+            check = check.model_copy(update={"tolerance_reason": why})
+        checks.append(check)
+    summary = result.report.quantization or (info.summary() if info is not None else None)
+    if summary is None:
+        summary = QuantizationSummary(quantizer_backend="unknown", scheme="unknown", description="quantized outside edgeplug")
+    summary.reference = "the quantized model's eager output"
+    summary.versus_quantized = [c.max_abs_diff for c in checks]
+    if info is not None and info.float_outputs and _same_inputs(info.example_inputs, tuple(result.example_inputs)):
+        summary.versus_float = [
+            (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
+            for a, f in zip(outs, info.float_outputs)
+        ]
+    result.report.quantization = summary
+    note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
+    return Verification(method=method, adapter=adapter, outputs=checks, note=note)
+
+
+def describe_quantization(report: Any, model: Any, backend: Any) -> None:
+    """Put what ``quantize`` did to ``model`` into a lowering ``report``: scheme, norms, timings, and
+    a note when ``model`` was quantized with another backend's quantizer."""
+    from edgeplug.report import StageTiming
+
+    info = quantization_info(model)
+    if info is None:
+        if is_quantized(model) and report.quantization is None:
+            report.notes.append(
+                "the program holds quantize/dequantize ops from a quantizer edgeplug did not run; "
+                "its norms were not recomposed before annotation (use edgeplug.quantize or --quantize)"
+            )
+        return
+    summary = report.quantization or info.summary()
+    summary.foreign = info.backend != backend.name
+    report.quantization = summary
+    report.stages = [StageTiming(stage=f"quantize: {s}", seconds=t) for s, t in info.stages] + list(report.stages)
+    if summary.foreign:
+        report.notes.append(
+            f"this program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}, "
+            f"{info.distribution}), not {backend.name}'s: {backend.name} may not run it as it is; quantize "
+            f"for {backend.name} (--backend {backend.name} --quantize SCHEME) to lower it"
+        )
+
+
+def load_calibration(spec: str) -> list[tuple]:
+    """``FILE.py:ATTR`` -> a list of input tuples: ATTR is such an iterable, or a callable returning one."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if ":" not in spec:
+        raise QuantizationError(f"--calibration {spec!r}: expected FILE.py:ATTR")
+    path_s, attr = spec.rsplit(":", 1)
+    path = Path(path_s)
+    if not path.is_file():
+        raise QuantizationError(f"calibration file {path_s!r} does not exist")
+    name = f"_edgeplug_calibration_{path.stem}"
+    loader = importlib.util.spec_from_file_location(name, path)
+    if loader is None or loader.loader is None:
+        raise QuantizationError(f"cannot import {path_s!r} as a Python file")
+    module = importlib.util.module_from_spec(loader)
+    try:
+        loader.loader.exec_module(module)
+        value = getattr(module, attr)
+        data = value() if callable(value) else value
+        batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in data]
+    except AttributeError as exc:
+        raise QuantizationError(f"{path_s} has no {attr!r}: it must name input tuples, or a callable returning them") from exc
+    except Exception as exc:
+        raise QuantizationError(f"loading calibration data {spec} failed: {type(exc).__name__}: {exc}") from exc
+    if not batches:
+        raise QuantizationError(f"{spec} gave no calibration inputs: give at least one input tuple")
+    return batches
+
 __all__ = [
+    "QUANT_STEPS",
     "QuantizationError",
+    "QuantizationSummary",
+    "describe_quantization",
+    "is_quantized",
+    "load_calibration",
+    "output_steps",
+    "verify_quantized",
     "QuantizationInfo",
     "make_quantizer",
     "quant_scheme",

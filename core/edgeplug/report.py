@@ -10,6 +10,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, Field
 
 from edgeplug.records import FusionRecord
+from edgeplug.quantization import QuantizationSummary
 
 
 def _finite_or_null(value: Any, path: str, replaced: list[str]) -> Any:
@@ -105,6 +106,8 @@ class LoweringReport(BaseModel):
     output_path: Optional[str] = None
     output_bytes: Optional[int] = None
     verification: Optional[Verification] = None
+    #: set for a quantized program: whose quantizer, the norms it saw, |lowered - quantized| and |lowered - float|
+    quantization: Optional[QuantizationSummary] = None
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -162,6 +165,9 @@ class LoweringReport(BaseModel):
             for c in self.decomposed_instead:
                 add(f"  {c.op:<40} {c.node}: {c.reason}")
         add("")
+        if self.quantization is not None:
+            lines.extend(self.quantization.table_lines())
+            add("")
         outcomes = Counter(f.outcome for f in self.fusions)
         summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
         add(f"fusions: {len(self.fusions)}" + (f" ({summary})" if summary else ""))

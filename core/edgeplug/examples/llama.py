@@ -24,6 +24,10 @@ class RMSNorm(nn.Module):
         return h * scale
 
 
+#: the additive causal-mask value (finite, so the examples can be quantized)
+MASK_VALUE = -30.0
+
+
 def _rope(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = q.shape[-1] // 2
     q1, q2 = q[..., :half], q[..., half:]
@@ -84,7 +88,10 @@ class TinyDecoder(nn.Module):
         ang = torch.cat((ang, ang), dim=-1)
         self.register_buffer("cos", ang.cos()[None, None])
         self.register_buffer("sin", ang.sin()[None, None])
-        mask = torch.full((seq, seq), float("-inf")).triu(1)
+        # A finite mask, not -inf: exp(MASK_VALUE) is ~1e-13 of an unmasked score, so the float model
+        # computes what -inf would, while a quantizer's observers see a finite range (-inf makes
+        # QnnQuantizer's ranges NaN and spreads XNNPACK's over every representable value).
+        mask = torch.full((seq, seq), MASK_VALUE).triu(1)
         self.register_buffer("mask", mask[None, None])
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
