@@ -212,4 +212,4 @@ def test_kept_whole_op_left_on_cpu_is_reported(edgeplug_register):
     assert [s.op for s in stranded] == ["aten.linear.default"]
     assert "constant-only" in stranded[0].reason and "kept whole" in stranded[0].reason
     assert stranded[0].node in result.report.to_table()
-    assert any("kept-whole op(s) left on the CPU" in n for n in result.report.notes)
+    assert any("op(s) left on the CPU for backend 'qnn' that cannot run there" in n for n in result.report.notes)

@@ -111,3 +111,64 @@ def test_llama_example_reports_every_graph_break(backend):
     assert sum(rep.cpu_ops.values()) == len(rep.cpu_nodes)
     for c in rep.cpu_nodes:
         assert c.reason and "no reason recorded" not in c.reason, c
+
+
+def test_support_check_is_the_backends_own_with_its_reasons():
+    """edgeplug.partition.support_check: node -> Verdict, from the plugin (BackendSpec.support_check)."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    from edgeplug.partition import Verdict, support_check
+
+    class AtanSwish(nn.Module):
+        def forward(self, x, y):
+            return torch.atan2(torch.nn.functional.hardswish(x), y)
+
+    aten = torch.export.export(AtanSwish(), (torch.randn(4, 8), torch.randn(4, 8)))
+    ep = to_edge(aten, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+    calls = [n for n in ep.graph.nodes if n.op == "call_function"]
+    atan2 = next(n for n in calls if "atan2" in str(n.target))
+    vulkan = support_check("vulkan", ep.graph_module)
+    assert vulkan(atan2) == Verdict(False, "Vulkan: no operator implementation")
+    # webgpu reuses the vulkan plugin's check, on the Vulkan partitioner its own wraps
+    assert edgeplug.get_backend("webgpu").spec.support_check is edgeplug.get_backend("vulkan").spec.support_check
+    assert support_check("webgpu", ep.graph_module)(atan2) == Verdict(False, "Vulkan: no operator implementation")
+    qnn = support_check(edgeplug.get_backend("qnn"))
+    assert not qnn(atan2) and "not in the QNN (HTP) support table" in qnn(atan2).reason
+    assert all(isinstance(qnn(n), Verdict) for n in calls)
+    # aten nodes (before decomposition) are presented to the check as edge ops
+    aten_atan2 = next(n for n in aten.graph.nodes if "atan2" in str(n.target))
+    assert support_check("vulkan")(aten_atan2) == Verdict(False, "Vulkan: no operator implementation")
+    assert support_check("xnnpack") is None  # XNNPACK states support only by tagging
+
+
+def test_partition_outcome_is_frozen():
+    import dataclasses
+
+    part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
+    assert part.outcome is None and part.partitions == [] and part.stranded == []
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    ep = torch.export.export(MatmulAndDouble(), _inputs())
+    to_edge_transform_and_lower(ep, partitioner=[part], compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    out = part.outcome
+    assert out.partitions and out.cpu_reasons and out.tags
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.stranded = ()
+    with pytest.raises(TypeError):
+        out.cpu_reasons["x"] = "y"
+    assert set(out.tags.values()) == {p.tag for p in out.partitions}
+
+
+def test_partition_functions_are_short():
+    """Partitioning is named phases, none longer than about 60 lines."""
+    import ast
+    from pathlib import Path
+
+    import edgeplug.partition as pkg
+
+    long = []
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long

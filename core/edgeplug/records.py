@@ -75,6 +75,14 @@ class BackendSpec(_Record):
     #: delegate's preprocess (e.g. to keep executorch's own fusions out).
     #: It must restore whatever it changes on exit, errors included.
     lowering_context: Optional[Callable[[], Any]] = None
+    #: The backend's per-node support check, for a partitioner ``partitioner()``
+    #: made: ``support_check(partitioner, graph_module_or_None)`` returns
+    #: ``check(node)``, answering an ``edgeplug.partition.Verdict`` (``Verdict(False,
+    #: reason)`` to refuse with a reason) or a bool, for aten and edge nodes.
+    #: The core asks it which kept-whole ops stay whole, why a node stays on
+    #: the CPU, and whether a fused op would be delegated. None: the core
+    #: learns support only from what the partitioner tags.
+    support_check: Optional[Callable[[Any, Any], Callable[[Any], Any]]] = None
 
     @field_validator("api_version")
     @classmethod

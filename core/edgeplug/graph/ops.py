@@ -43,9 +43,43 @@ def is_random(target: Any) -> bool:
     return bool(getattr(op, "_nondeterministic_seeded", False))
 
 
+def op_name(target: Any) -> str:
+    """A short, stable name for an op: ``"aten.linear.default"``.
+
+    Takes a target (aten, edge or custom op; ``operator.getitem`` gives
+    ``"getitem"``) or a node: a ``call_function`` node is named by its
+    target, any other node by its kind (``"placeholder"``, ``"output"``).
+    This is the name reports, records and kernel lookups use.
+    """
+    if isinstance(target, torch.fx.Node):
+        if target.op != "call_function":
+            return target.op
+        target = target.target
+    schema = op_schema(target)
+    if schema is None:
+        return getattr(target, "__name__", None) or str(target)
+    overload = getattr(aten_overload(target), "_overloadname", "") or "default"
+    return f"{schema.name.replace('::', '.')}.{overload}"
+
+
+def _call_target(target: Any) -> Any:
+    if isinstance(target, torch.fx.Node):
+        return target.target if target.op == "call_function" else None
+    return target
+
+
 def is_dequantize(target: Any) -> bool:
-    """Any dequantize op (``quantized_decomposed``, ``torchao`` or ``aten``)."""
-    return base_name(target).startswith("dequantize")
+    """Any dequantize op (``quantized_decomposed``, ``torchao`` or ``aten``); a target or a node."""
+    return base_name(_call_target(target)).startswith("dequantize")
+
+
+_QDQ_PREFIXES = ("quantize", "dequantize", "choose_qparams")
+
+
+def is_qdq(target: Any) -> bool:
+    """A quantization primitive: quantize, dequantize or choose_qparams, of any
+    namespace (``quantized_decomposed``, ``torchao``, ``aten``); a target or a node."""
+    return base_name(_call_target(target)).startswith(_QDQ_PREFIXES)
 
 
 #: In-place ops that change metadata only (export writes ``detach_`` after

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug.graph.ops import aten_overload, base_name, is_dequantize, qualified_name
+from edgeplug.graph.ops import aten_overload, is_qdq, op_name, qualified_name  # noqa: F401  (is_qdq: re-exported)
 
 
 @dataclass(frozen=True)
@@ -44,15 +44,8 @@ def is_op(node: Any, *names: str) -> bool:
     return qname in names or full in names
 
 
-def op_label(node: torch.fx.Node) -> str:
-    """``aten.relu.default`` for a call, ``placeholder`` for the rest."""
-    if node.op != "call_function":
-        return node.op
-    qname = qualified_name(node.target)
-    if not qname:
-        return getattr(node.target, "__name__", str(node.target))
-    overload = getattr(aten_overload(node.target), "_overloadname", "") or "default"
-    return f"{qname.replace('::', '.')}.{overload}"
+#: ``aten.relu.default`` for a call, ``placeholder`` for the rest (one helper: ``edgeplug.graph.ops.op_name``)
+op_label = op_name
 
 
 def describe(node: Any) -> str:
@@ -116,13 +109,6 @@ def is_upcast(node: Any) -> bool:
         and src != dst
         and torch.promote_types(src, dst) == dst
     )
-
-
-def is_qdq(node: Any) -> bool:
-    """A quantize or dequantize op (any namespace)."""
-    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
-        return False
-    return is_dequantize(node.target) or base_name(node.target).startswith("quantize")
 
 
 def is_pointwise(node: Any) -> bool:

@@ -33,9 +33,9 @@ def constant_only(node: Any, ctx: "FilterContext") -> Optional[bool]:
     """False for a constant-only op, True for a constant-only quantize/dequantize."""
     if not ctx.is_constant_only(node):
         return None
-    from edgeplug.partition import is_quantize_op
+    from edgeplug.graph.ops import is_qdq
 
-    return is_quantize_op(node.target)
+    return is_qdq(node.target)
 
 
 def rms_norm_one_axis(node: Any, ctx: "FilterContext") -> Optional[bool]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import edgeplug
 from edgeplug import BackendSpec, FusionPolicy, Kernel, SkipDecomp
 
+from edgeplug_vulkan.support import support_check as vulkan_support_check
+
 
 def _partitioner():
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
@@ -28,6 +30,7 @@ def edgeplug_backends():
         partitioner=_partitioner,
         verify="kernels",
         lowering_context=_lowering_context,
+        support_check=vulkan_support_check,
     )
 
 
