@@ -67,13 +67,18 @@ def edgeplug_partitioner_filters() -> Iterable[PartitionerFilter]:
     delegate this node?). ``fn(node, ctx)`` returns:
 
     - ``False``: refuse the node (it is decomposed / left on the CPU, and the
-      report names the filter as the reason);
+      report names the filter as the reason); ``edgeplug.partition.refuse(why)``
+      (a falsy ``Verdict``) refuses with the filter's own reason, reported as
+      "refused by filter 'name': why";
     - ``True``: accept it, which matters only under the backend's
       constant-only policy (e.g. a weight dequantize HTP needs whole);
     - ``None``: no opinion.
 
     ``ctx`` is an ``edgeplug.partition.FilterContext``: ``ctx.stage``,
-    ``ctx.ep`` and ``ctx.is_constant_only(node)``. Filters never silence the
+    ``ctx.ep`` and ``ctx.is_constant_only(node)``. At "partition" a filter
+    is asked about the nodes the backend's partitioner took; the core then
+    forms the partitions from the accepted nodes, so a refusal never makes a
+    partition invalid, whatever the partitioner. Filters never silence the
     post-lowering check: a kept-whole op left on the CPU is always reported.
     """
 
