@@ -102,3 +102,70 @@ def test_executorch_alone_leaves_the_kept_whole_op_on_the_cpu():
         to_edge_transform_and_lower(
             ep, partitioner=[VulkanPartitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
         )
+
+
+class _RefuseFusedNorm:
+    """A filter refusing the op the core's fusion created, as a backend refusing its dtype would."""
+
+    @edgeplug.hookimpl
+    def edgeplug_partitioner_filters(self):
+        def fn(node, ctx):
+            if ctx.stage == "partition" and op_name(node.target) == "et_vk.rms_norm.default":
+                from edgeplug.partition import refuse
+
+                return refuse("test refuses the fused norm")
+            return None
+
+        yield edgeplug.PartitionerFilter(backend="vulkan", name="refuse-fused-norm", fn=fn)
+
+
+class Norm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(8, generator=torch.Generator().manual_seed(0)) + 0.5)
+
+    def forward(self, x):
+        return F.rms_norm(x, (8,), self.w, 1e-6) * 2.0
+
+
+@pytest.fixture
+def fused_norm_program():
+    """The edge program of Norm with the core's fusion applied: one et_vk.rms_norm."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    def make():
+        ep = torch.export.export(Norm(), (torch.randn(2, 8),))
+        edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+        fused, _ = edgeplug.fuse(edge, "vulkan")
+        assert [n for n in fused.graph.nodes if op_name(n.target) == "et_vk.rms_norm.default"]
+        return fused
+
+    return make
+
+
+def test_a_fused_op_left_on_the_cpu_is_stranded_with_its_reason(fused_norm_program, edgeplug_register):
+    """Dry run: reported like a kept-whole op left on the CPU, not as an ordinary CPU node."""
+    from edgeplug.partition import CorePartitioner
+
+    ep = fused_norm_program()
+    edgeplug_register(_RefuseFusedNorm(), name="refuse-fused-norm")
+    part = CorePartitioner(edgeplug.get_backend("vulkan"), dry_run=True)
+    part.partition(ep)
+    [s] = part.stranded
+    assert s.op == "et_vk.rms_norm.default"
+    assert "rms_norm fusion" in s.reason and "refused by filter 'refuse-fused-norm': test refuses the fused norm" in s.reason
+    assert s.node in part.stranded_message() and "cannot run there" in part.stranded_message()
+
+
+def test_a_real_lowering_stops_before_serialization_on_a_stranded_fused_op(fused_norm_program, edgeplug_register):
+    from edgeplug.errors import LoweringError
+    from edgeplug.partition import CorePartitioner
+
+    ep = fused_norm_program()
+    baseline = CorePartitioner(edgeplug.get_backend("vulkan"))
+    baseline.partition(fused_norm_program())
+    assert baseline.stranded == [] and baseline.partitions  # delegated when nothing refuses it
+    edgeplug_register(_RefuseFusedNorm(), name="refuse-fused-norm")
+    part = CorePartitioner(edgeplug.get_backend("vulkan"))
+    with pytest.raises(LoweringError, match=r"et_vk\.rms_norm\.default.*test refuses the fused norm"):
+        part.partition(ep)
