@@ -114,12 +114,24 @@ def test_backends_reports_a_broken_plugin_and_lists_the_rest(cli, fixture_site):
     assert "EDGEPLUG_DISABLE_PLUGINS=brokenimport" in err
 
 
-def test_backends_with_a_conflict_exits_naming_both_distributions(cli, fixture_site):
+def test_backends_with_a_conflict_lists_the_others_and_names_both_distributions(cli, fixture_site):
     fixture_site("conflict_backend")
     code, out, err = cli("backends")
-    assert code == 2 and out == ""
-    assert err.startswith("edgeplug: error: backend 'vulkan' is registered twice")
+    assert code == 0
+    listed = {line.split()[0] for line in out.splitlines()[1:] if line.strip() and not line.startswith("wgpu")}
+    assert listed == {"qnn", "samsung", "webgpu", "xnnpack"}
+    assert "unavailable backend: backend 'vulkan' is unavailable: backend 'vulkan' is registered twice" in err
     assert "edgeplug-vulkan" in err and "edgeplug-fixture-vulkan-clone" in err
+
+
+def test_backends_fails_when_the_only_plugin_is_broken(cli, fixture_site, monkeypatch):
+    fixture_site("broken_import")
+    monkeypatch.setenv("EDGEPLUG_PLUGINS", "brokenimport")
+    code, out, err = cli("backends")
+    assert code == 1
+    assert "broken plugin: plugin 'brokenimport'" in err
+    assert "no backend is available: every installed plugin that registers one failed" in err
+    assert "pip install" not in out + err
 
 
 def test_backends_says_what_is_skipped(cli, monkeypatch):

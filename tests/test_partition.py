@@ -55,12 +55,14 @@ def test_decomposed_matmul_is_delegated_not_left_whole(qnn_matmul):
     assert all("float64" in c.reason for c in rep.cpu_nodes), rep.cpu_nodes
 
 
-def test_the_old_split_predicate_would_strand_matmul():
-    """The support table's own ops_to_not_decompose used to keep matmul whole with no filter."""
-    qnn_table = edgeplug.get_backend("qnn").make_partitioner()
+def test_the_support_table_keeps_no_op_whole_that_the_backend_does_not_keep_whole():
+    """The table's own ops_to_not_decompose once kept matmul whole with no filter (stranding it); now it keeps only the backend's keep-whole ops."""
+    qnn = edgeplug.get_backend("qnn")
+    qnn_table = qnn.make_partitioner()
     assert isinstance(qnn_table, SupportTablePartitioner)
     ops, check = qnn_table.ops_to_not_decompose(None)
-    assert torch.ops.aten.matmul.default not in ops  # the table and keep-whole agree now
+    assert torch.ops.aten.matmul.default not in ops
+    assert ops and set(ops) <= set(qnn.keep_whole), set(ops) - set(qnn.keep_whole)
 
 
 class _RaisingFilter:

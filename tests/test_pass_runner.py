@@ -204,7 +204,7 @@ def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
         return ep, []
 
     monkeypatch.setattr(pipeline, "fuse", corrupting_fuse)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(PassError) as info:
         lower(Small(), (torch.randn(2, 4),), "qnn", dry_run=True)
     message = str(info.value)
     assert "edge-stage pass 'fuse' of the edgeplug core (lowering for backend 'qnn')" in message

@@ -22,6 +22,7 @@ from edgeplug.records import (
     BackendSpec,
     FusionPolicy,
     FusionRecord,
+    KeepWhole,
     Kernel,
     PartitionerFilter,
     PassSpec,
@@ -41,7 +42,7 @@ _LAZY = {
     "LoweringResult": ("edgeplug.pipeline", "LoweringResult"),
     "LoweringReport": ("edgeplug.report", "LoweringReport"),
     "quantize": ("edgeplug.quantization", "quantize"),
-    "verify": ("edgeplug.pipeline", "verify_result"),
+    "verify": ("edgeplug.pipeline", "verify"),
 }
 
 
@@ -66,6 +67,7 @@ __all__ = [
     "BackendSpec",
     "FusionPolicy",
     "FusionRecord",
+    "KeepWhole",
     "Kernel",
     "PartitionerFilter",
     "PassSpec",

@@ -2,34 +2,47 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
-from edgeplug.errors import BackendUnavailableError, UnknownBackendError
-from edgeplug.plugins import PluginInfo, manager
+from edgeplug.errors import BackendUnavailableError, PluginConflictError, UnknownBackendError
+from edgeplug.plugins import Contribution, PluginInfo, manager
 from edgeplug.records import (
     Availability,
     BackendSpec,
     FusionPolicy,
+    KeepWhole,
     Kernel,
     PartitionerFilter,
     PassSpec,
 )
 
+R = TypeVar("R")
+
+#: Backends with a first-party plugin: only these get a `pip install` hint.
+FIRST_PARTY = ("qnn", "samsung", "vulkan", "webgpu", "xnnpack")
+
 
 @dataclass(frozen=True)
 class Backend:
-    """One backend's contributions, resolved across all plugins."""
+    """One backend's contributions, resolved across all plugins.
+
+    Each record is kept with the plugin that yielded it (``contributions``,
+    ``origin(record)``); the typed tuples below are views of them.
+    """
 
     spec: BackendSpec
     plugin: PluginInfo
-    skip_ops: tuple[Any, ...] = ()
+    #: Ops kept whole through ``to_edge`` (from every ``KeepWhole`` record, deduplicated).
+    keep_whole: tuple[Any, ...] = ()
     filters: tuple[PartitionerFilter, ...] = ()
     fusion_policies: tuple[FusionPolicy, ...] = ()
     kernels: tuple[Kernel, ...] = ()
+    #: Passes of both stages, in run order (``passes_for`` picks a stage).
     passes: tuple[PassSpec, ...] = ()
-    #: which plugin contributed each pass/filter/kernel (for error messages)
-    origins: dict[int, PluginInfo] = field(default_factory=dict, compare=False, hash=False)
+    #: Every record for this backend with the plugin that yielded it, in load order.
+    contributions: tuple[Contribution, ...] = field(default=(), compare=False, hash=False)
 
     @property
     def name(self) -> str:
@@ -42,6 +55,15 @@ class Backend:
     @property
     def version(self) -> str:
         return self.plugin.version
+
+    @property
+    def skip_ops(self) -> tuple[Any, ...]:
+        """The old name of ``keep_whole``."""
+        return self.keep_whole
+
+    def records(self, record_type: type[R]) -> tuple[R, ...]:
+        """This backend's records of one type (any record type, e.g. a newer hook's)."""
+        return tuple(c.record for c in self.contributions if isinstance(c.record, record_type))
 
     def availability(self) -> Availability:
         try:
@@ -65,7 +87,8 @@ class Backend:
         return self.spec.partitioner()
 
     def passes_for(self, stage: str) -> list[PassSpec]:
-        return sorted((p for p in self.passes if p.stage == stage), key=lambda p: p.order)
+        """The passes of one stage in run order (before/after constraints, then ``order``)."""
+        return [p for p in self.passes if p.stage == stage]
 
     def fusion_policy(self, pattern: str = "rms_norm") -> Optional[FusionPolicy]:
         for p in self.fusion_policies:
@@ -80,7 +103,11 @@ class Backend:
         return None
 
     def origin(self, record: Any) -> Optional[PluginInfo]:
-        return self.origins.get(id(record))
+        """The plugin that yielded ``record`` (the record itself, not an equal copy)."""
+        for c in self.contributions:
+            if c.record is record:
+                return c.plugin
+        return None
 
 
 def _is_named(info: PluginInfo, backend: str) -> bool:
@@ -92,50 +119,52 @@ def backends() -> list[str]:
     return sorted(manager().backend_specs())
 
 
+def _unknown(name: str, key: str, specs: dict[str, Any]) -> UnknownBackendError:
+    m = manager()
+    msg = f"no backend named {name!r}"
+    close = difflib.get_close_matches(key, [*specs, *FIRST_PARTY], n=1, cutoff=0.6)
+    msg += f"; did you mean {close[0]!r}?" if close and close[0] != key else "."
+    broken = m.problems()
+    if broken:
+        msg += " Some plugins failed to load: " + " | ".join(p.message for p in broken)
+    skipped = m.skipped()
+    if skipped:
+        msg += " Not loaded: " + ", ".join(f"plugin {i.name!r} ({i.distribution}, {why})" for i, why in skipped) + "."
+    installed = ", ".join(sorted(specs)) or "none"
+    msg += f" Installed backends: {installed}."
+    if key in FIRST_PARTY and not any(_is_named(i, key) for i, _ in skipped) and not broken:
+        msg += f" Install it with `pip install edgeplug-{key}`."
+    elif not specs and not broken:
+        msg += " Backends come from plugins: `pip install edgeplug-xnnpack` (or -vulkan, -webgpu, -qnn, -samsung)."
+    return UnknownBackendError(msg)
+
+
 def get_backend(name: str) -> Backend:
     """Resolve one backend's contributions across every loaded plugin."""
     m = manager()
-    specs = m.backend_specs()
     key = name.strip().lower()
+    conflict = m.conflict(key)
+    if conflict is not None:
+        raise PluginConflictError(conflict.message)
+    specs = m.backend_specs()
     if key not in specs:
-        msg = f"no backend named {name!r}"
-        broken = m.problems()
-        if broken:
-            msg += "; some plugins failed to load: " + " | ".join(p.message for p in broken)
-        skipped = m.skipped()
-        if skipped:
-            msg += "; not loaded: " + ", ".join(
-                f"plugin {i.name!r} ({i.distribution}, {why})" for i, why in skipped
-            )
-        installed = ", ".join(sorted(specs)) or "none"
-        msg += f". Installed backends: {installed}."
-        if not any(_is_named(i, key) for i, _ in skipped):
-            msg += f" Install one with `pip install edgeplug-{key}`."
-        raise UnknownBackendError(msg)
+        raise _unknown(name, key, specs)
     info, spec = specs[key]
-    origins: dict[int, PluginInfo] = {}
+    contributions = tuple(m.contributions(backend=key))
 
-    def gather(hook: str) -> list[Any]:
-        out = []
-        for i, rec in m.records(hook, key):
-            origins[id(rec)] = i
-            out.append(rec)
-        return out
+    def of(record_type: type[R]) -> tuple[R, ...]:
+        return tuple(c.record for c in contributions if isinstance(c.record, record_type))
 
-    skip: list[Any] = []
-    for rec in gather("edgeplug_skip_decomp"):
-        for op in rec.ops:
-            if op not in skip:
-                skip.append(op)
+    keep_whole = tuple(dict.fromkeys(op for rec in of(KeepWhole) for op in rec.ops))
     return Backend(
         spec=spec,
         plugin=info,
-        skip_ops=tuple(skip),
-        filters=tuple(gather("edgeplug_partitioner_filters")),
-        fusion_policies=tuple(gather("edgeplug_fusion_policies")),
-        kernels=tuple(gather("edgeplug_kernels")),
-        passes=tuple(gather("edgeplug_passes")),
-        origins=origins,
+        keep_whole=keep_whole,
+        filters=of(PartitionerFilter),
+        fusion_policies=of(FusionPolicy),
+        kernels=of(Kernel),
+        passes=m.pass_order(key),
+        contributions=contributions,
     )
 
 

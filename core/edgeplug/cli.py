@@ -34,21 +34,36 @@ def cmd_backends(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
-    if len(rows) == 1:
-        print("no backends installed: pip install edgeplug-vulkan (or -webgpu, -qnn, -samsung, -xnnpack)")
     kernels = any(get_backend(n).spec.verify_method == "kernels" for n in specs)
-    if args.adapter or (kernels and not args.no_adapter):
+    if specs and (args.adapter or (kernels and not args.no_adapter)):
         try:
             from edgeplug.runtime import adapter_summary
 
             print(f"\nwgpu adapter: {adapter_summary()}")
         except Exception as exc:  # runtime is optional here
             print(f"\nwgpu adapter: none ({exc})")
+    _print_plugin_trouble(m)
+    if specs:
+        return 0
+    if m.problems() or m.conflicts():
+        _err("no backend is available: every installed plugin that registers one failed (see above)")
+    elif m.skipped():
+        _err(f"no backend is available: every plugin is skipped (see above)")
+    else:
+        _err("no backends installed: install a backend plugin, e.g. pip install edgeplug-xnnpack (or -vulkan, -webgpu, -qnn, -samsung)")
+    return 1
+
+
+def _print_plugin_trouble(m) -> None:
+    """Broken and skipped plugins, unavailable backends and ignored records, on stderr."""
     for p in m.problems():
         print(f"\nbroken plugin: {p.message}", file=sys.stderr)
+    for c in m.conflicts():
+        print(f"\nunavailable backend: {c.message}", file=sys.stderr)
+    for u in m.unclaimed():
+        print(f"\nignored record: {u.message}", file=sys.stderr)
     for info, why in m.skipped():
         print(f"skipped plugin {info.name!r} ({info.distribution}): {why}", file=sys.stderr)
-    return 0
 
 
 def cmd_examples(args: argparse.Namespace) -> int:
@@ -238,7 +253,7 @@ def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    stage = getattr(exc, "stage", None)
+    stage = getattr(exc, "lowering_stage", None)
     if stage and not message.startswith("stage "):
         message = f"stage {stage!r}: {message}"
     first, *rest = message.splitlines() or [""]

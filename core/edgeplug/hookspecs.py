@@ -10,10 +10,18 @@ Hooks, in the order the lowering pipeline uses them:
 
 1. registration: ``edgeplug_backends``
 2. export: ``edgeplug_passes`` (stage "export")
-3. to_edge: ``edgeplug_skip_decomp``, ``edgeplug_partitioner_filters``
+3. to_edge: ``edgeplug_keep_whole``, ``edgeplug_partitioner_filters``
 4. edge: ``edgeplug_passes`` (stage "edge"), ``edgeplug_fusion_policies``
 5. verification and benchmarks: ``edgeplug_kernels``
 6. quantization (``edgeplug.quantize``, ``lower --quantize``): ``edgeplug_quantizers``
+
+A module-level function whose name starts with ``edgeplug_`` but lacks the
+``@edgeplug.hookimpl`` marker, or names no hook, is reported when the plugin
+loads (the plugin is dropped), as pytest reports a misspelt ``pytest_`` hook.
+The old hook name ``edgeplug_skip_decomp`` is still called (deprecated; it is
+``edgeplug_keep_whole``).
+
+The author's guide, docs/writing-a-backend.md, shows each hook with an example.
 """
 
 from __future__ import annotations
@@ -25,11 +33,11 @@ import pluggy
 from edgeplug.records import (
     BackendSpec,
     FusionPolicy,
+    KeepWhole,
     Kernel,
     PartitionerFilter,
     PassSpec,
     QuantScheme,
-    SkipDecomp,
 )
 
 PROJECT = "edgeplug"
@@ -47,14 +55,19 @@ def edgeplug_backends() -> Iterable[BackendSpec]:
 
 
 @hookspec
-def edgeplug_skip_decomp() -> Iterable[SkipDecomp]:
-    """Operators a backend keeps whole through ``to_edge``.
+def edgeplug_keep_whole() -> Iterable[KeepWhole]:
+    """Operators a backend keeps whole through ``to_edge`` (not decomposed).
 
-    Called when a backend is resolved. Entries must be ``OpOverload`` objects.
-    The core partitioner keeps an op whole only where the backend's support
-    predicate says the node will be delegated, so a kept-whole op is never
-    left on the CPU.
+    Called once when plugins load. Entries must be ``OpOverload`` objects
+    (``torch.ops.aten.linear.default``). The core partitioner keeps an op whole
+    only where the backend's support check and filters say the node will be
+    delegated, so a kept-whole op is never left on the CPU.
     """
+
+
+@hookspec(warn_on_impl=DeprecationWarning("edgeplug_skip_decomp is deprecated: rename it edgeplug_keep_whole"))
+def edgeplug_skip_decomp() -> Iterable[KeepWhole]:
+    """Deprecated name of ``edgeplug_keep_whole``; still called, same records."""
 
 
 @hookspec
@@ -70,8 +83,9 @@ def edgeplug_partitioner_filters() -> Iterable[PartitionerFilter]:
       report names the filter as the reason); ``edgeplug.partition.refuse(why)``
       (a falsy ``Verdict``) refuses with the filter's own reason, reported as
       "refused by filter 'name': why";
-    - ``True``: accept it, which matters only under the backend's
-      constant-only policy (e.g. a weight dequantize HTP needs whole);
+    - ``True``: accept it; this overrides only the backend's constant-only
+      policy (e.g. a weight dequantize HTP needs whole), never its support
+      check;
     - ``None``: no opinion.
 
     ``ctx`` is an ``edgeplug.partition.FilterContext``: ``ctx.stage``,
@@ -85,15 +99,23 @@ def edgeplug_partitioner_filters() -> Iterable[PartitionerFilter]:
 
 @hookspec
 def edgeplug_fusion_policies() -> Iterable[FusionPolicy]:
-    """How a backend wants core pattern matches (rms_norm) fused."""
+    """How a backend wants core pattern matches (rms_norm) fused.
+
+    Called once when plugins load. At most one policy per backend and
+    pattern, across all plugins (a second one makes the backend unavailable,
+    naming both distributions). No policy: the pattern is not fused for the
+    backend.
+    """
 
 
 @hookspec
 def edgeplug_kernels() -> Iterable[Kernel]:
     """Runtime kernels for ops a backend's delegates compute.
 
-    Used by host verification and the benchmarks. Two kernels for one op of
-    one backend are an error naming both distributions.
+    Used by host verification and the benchmarks. ``Kernel.op`` is written
+    ``namespace.name.overload`` and resolved against torch's op registry at
+    load. Two kernels for one op and device of one backend make the backend
+    unavailable, naming both distributions.
     """
 
 
@@ -102,7 +124,12 @@ def edgeplug_passes() -> Iterable[PassSpec]:
     """Backend passes: stage "export" (aten IR) or "edge" (before partitioning).
 
     Run by the core's pass runner, which reserves node names first and lints
-    the graph after each pass, in ascending ``order``.
+    the graph after each pass. Order: every ``before``/``after`` constraint
+    holds (pass names of the same backend and stage, from any plugin);
+    ``order`` breaks ties. A pass name used twice for one backend, a
+    constraint naming no pass, or a cycle makes the backend unavailable with
+    a message naming the plugins. Edge-stage passes run before the core's
+    fusion.
     """
 
 

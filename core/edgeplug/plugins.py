@@ -13,31 +13,51 @@ call that needs plugins loads them once and caches the result, until
 Names compare case-insensitively with ``-``, ``_`` and ``.`` equivalent, as
 distribution names do (``edgeplug_qnn`` blocks ``edgeplug-qnn``).
 
-A plugin that fails to import, whose hook raises, or that returns an invalid
-record is dropped whole and reported (``problems()``) with its entry point,
-distribution and how to disable it; every other plugin keeps working.
-Conflicts (two backends of one name, two kernels for one op of one backend)
-raise ``PluginConflictError`` naming both distributions.
+A plugin that fails to import, whose hook raises (the message keeps the
+file and line), that returns an invalid record, or that has an ``edgeplug_*``
+function without ``@edgeplug.hookimpl`` is dropped whole and reported
+(``problems()``) with its entry point, distribution and how to disable it;
+every other plugin keeps working.
+
+Records are kept with the plugin that yielded them (``Contribution``) and
+looked up by record type. Contributions that contradict each other make only
+the contested backend unavailable (``conflicts()``; ``get_backend`` raises
+``PluginConflictError`` naming both distributions): two backends of one name,
+two kernels for one op and device, two fusion policies for one pattern, two
+passes of one name, pass constraints naming no pass or forming a cycle.
+A record for a backend no loaded plugin registers is ignored and reported
+(``unclaimed()``), with the nearest registered name.
 
 This module is the only one that talks to pluggy.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import re
 import threading
-import warnings
+import traceback
 import types
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from pathlib import Path
+from typing import Any, NamedTuple, Optional, Union
 
 import pluggy
 from pydantic import BaseModel, ValidationError
 
 from edgeplug import hookspecs
-from edgeplug.errors import PluginConflictError
-from edgeplug.records import HOOK_RECORDS, BackendSpec, Kernel
+from edgeplug.records import (
+    DEPRECATED_HOOKS,
+    HOOK_RECORDS,
+    BackendSpec,
+    FusionPolicy,
+    Kernel,
+    PassSpec,
+    QuantScheme,
+)
 
 ENTRY_POINT_GROUP = "edgeplug"
 ENV_DISABLE = "EDGEPLUG_DISABLE_PLUGINS"
@@ -96,12 +116,76 @@ class PluginProblem:
         return self.message
 
 
+class Contribution(NamedTuple):
+    """One record and the plugin that yielded it."""
+
+    plugin: PluginInfo
+    record: Any
+
+
+def _who(info: PluginInfo) -> str:
+    if info.registered:
+        return f"plugin {info.name!r} (registered in code)"
+    return f"distribution {info.distribution} (plugin {info.name!r})"
+
+
+@dataclass(frozen=True)
+class BackendProblem:
+    """A backend made unavailable because contributions to it contradict each other."""
+
+    backend: str
+    cause: str
+    plugins: tuple[PluginInfo, ...]
+
+    @property
+    def message(self) -> str:
+        blame = next((p for p in reversed(self.plugins) if not p.registered), self.plugins[-1])
+        if blame.registered:
+            fix = f"unregister one with edgeplug.plugins.unregister({blame.name!r})"
+        else:
+            fix = f"uninstall one, or disable one with {ENV_DISABLE}={blame.name}"
+        return (
+            f"backend {self.backend!r} is unavailable: {self.cause}. To use it, {fix}. "
+            "Every other backend keeps working."
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class UnclaimedRecord:
+    """A record naming a backend that no loaded plugin registers (it is ignored)."""
+
+    contribution: Contribution
+    registered: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        info, rec = self.contribution
+        close = difflib.get_close_matches(rec.backend, self.registered, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return (
+            f"{info.describe()} yields a {type(rec).__name__} for backend {rec.backend!r}, which no "
+            f"loaded plugin registers (registered: {', '.join(self.registered) or 'none'}); it is "
+            f"ignored. {hint}Fix the backend name in the plugin, or install the plugin that "
+            f"registers {rec.backend!r}."
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @dataclass
 class _Loaded:
-    records: dict[str, list[tuple[PluginInfo, BaseModel]]] = field(default_factory=dict)
+    contributions: list[Contribution] = field(default_factory=list)
     problems: list[PluginProblem] = field(default_factory=list)
     plugins: list[PluginInfo] = field(default_factory=list)
     skipped: list[tuple[PluginInfo, str]] = field(default_factory=list)
+    conflicts: dict[str, BackendProblem] = field(default_factory=dict)
+    unclaimed: list[UnclaimedRecord] = field(default_factory=list)
+    #: backend name -> its passes in run order
+    pass_order: dict[str, tuple[PassSpec, ...]] = field(default_factory=dict)
 
 
 def _normalize(name: str) -> str:
@@ -111,8 +195,8 @@ def _normalize(name: str) -> str:
 
 
 def _split(value: Optional[str]) -> Optional[set[str]]:
-    if value is None:
-        return None
+    if value is None or not value.strip():
+        return None  # set but empty (EDGEPLUG_PLUGINS=) means unset, not "allow nothing"
     return {_normalize(v) for v in value.split(",") if v.strip()}
 
 
@@ -122,6 +206,85 @@ def _format_validation(err: ValidationError) -> str:
         loc = ".".join(str(x) for x in e["loc"]) or "record"
         parts.append(f"{loc}: {e['msg']}")
     return f"invalid {err.title} record ({'; '.join(parts)})"
+
+
+_CORE_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (pluggy, hookspecs))
+
+
+def _where(exc: BaseException) -> str:
+    """' (raised at FILE:LINE in FUNC)': the deepest frame of the plugin's own code."""
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<") and not str(Path(f.filename).resolve()).startswith(_CORE_DIRS)
+    ]
+    if not frames:
+        return ""
+    root = Path(frames[0].filename).resolve().parent
+    own = [f for f in frames if Path(f.filename).resolve().is_relative_to(root)] or frames
+    f = own[-1]
+    return f" (raised at {f.filename}:{f.lineno} in {f.name})"
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}{_where(exc)}"
+
+
+def order_passes(passes: list[Contribution]) -> list[Contribution]:
+    """Passes of one backend in run order: every before/after constraint holds, then (order, as yielded).
+
+    Raises ``ValueError`` naming the passes and plugins for a constraint that
+    names no pass, one across stages, or a cycle.
+    """
+    by_name = {c.record.name: c for c in passes}
+    after: dict[str, set[str]] = {name: set() for name in by_name}
+    for c in passes:
+        p = c.record
+        for other, edge in [(o, (o, p.name)) for o in p.after] + [(o, (p.name, o)) for o in p.before]:
+            target = by_name.get(other)
+            if target is None:
+                close = difflib.get_close_matches(other, list(by_name), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(
+                    f"pass {p.name!r} from {_who(c.plugin)} must run "
+                    f"{'after' if other in p.after else 'before'} {other!r}, which is no pass of "
+                    f"backend {p.backend!r}{hint}; its passes: {', '.join(sorted(by_name))}"
+                )
+            if target.record.stage != p.stage:
+                raise ValueError(
+                    f"pass {p.name!r} ({p.stage} stage, from {_who(c.plugin)}) is constrained against "
+                    f"{other!r}, which runs in the {target.record.stage} stage; constraints order passes "
+                    "of one stage"
+                )
+            first, then = edge
+            after[then].add(first)
+    index = {c.record.name: i for i, c in enumerate(passes)}
+    done: list[Contribution] = []
+    placed: set[str] = set()
+    while len(done) < len(passes):
+        ready = [n for n in by_name if n not in placed and after[n] <= placed]
+        if not ready:
+            left = sorted(n for n in by_name if n not in placed)
+            cycle = _a_cycle({n: after[n] - placed for n in left})
+            raise ValueError(
+                f"the before/after constraints of backend {passes[0].record.backend!r} form a cycle: "
+                + " -> ".join(f"{n!r} ({_who(by_name[n].plugin)})" for n in cycle)
+                + "; drop one of these constraints"
+            )
+        name = min(ready, key=lambda n: (by_name[n].record.order, index[n]))
+        placed.add(name)
+        done.append(by_name[name])
+    return done
+
+
+def _a_cycle(needs: dict[str, set[str]]) -> list[str]:
+    """One cycle in a graph where every node still needs another (name -> names before it)."""
+    node = next(iter(needs))
+    path: list[str] = []
+    while node not in path:
+        path.append(node)
+        node = sorted(needs[node])[0]
+    cycle = path[path.index(node):]
+    return [*reversed(cycle), cycle[-1]]
 
 
 def _entry_points() -> list[Any]:
@@ -206,40 +369,59 @@ class PluginManager:
                 try:
                     obj = obj.load()
                 except Exception as exc:  # a broken plugin must not break the others
-                    state.problems.append(
-                        PluginProblem(info, "import", f"{type(exc).__name__}: {exc}")
-                    )
+                    state.problems.append(PluginProblem(info, "import", _failure(exc)))
                     continue
             records, problem = self._collect(obj, info)
             if problem is not None:
                 state.problems.append(problem)
                 continue
             state.plugins.append(info)
-            for hook, recs in records.items():
-                state.records.setdefault(hook, []).extend((info, r) for r in recs)
-        self._check_conflicts(state)
-        for problem in state.problems:
+            state.contributions.extend(Contribution(info, r) for r in records)
+        self._check(state)
+        for problem in [*state.problems, *state.conflicts.values(), *state.unclaimed]:
             warnings.warn(problem.message, PluginWarning, stacklevel=4)
         return state
 
     @staticmethod
-    def _collect(
-        plugin: object, info: PluginInfo
-    ) -> tuple[dict[str, list[BaseModel]], Optional[PluginProblem]]:
+    def _unmarked(plugin: object, pm: pluggy.PluginManager) -> Optional[str]:
+        """An ``edgeplug_*`` function the plugin defines without the hookimpl marker."""
+        for name in sorted(dir(plugin)):
+            if not name.startswith(f"{hookspecs.PROJECT}_"):
+                continue
+            obj = getattr(plugin, name, None)
+            if not callable(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
+                continue
+            if pm.parse_hookimpl_opts(plugin, name) is None:
+                known = ", ".join(HOOK_RECORDS)
+                what = "" if name in HOOK_RECORDS or name in DEPRECATED_HOOKS else f", and names no hook (the hooks are: {known})"
+                return (
+                    f"function {name} is not marked @edgeplug.hookimpl, so it would never be "
+                    f"called{what}; decorate it with @edgeplug.hookimpl (or rename it if it is no hook)"
+                )
+        return None
+
+    @staticmethod
+    def _collect(plugin: object, info: PluginInfo) -> tuple[list[BaseModel], Optional[PluginProblem]]:
         pm = pluggy.PluginManager(hookspecs.PROJECT)
         pm.add_hookspecs(hookspecs)
         try:
-            pm.register(plugin, name=info.name)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # the old hook name: still called
+                pm.register(plugin, name=info.name)
             pm.check_pending()  # a misspelt hook would otherwise be ignored silently
         except Exception as exc:  # e.g. a hookimpl with an unknown name or argument
             known = ", ".join(HOOK_RECORDS)
-            return {}, PluginProblem(
+            return [], PluginProblem(
                 info, "registration", f"{type(exc).__name__}: {exc} (the hooks are: {known})"
             )
-        out: dict[str, list[BaseModel]] = {}
-        for hook, record_type in HOOK_RECORDS.items():
-            caller = getattr(pm.hook, hook)
-            for impl in caller.get_hookimpls():
+        unmarked = PluginManager._unmarked(plugin, pm)
+        if unmarked is not None:
+            return [], PluginProblem(info, "registration", unmarked)
+        out: list[BaseModel] = []
+        hooks = [*HOOK_RECORDS.items(), *((old, HOOK_RECORDS[new]) for old, new in DEPRECATED_HOOKS.items())]
+        for hook, record_type in hooks:
+            caller = getattr(pm.hook, hook, None)
+            for impl in caller.get_hookimpls() if caller is not None else ():
                 stage = f"hook {hook}"
                 try:
                     result = impl.function()
@@ -250,20 +432,20 @@ class PluginManager:
                     else:
                         items = list(result)
                 except ValidationError as exc:
-                    return {}, PluginProblem(info, stage, _format_validation(exc))
+                    return [], PluginProblem(info, stage, _format_validation(exc) + _where(exc))
                 except Exception as exc:
-                    return {}, PluginProblem(info, stage, f"{type(exc).__name__}: {exc}")
+                    return [], PluginProblem(info, stage, _failure(exc))
                 for item in items:
                     if isinstance(item, record_type):
-                        out.setdefault(hook, []).append(item)
+                        out.append(item)
                         continue
                     if isinstance(item, dict):
                         try:
-                            out.setdefault(hook, []).append(record_type.model_validate(item))
+                            out.append(record_type.model_validate(item))
                             continue
                         except ValidationError as exc:
-                            return {}, PluginProblem(info, stage, _format_validation(exc))
-                    return {}, PluginProblem(
+                            return [], PluginProblem(info, stage, _format_validation(exc))
+                    return [], PluginProblem(
                         info,
                         stage,
                         f"returned {type(item).__name__} {item!r:.80}, expected "
@@ -272,43 +454,104 @@ class PluginManager:
         return out, None
 
     @staticmethod
-    def _check_conflicts(state: _Loaded) -> None:
-        seen: dict[Any, PluginInfo] = {}
-        for info, rec in state.records.get("edgeplug_backends", []):
-            assert isinstance(rec, BackendSpec)
-            key = ("backend", rec.backend)
-            other = seen.get(key)
-            if other is not None:
-                raise PluginConflictError(
-                    f"backend {rec.backend!r} is registered twice: by distribution "
-                    f"{other.distribution} (plugin {other.name!r}) and by distribution "
-                    f"{info.distribution} (plugin {info.name!r}). Uninstall one, or "
-                    f"disable one with {ENV_DISABLE}=<plugin>."
+    def _check(state: _Loaded) -> None:
+        """Conflicts make their backend unavailable; records for no registered backend are set aside."""
+        specs: dict[str, Contribution] = {}
+        for c in state.contributions:
+            if not isinstance(c.record, BackendSpec):
+                continue
+            first = specs.get(c.record.backend)
+            if first is None:
+                specs[c.record.backend] = c
+            elif c.record.backend not in state.conflicts:
+                state.conflicts[c.record.backend] = BackendProblem(
+                    c.record.backend,
+                    f"backend {c.record.backend!r} is registered twice: by {_who(first.plugin)} and by "
+                    f"{_who(c.plugin)}",
+                    (first.plugin, c.plugin),
                 )
-            seen[key] = info
-        for info, rec in state.records.get("edgeplug_kernels", []):
-            assert isinstance(rec, Kernel)
-            key = ("kernel", rec.backend, rec.op, rec.device)
-            other = seen.get(key)
-            if other is not None:
-                raise PluginConflictError(
-                    f"two kernels for op {rec.op!r} on backend {rec.backend!r} "
-                    f"({rec.device}): from distribution {other.distribution} "
-                    f"(plugin {other.name!r}) and from distribution {info.distribution} "
-                    f"(plugin {info.name!r}). Uninstall one, or disable one with "
-                    f"{ENV_DISABLE}=<plugin>."
+        registered = tuple(sorted(specs))
+        keep: list[Contribution] = []
+        for c in state.contributions:
+            if c.record.backend in specs:
+                keep.append(c)
+            else:
+                state.unclaimed.append(UnclaimedRecord(c, registered))
+        state.contributions = keep
+        seen: dict[tuple, Contribution] = {}
+        for c in keep:
+            rec, key, what = c.record, None, ""
+            if isinstance(rec, Kernel):
+                key = ("kernel", rec.backend, rec.op, rec.device)
+                what = f"two kernels for op {rec.op!r} on backend {rec.backend!r} ({rec.device})"
+            elif isinstance(rec, FusionPolicy):
+                pattern = getattr(rec, "pattern", "")
+                key = ("policy", rec.backend, pattern)
+                what = f"two fusion policies for pattern {pattern!r} on backend {rec.backend!r}"
+            elif isinstance(rec, PassSpec):
+                key = ("pass", rec.backend, rec.name)
+                what = f"two passes named {rec.name!r} on backend {rec.backend!r}"
+            elif isinstance(rec, QuantScheme):
+                key = ("scheme", rec.backend, rec.scheme)
+                what = f"two quantization schemes named {rec.scheme!r} on backend {rec.backend!r}"
+            if key is None:
+                continue
+            first = seen.setdefault(key, c)
+            if first is not c and rec.backend not in state.conflicts:
+                state.conflicts[rec.backend] = BackendProblem(
+                    rec.backend, f"{what}: from {_who(first.plugin)} and from {_who(c.plugin)}", (first.plugin, c.plugin)
                 )
-            seen[key] = info
+        for name in specs:
+            if name in state.conflicts:
+                continue
+            passes = [c for c in keep if isinstance(c.record, PassSpec) and c.record.backend == name]
+            try:
+                state.pass_order[name] = tuple(c.record for c in order_passes(passes))
+            except ValueError as exc:
+                state.conflicts[name] = BackendProblem(name, str(exc), tuple(dict.fromkeys(c.plugin for c in passes)))
 
     # -- queries ---------------------------------------------------------------
-    def records(self, hook: str, backend: Optional[str] = None) -> list[tuple[PluginInfo, Any]]:
-        items = self._state().records.get(hook, [])
-        if backend is None:
-            return list(items)
-        return [(i, r) for i, r in items if r.backend == backend]
+    def contributions(
+        self, kind: Union[type, str, None] = None, backend: Optional[str] = None
+    ) -> list[Contribution]:
+        """Records with the plugin that yielded each, of one record type (or hook name) and backend.
+
+        Records of a backend that is unavailable because of a conflict are
+        included; records for a backend no plugin registers are not (see
+        ``unclaimed()``).
+        """
+        if isinstance(kind, str):
+            kind = HOOK_RECORDS[DEPRECATED_HOOKS.get(kind, kind)]
+        return [
+            c
+            for c in self._state().contributions
+            if (kind is None or isinstance(c.record, kind)) and (backend is None or c.record.backend == backend)
+        ]
+
+    #: The old name of ``contributions``: (plugin, record) pairs.
+    records = contributions
 
     def backend_specs(self) -> dict[str, tuple[PluginInfo, BackendSpec]]:
-        return {r.backend: (i, r) for i, r in self.records("edgeplug_backends")}
+        """Registered backends that are available (no conflict): name -> (plugin, spec)."""
+        state = self._state()
+        return {
+            c.record.backend: (c.plugin, c.record)
+            for c in self.contributions(BackendSpec)
+            if c.record.backend not in state.conflicts
+        }
+
+    def pass_order(self, backend: str) -> tuple[PassSpec, ...]:
+        """A backend's passes (both stages) in run order."""
+        return self._state().pass_order.get(backend, ())
+
+    def conflict(self, backend: str) -> Optional[BackendProblem]:
+        return self._state().conflicts.get(backend)
+
+    def conflicts(self) -> list[BackendProblem]:
+        return list(self._state().conflicts.values())
+
+    def unclaimed(self) -> list[UnclaimedRecord]:
+        return list(self._state().unclaimed)
 
     def problems(self) -> list[PluginProblem]:
         return list(self._state().problems)
@@ -348,3 +591,13 @@ def problems() -> list[PluginProblem]:
 def skipped() -> list[tuple[PluginInfo, str]]:
     """Plugins not loaded because of EDGEPLUG_DISABLE_PLUGINS / EDGEPLUG_PLUGINS, and why."""
     return _manager.skipped()
+
+
+def conflicts() -> list[BackendProblem]:
+    """Backends made unavailable by contributions that contradict each other (both plugins named)."""
+    return _manager.conflicts()
+
+
+def unclaimed() -> list[UnclaimedRecord]:
+    """Records for a backend no loaded plugin registers (ignored)."""
+    return _manager.unclaimed()

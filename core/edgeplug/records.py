@@ -3,6 +3,19 @@
 Every record names the backend it is for, so one plugin may add to a backend
 another plugin registered. Records are pydantic models: the plugin manager
 validates whatever a hook yields and reports the plugin when it is invalid.
+
+Vocabulary (used the same way by hooks, records, ``Backend``, the partitioner
+and the report):
+
+- **keep whole**: an op ``to_edge`` must not decompose because the backend
+  runs it as one op (``KeepWhole`` records, ``Backend.keep_whole``; the report's
+  ``kept_whole_on_cpu`` lists kept-whole ops that stayed on the CPU and
+  ``decomposed_instead`` those the backend refused, so they were decomposed).
+- **verify**: ``edgeplug.verify(result, backend)`` runs a lowered program and
+  compares it with eager; ``lower(..., verify=True)`` calls it;
+  ``BackendSpec.verify_method`` says how it runs for a backend (``"pte"``,
+  ``"kernels"`` or ``"none"``), and the report's ``verification.method``
+  says which method ran.
 """
 
 from __future__ import annotations
@@ -10,11 +23,14 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Plugin API versions this core accepts in ``BackendSpec.api_version``.
 API_VERSION = 1
 SUPPORTED_API_VERSIONS = (1,)
+
+#: How ``edgeplug.verify`` runs a backend's lowered programs (``BackendSpec.verify_method``).
+VerifyMethod = Literal["pte", "kernels", "none"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
 
@@ -64,10 +80,10 @@ class BackendSpec(_Record):
         default=lambda: Availability(ok=True)
     )
     api_version: int = API_VERSION
-    #: How ``verify`` runs a lowered program: execute the real .pte with
-    #: executorch's runtime ("pte"), run delegates with registered kernels on
-    #: the host ("kernels"), or not at all ("none").
-    verify: Literal["pte", "kernels", "none"] = "none"
+    #: How ``edgeplug.verify`` runs a lowered program: execute the real .pte
+    #: with executorch's runtime ("pte"), run delegates with registered kernels
+    #: on the host ("kernels"), or not at all ("none").
+    verify_method: VerifyMethod = "none"
     #: HTP-like hardware: partitions that read no runtime input are refused,
     #: kept-whole ops inside constant-only subgraphs are decomposed.
     constant_only_policy: bool = False
@@ -84,6 +100,22 @@ class BackendSpec(_Record):
     #: learns support only from what the partitioner tags.
     support_check: Optional[Callable[[Any, Any], Callable[[Any], Any]]] = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_verify_name(cls, data: Any) -> Any:
+        # ``verify=`` was the field's name before 0.2; still accepted
+        if isinstance(data, dict) and "verify" in data:
+            data = dict(data)
+            if "verify_method" in data:
+                raise ValueError("give verify_method only (verify is its old name)")
+            data["verify_method"] = data.pop("verify")
+        return data
+
+    @property
+    def verify(self) -> str:
+        """The old name of ``verify_method``."""
+        return self.verify_method
+
     @field_validator("api_version")
     @classmethod
     def _check_api(cls, v: int) -> int:
@@ -96,8 +128,12 @@ class BackendSpec(_Record):
         return v
 
 
-class SkipDecomp(_Record):
-    """Operators the backend keeps whole (not decomposed by to_edge)."""
+class KeepWhole(_Record):
+    """Operators the backend keeps whole (``to_edge`` does not decompose them).
+
+    The core keeps an op whole only on nodes the backend will delegate; the
+    others are decomposed (and the report says why).
+    """
 
     ops: tuple[Any, ...]
 
@@ -115,41 +151,136 @@ class SkipDecomp(_Record):
         return tuple(ops)
 
 
-Stage = Literal["before_decomposition", "partition", "after_lowering"]
+#: The old name of ``KeepWhole`` (and of its hook, ``edgeplug_skip_decomp``).
+SkipDecomp = KeepWhole
 
 
 class PartitionerFilter(_Record):
-    """Decides, for a kept-whole node, whether it really stays whole.
+    """Refines, per node, what the backend takes (see ``edgeplug_partitioner_filters``).
 
-    ``fn(node, ctx)`` returns True (keep whole), False (decompose) or None
-    (no opinion). ``ctx`` is a ``edgeplug.partition.FilterContext``.
+    ``fn(node, ctx)`` returns ``False`` (refuse: a kept-whole op is decomposed,
+    a node is left on the CPU), ``True`` (accept, which overrides only the
+    backend's constant-only rule, never its support check) or ``None`` (no
+    opinion). ``ctx`` is an ``edgeplug.partition.FilterContext``.
     """
 
     name: str
     fn: Callable[[Any, Any], Optional[bool]]
 
 
+#: Where a fused op's weight comes from: a leaf constant (parameter, buffer,
+#: lifted constant), a constant computed from leaves (Gemma's ``1 + w``), or a
+#: runtime value. ``edgeplug.graph`` classifies nodes with the same names.
 WeightSource = Literal["leaf", "computed", "runtime"]
 
 
+#: What a fused op's argument is, in ``FusionPolicy.arguments``: the normalised
+#: tensor, the ``[D]`` list of the normalised axis' size, the weight, the eps.
+FusedArgument = Literal["input", "normalized_shape", "weight", "eps"]
+
+
 class FusionPolicy(_Record):
-    """What a matched pattern becomes on this backend."""
+    """What a matched pattern becomes on this backend: the op it emits, and when.
+
+    ``emits`` reads the op back: ``aten.rms_norm(input, normalized_shape,
+    weight, eps)`` or ``et_vk.rms_norm(input, weight, eps)``. The core emits
+    whatever op a policy names (it never lists the ops it knows); the target
+    is resolved when the plugin loads, after ``load_target`` ran.
+    """
 
     pattern: Literal["rms_norm"] = "rms_norm"
-    #: The fused operator, e.g. "aten.rms_norm" or "et_vk.rms_norm".
+    #: The fused operator as ``namespace.name`` (its default overload), e.g.
+    #: "aten.rms_norm" or "et_vk.rms_norm".
     target: str
+    #: The fused op's positional arguments, in order. A weight argument the
+    #: op's schema makes optional gets None for "no weight"; a required one
+    #: gets a constant of ones.
+    arguments: tuple[FusedArgument, ...] = ("input", "normalized_shape", "weight", "eps")
+    #: Makes ``target`` resolvable: imports the library that registers a custom
+    #: op (e.g. executorch's Vulkan custom ops for ``et_vk``). None for aten ops.
+    load_target: Optional[Callable[[], Any]] = None
     #: Weight sources the fused op may take directly.
     weight_sources: frozenset[WeightSource] = frozenset({"leaf"})
+    #: A weight that is ``dequantize(constant)`` (a PT2E-quantized program):
+    #: "keep" it so (the backend reads static quantized tensors), or "fold" it
+    #: at AOT into a float constant (the backend prepacks a float weight).
+    dequantized_weights: Literal["keep", "fold"] = "fold"
     #: Fold computed constant weights (Gemma's 1 + w) into a new constant.
     fold_computed_constants: bool = True
-    #: For a runtime weight: fuse the norm with a unit weight, keep the multiply.
+    #: For a weight the fused op cannot take (a runtime scale, a scalar, a
+    #: weight not of shape [D]): fuse the norm with a unit weight, keep the multiply.
     unit_weight_fallback: bool = True
     #: The fused kernel accumulates in fp32 whatever the storage dtype.
     fp32_accumulation: bool = False
 
+    @field_validator("arguments")
+    @classmethod
+    def _check_arguments(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        missing = [a for a in ("input", "weight", "eps") if a not in v]
+        if missing or len(set(v)) != len(v):
+            raise ValueError(
+                f"arguments {v} must name input, weight and eps once each (normalized_shape at most once), "
+                "in the fused op's order"
+            )
+        return v
+
+    @property
+    def emits(self) -> str:
+        """``et_vk.rms_norm(input, weight, eps)``: the op and its argument layout."""
+        return f"{self.target}({', '.join(self.arguments)})"
+
+
+_OP_NAME = re.compile(r"^([A-Za-z_]\w*)\.(\w+)\.(\w+)$")
+
+
+def resolve_op_name(name: str) -> str:
+    """Check an op name of the form ``namespace.name.overload`` against torch's op registry.
+
+    The name is the one edge programs and the host runtime use
+    (``aten.linear.default``, ``et_vk.rms_norm.default``). Raises ``ValueError``
+    saying what is wrong; an op of a namespace no library has registered yet
+    (custom ops load with their backend) is accepted here and checked by the
+    conformance suite once the backend's partitioner is imported.
+    """
+    m = _OP_NAME.match(name)
+    if m is None:
+        hint = name.replace("::", ".")
+        if hint.count(".") == 1:
+            hint += ".default"
+        raise ValueError(
+            f"op {name!r} is not written namespace.name.overload, the way edge programs name "
+            f"ops (e.g. {hint!r}; 'aten::linear' or 'aten.linear' never match a node)"
+        )
+    import difflib
+
+    import torch
+
+    ns, op, overload = m.groups()
+    registered = _registered_ops(torch)
+    if ns not in {n.split("::")[0] for n in registered}:
+        return name  # a library not loaded yet; the conformance suite resolves it
+    qualified = f"{ns}::{op}" + ("" if overload == "default" else f".{overload}")
+    if qualified not in registered:
+        close = difflib.get_close_matches(qualified, registered, n=1)
+        suggestion = ""
+        if close:
+            full = close[0].replace("::", ".")
+            suggestion = f"; did you mean {full if full.count('.') == 2 else full + '.default'!r}?"
+        raise ValueError(f"op {name!r} is not a registered operator (torch.ops.{ns}.{op}.{overload}){suggestion}")
+    return name
+
+
+def _registered_ops(torch: Any) -> frozenset[str]:
+    return frozenset(torch._C._dispatch_get_all_op_names())
+
 
 class Kernel(_Record):
-    """A runtime kernel for one op of one backend (host verification, benchmarks)."""
+    """A runtime kernel for one op of one backend (host verification, benchmarks).
+
+    ``op`` names the op the way edge programs do: ``namespace.name.overload``
+    (``et_vk.rms_norm.default``); it is checked against torch's op registry
+    when the plugin loads.
+    """
 
     op: str
     impl: Callable[..., Any]
@@ -157,14 +288,34 @@ class Kernel(_Record):
     #: Validates arguments before dispatch; raises with a clear message.
     checks: Optional[Callable[..., None]] = None
 
+    @field_validator("op")
+    @classmethod
+    def _check_op(cls, v: str) -> str:
+        return resolve_op_name(v.strip())
+
 
 class PassSpec(_Record):
-    """A backend pass. ``fn(ep) -> ExportedProgram | None`` (None: changed in place)."""
+    """A backend pass. ``fn(ep) -> ExportedProgram | None`` (None: changed in place).
+
+    Passes of one backend and stage run in an order that honours every
+    ``before`` / ``after`` constraint (names of other passes of the backend,
+    from any plugin); ``order`` only breaks ties (lower first), then the order
+    plugins yielded them. Names are unique per backend.
+    """
 
     stage: Literal["export", "edge"]
     name: str
     fn: Callable[[Any], Any]
+    #: Names of passes this one must run before / after.
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    #: Tie-break between passes no constraint orders (lower first).
     order: int = 0
+
+    @field_validator("before", "after", mode="before")
+    @classmethod
+    def _names(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
 
 
 _SCHEME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
@@ -216,10 +367,13 @@ class FusionRecord(BaseModel):
 #: hook name -> the record type it yields
 HOOK_RECORDS: dict[str, type[BaseModel]] = {
     "edgeplug_backends": BackendSpec,
-    "edgeplug_skip_decomp": SkipDecomp,
+    "edgeplug_keep_whole": KeepWhole,
     "edgeplug_partitioner_filters": PartitionerFilter,
     "edgeplug_fusion_policies": FusionPolicy,
     "edgeplug_kernels": Kernel,
     "edgeplug_passes": PassSpec,
     "edgeplug_quantizers": QuantScheme,
 }
+
+#: old hook name -> the hook that replaced it (still called, same record type)
+DEPRECATED_HOOKS: dict[str, str] = {"edgeplug_skip_decomp": "edgeplug_keep_whole"}

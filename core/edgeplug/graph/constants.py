@@ -25,8 +25,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind, Tenso
 
 from edgeplug.graph.names import used_names
 from edgeplug.graph.ops import base_name, is_dequantize, is_random, view_base, written_args
-
-WeightSource = Literal["leaf", "computed", "runtime"]
+from edgeplug.records import WeightSource  # one definition, shared with FusionPolicy
 
 _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 _MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)

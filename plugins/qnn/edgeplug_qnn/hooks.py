@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, PartitionerFilter, SkipDecomp
+from edgeplug import BackendSpec, FusionPolicy, PartitionerFilter, KeepWhole
 
 from edgeplug_qnn import filters, support
 
@@ -21,8 +21,8 @@ def edgeplug_backends():
 
 
 @edgeplug.hookimpl
-def edgeplug_skip_decomp():
-    yield SkipDecomp(backend="qnn", ops=support.skip_decomp_ops())
+def edgeplug_keep_whole():
+    yield KeepWhole(backend="qnn", ops=support.skip_decomp_ops())
 
 
 @edgeplug.hookimpl

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, SkipDecomp
+from edgeplug import BackendSpec, FusionPolicy, KeepWhole
 
 from edgeplug_samsung import support
 
@@ -20,8 +20,8 @@ def edgeplug_backends():
 
 
 @edgeplug.hookimpl
-def edgeplug_skip_decomp():
-    yield SkipDecomp(backend="samsung", ops=support.skip_decomp_ops())
+def edgeplug_keep_whole():
+    yield KeepWhole(backend="samsung", ops=support.skip_decomp_ops())
 
 
 @edgeplug.hookimpl

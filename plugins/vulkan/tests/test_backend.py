@@ -14,5 +14,5 @@ def test_partitions_with_executorchs_vulkan_partitioner_and_verifies_with_kernel
     vulkan = edgeplug.get_backend("vulkan")
     assert type(vulkan.make_partitioner()) is VulkanPartitioner
     assert vulkan.spec.backend_id == "VulkanBackend"
-    assert vulkan.spec.verify == "kernels" and vulkan.availability().ok
+    assert vulkan.spec.verify_method == "kernels" and vulkan.availability().ok
     assert vulkan.fusion_policy("rms_norm").target == "et_vk.rms_norm"

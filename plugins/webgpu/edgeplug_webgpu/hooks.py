@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, Kernel, SkipDecomp
+from edgeplug import BackendSpec, FusionPolicy, Kernel, KeepWhole
 
 from edgeplug_vulkan.support import support_check as vulkan_support_check
 
@@ -29,18 +29,18 @@ def edgeplug_backends():
         # WebGPUPartitioner tags partitions for the Vulkan serializer
         backend_id="VulkanBackend",
         partitioner=_partitioner,
-        verify="kernels",
+        verify_method="kernels",
         lowering_context=_lowering_context,
         support_check=vulkan_support_check,
     )
 
 
 @edgeplug.hookimpl
-def edgeplug_skip_decomp():
+def edgeplug_keep_whole():
     import torch
 
     aten = torch.ops.aten
-    yield SkipDecomp(
+    yield KeepWhole(
         backend="webgpu",
         ops=(aten.hardswish.default, aten.upsample_nearest2d.vec, aten.pixel_shuffle.default),
     )

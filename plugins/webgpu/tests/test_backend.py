@@ -14,6 +14,6 @@ def test_partitions_with_executorchs_webgpu_partitioner_into_vulkan_serializatio
     webgpu = edgeplug.get_backend("webgpu")
     assert type(webgpu.make_partitioner()) is WebGPUPartitioner
     assert webgpu.spec.backend_id == "VulkanBackend"  # WebGPU shares the Vulkan serialization
-    assert webgpu.spec.verify == "kernels" and webgpu.availability().ok
+    assert webgpu.spec.verify_method == "kernels" and webgpu.availability().ok
     policy = webgpu.fusion_policy("rms_norm")
     assert policy.target == "et_vk.rms_norm" and policy.fp32_accumulation

@@ -6,7 +6,7 @@ an executorch partitioner, and an entry point in ``pyproject.toml``::
     [project.entry-points.edgeplug]
     xnnpack = "edgeplug_xnnpack.hooks"
 
-XNNPACK runs in executorch's own Python runtime, so ``verify="pte"``: the
+XNNPACK runs in executorch's own Python runtime, so ``verify_method="pte"``: the
 core executes the real .pte and compares it against eager.
 """
 
@@ -29,7 +29,7 @@ def edgeplug_backends():
         description="XNNPACK on the CPU (runs in executorch's Python runtime)",
         backend_id="XnnpackBackend",
         partitioner=_partitioner,
-        verify="pte",
+        verify_method="pte",
     )
 
 

@@ -15,7 +15,7 @@ def test_a_third_party_plugin_needs_one_module_and_one_entry_point():
 
     xnnpack = edgeplug.get_backend("xnnpack")
     assert type(xnnpack.make_partitioner()) is XnnpackPartitioner
-    assert (xnnpack.spec.backend_id, xnnpack.spec.verify) == ("XnnpackBackend", "pte")
+    assert (xnnpack.spec.backend_id, xnnpack.spec.verify_method) == ("XnnpackBackend", "pte")
     dist = distribution("edgeplug-xnnpack")
     assert [r.split("=")[0] for r in dist.requires] == ["edgeplug"]  # the core and nothing else
     assert [(e.name, e.value) for e in dist.entry_points if e.group == "edgeplug"] == [("xnnpack", "edgeplug_xnnpack.hooks")]
