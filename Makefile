@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PLUGINS := vulkan webgpu qnn samsung xnnpack
 STAMP := $(VENV)/.edgeplug-installed
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench zoo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,12 @@ bench: setup
 	$(BIN)/python bench/fusion_overhead.py
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/rms_norm.py \
 	  --sizes 1x4096,64x4096,1024x4096,4096x4096,4096x1024,4096x5000 --torch-threads 1
+
+# The model zoo: transformers architectures x every backend against stock (docs/zoo.md),
+# then executorch's own example models (the whole set: EDGEPLUG_ZOO=1)
+zoo: setup
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/zoo.py --jobs 2
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py
 
 clean:
 	rm -rf $(VENV) out

@@ -1,0 +1,128 @@
+"""The model zoo, reduced: 2 architectures x 2 backends through bench/zoo.py's own code.
+
+The full matrix (``make zoo``) writes docs/zoo.md; this runs the same
+``run_cell`` on one-layer Llama and Qwen3 for xnnpack (its .pte runs in
+executorch's runtime) and vulkan (host kernels on the wgpu adapter), each
+against stock executorch in the same process, and checks what the zoo
+claims: it lowers, every norm is fused or recorded with a reason, the lowered
+program computes what eager computes, and edgeplug breaks the graph no more
+than stock does. Each cell runs once per session.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+ZOO_PATH = Path(__file__).resolve().parent.parent / "bench" / "zoo.py"
+MODELS = ["llama", "qwen3"]
+BACKENDS = ["xnnpack", "vulkan"]
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """bench/zoo.py as a module (bench/ is not a package)."""
+    name = "edgeplug_bench_zoo"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ZOO_PATH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses resolve their module by name
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def cells(zoo):
+    """(model, backend) -> Cell, lowered on first use: one layer, no timing warm-up."""
+    import edgeplug
+
+    cache: dict = {}
+
+    def get(model: str, backend: str):
+        if backend not in edgeplug.backends():
+            pytest.skip(f"backend {backend!r} is not installed")
+        if (model, backend) not in cache:
+            cache[(model, backend)] = zoo.run_cell(model, backend, layers=1, warm=False)
+        return cache[(model, backend)]
+
+    return get
+
+
+def _table(zoo, cell) -> str:
+    return zoo.render([cell], "python bench/zoo.py (test)", 1, 0.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model", MODELS)
+def test_zoo_cell(zoo, cells, model, backend):
+    cell = cells(model, backend)
+    table = _table(zoo, cell)
+    assert not cell.error, table
+    e, s = cell.edgeplug, cell.stock
+    assert e.ok, table
+    assert s.ok, table  # stock lowers these two: a stock failure here is news
+
+    # every norm of the program is fused or has a fusion record with a reason
+    assert cell.norms_present == {"llama": 3, "qwen3": 5}[model]  # 2 per layer + final (+ q/k norms)
+    if cell.no_policy:
+        assert cell.fusion_outcomes == {}, table  # nothing fuses without a policy
+    else:
+        assert cell.norms_recorded == cell.norms_present, table
+        assert all(reason for _, reason in cell.rejected), table
+
+    # numbers: the lowered program against eager
+    assert e.verify_error == "", table
+    assert e.max_abs_diff is not None and e.max_abs_diff <= 1e-4, table
+
+    # not worse than stock
+    assert e.partitions <= s.partitions, table
+    assert e.cpu_nodes <= s.cpu_nodes, table
+    assert e.seconds > 0 and s.seconds > 0
+
+
+def test_zoo_counts_cpu_nodes_like_the_report(zoo, cells):
+    """Stock's CPU nodes are counted before to_executorch rewrites them, in the report's op spelling."""
+    cell = cells("llama", "xnnpack")
+    assert not cell.error and cell.stock.ok
+    ops = set(cell.stock.cpu_ops)
+    assert all(op.count(".") >= 2 for op in ops), ops  # 'aten.mean.dim', never a pybind repr
+    assert not any(op.startswith(("executorch_prim", "memory.")) or "alloc" in op for op in ops), ops
+    assert cell.stock.max_abs_diff is not None and cell.stock.max_abs_diff <= 1e-4
+
+
+def test_zoo_failing_cell_is_a_row_not_a_crash(zoo, monkeypatch):
+    monkeypatch.setitem(zoo.MODELS, "broken", zoo.Arch("NoSuchConfig", "NoSuchModel"))
+    cell = zoo.run_cell("broken", "xnnpack", warm=False)
+    assert cell.error.startswith("build/export: AttributeError"), cell.error
+    doc = zoo.render([cell], "python bench/zoo.py --models broken", 1, 0.0)
+    assert "| broken | xnnpack | **fails**: build/export: AttributeError" in doc
+    assert "python bench/zoo.py --models broken" in doc
+
+
+def test_zoo_stock_failure_is_shown_beside_edgeplug(zoo, cells):
+    cell = cells("llama", "xnnpack")
+
+    class Boom:
+        def __init__(self) -> None:
+            raise RuntimeError("stock partitioner exploded\nsecond line")
+
+    target = zoo.Target(False, Boom)
+    module, ep, inputs, _ = zoo.exported("llama", 1)
+    side = zoo.lower_stock(ep, inputs, [], target)
+    assert not side.ok and side.error == "RuntimeError: stock partitioner exploded"
+    cell = zoo.Cell.from_dict({**zoo.asdict(cell), "stock": zoo.asdict(side)})
+    doc = zoo.render([cell], "cmd", 1, 0.0)
+    assert "**fails**: RuntimeError: stock partitioner exploded" in doc
+    assert "second line" not in doc
+
+
+def test_zoo_rejects_unknown_names(zoo):
+    with pytest.raises(SystemExit, match="unknown model"):
+        zoo.main(["--models", "llama,not-a-model", "--out", "-"])
+    with pytest.raises(SystemExit, match="unknown backend"):
+        zoo.main(["--backends", "vulcan", "--out", "-"])
