@@ -93,7 +93,7 @@ def test_suite_fails_records_for_a_backend_nobody_registers(edgeplug_register):
             yield edgeplug.FusionPolicy(backend="slopy", target="aten.rms_norm")
 
     edgeplug_register(Typo(), name="typo")
-    with pytest.raises(AssertionError, match="FusionPolicy for backend 'slopy', which no loaded plugin registers .*did you mean 'sloppy'"):
+    with pytest.raises(AssertionError, match="FusionPolicy for backend 'slopy', which no loaded plugin registers .*Did you mean 'sloppy'"):
         conformance.test_records_validate_and_name_a_backend(edgeplug.get_backend("sloppy"))
 
 

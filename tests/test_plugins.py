@@ -620,7 +620,7 @@ def test_records_for_a_backend_no_plugin_registers_are_reported(fixture_site):
     msg = unclaimed.message
     assert "plugin 'toyaccel' (entry point 'toyaccel = edgeplug_fixture_misuse.toyaccel'" in msg
     assert "yields a FusionPolicy for backend 'toyacel', which no loaded plugin registers" in msg
-    assert "did you mean 'toyaccel'?" in msg
+    assert "Did you mean 'toyaccel'?" in msg
     assert edgeplug.get_backend("toyaccel").fusion_policies == ()
 
 
@@ -633,3 +633,49 @@ def test_old_names_still_work():
     rec = edgeplug.SkipDecomp(backend="x", ops=(torch.ops.aten.linear.default,))
     assert isinstance(rec, edgeplug.KeepWhole)
     assert edgeplug.verify.__name__ == "verify"
+
+
+# -- `edgeplug plugins` --------------------------------------------------------------
+
+
+def _plugin_block(out: str, name: str) -> str:
+    blocks = re.split(r"(?m)^(?=\S)", out)
+    found = [b for b in blocks if b.startswith(f"{name}: ")]
+    assert len(found) == 1, out
+    return found[0]
+
+
+def test_plugins_command_shows_status_and_what_each_adds_to_which_backend(cli, fixture_site, monkeypatch):
+    fixture_site("good", "broken_import", "misuse")
+    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "samsung")
+    code, out, _ = cli("plugins")
+    assert code == 0
+    good = _plugin_block(out, "tinycpu")
+    assert "tinycpu: edgeplug-fixture-good 1.2.3\n  entry point  tinycpu = edgeplug_fixture_good.hooks\n  status       loaded\n" in good
+    assert "  adds to backend 'tinycpu'\n    the backend itself (delegate XnnpackBackend, verify: pte)\n" in good
+    assert "    kernel aten.gelu.default (cpu)\n" in good and "    edge pass 'early'\n" in good
+    # a record added to another plugin's backend says whose backend it is
+    assert (
+        "  adds to backend 'xnnpack' (added to a backend of distribution edgeplug-xnnpack (plugin 'xnnpack'))\n"
+        "    keep whole: aten.pixel_shuffle.default\n"
+    ) in good
+    broken = _plugin_block(out, "brokenimport")
+    assert "status       broken: failed at import: ModuleNotFoundError: No module named 'edgeplug_fixture_vendor_sdk'" in broken
+    assert re.search(r"raised at \S*edgeplug_fixture_broken/hooks\.py:\d+ in <module>", broken), broken
+    assert "status       blocked: blocked by EDGEPLUG_DISABLE_PLUGINS=samsung" in _plugin_block(out, "samsung")
+    toy = _plugin_block(out, "toyaccel")
+    assert "adds to backend 'toyacel' (ignored: " in toy and "Did you mean 'toyaccel'?" in toy
+    assert "status       broken: failed at registration: function edgeplug_keep_whole is not marked" in _plugin_block(out, "unmarked")
+
+
+def test_plugins_command_names_the_conflict_on_the_contested_backend_only(cli, fixture_site):
+    import json
+
+    fixture_site("conflict_backend")
+    code, out, _ = cli("plugins", "--json")
+    assert code == 0
+    rows = {r["plugin"]: r for r in json.loads(out)}
+    assert rows["vulkanclone"]["status"] == "loaded" and rows["vulkanclone"]["distribution"] == "edgeplug-fixture-vulkan-clone"
+    assert "backend 'vulkan' is registered twice" in rows["vulkanclone"]["trouble"]["vulkan"]
+    assert "backend 'vulkan' is registered twice" in rows["vulkan"]["trouble"]["vulkan"]
+    assert rows["webgpu"]["trouble"] == {} and rows["webgpu"]["entry_point"] == "webgpu = edgeplug_webgpu.hooks"

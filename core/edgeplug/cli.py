@@ -66,6 +66,38 @@ def _print_plugin_trouble(m) -> None:
         print(f"skipped plugin {info.name!r} ({info.distribution}): {why}", file=sys.stderr)
 
 
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """Each plugin: distribution, version, entry point, status, and what it adds to which backend."""
+    import json
+
+    from edgeplug.plugins import summaries
+
+    found = summaries()
+    if args.json:
+        print(json.dumps([
+            {
+                "plugin": s.plugin.name, "distribution": s.plugin.distribution, "version": s.plugin.version,
+                "entry_point": s.plugin.entry_point, "status": s.status, "reason": s.reason,
+                "contributes": s.contributes, "trouble": s.trouble,
+            }
+            for s in found
+        ], indent=2))
+        return 0
+    if not found:
+        print("no edgeplug plugins installed: install a backend plugin, e.g. pip install edgeplug-xnnpack")
+        return 0
+    for s in found:
+        status = s.status if not s.reason else f"{s.status}: {s.reason}"
+        print(f"{s.plugin.name}: {s.plugin.distribution} {s.plugin.version}".rstrip())
+        print(f"  entry point  {s.plugin.entry_point}")
+        print(f"  status       {status}")
+        for backend, what in sorted(s.contributes.items()):
+            print(f"  adds to backend {backend!r}" + (f" ({s.trouble[backend]})" if backend in s.trouble else ""))
+            for phrase in what:
+                print(f"    {phrase}")
+    return 0
+
+
 def cmd_examples(args: argparse.Namespace) -> int:
     from edgeplug.examples import list_examples
 
@@ -153,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--adapter", action="store_true", help="name the wgpu adapter even if no backend verifies with kernels")
     b.add_argument("--no-adapter", action="store_true", help="do not look for a wgpu adapter")
     b.set_defaults(fn=cmd_backends)
+    pl = sub.add_parser("plugins", help="list plugins: distribution, entry point, status, what each adds to which backend")
+    pl.add_argument("--json", action="store_true", help="print the listing as JSON")
+    pl.set_defaults(fn=cmd_plugins)
     e = sub.add_parser("examples", help="list built-in example models")
     e.set_defaults(fn=cmd_examples)
     lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte")

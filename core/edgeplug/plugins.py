@@ -164,7 +164,7 @@ class UnclaimedRecord:
     def message(self) -> str:
         info, rec = self.contribution
         close = difflib.get_close_matches(rec.backend, self.registered, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = f"Did you mean {close[0]!r}? " if close else ""
         return (
             f"{info.describe()} yields a {type(rec).__name__} for backend {rec.backend!r}, which no "
             f"loaded plugin registers (registered: {', '.join(self.registered) or 'none'}); it is "
@@ -209,24 +209,41 @@ def _format_validation(err: ValidationError) -> str:
 
 
 _CORE_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (pluggy, hookspecs))
+_STDLIB = str(Path(os.__file__).resolve().parent)
 
 
-def _where(exc: BaseException) -> str:
-    """' (raised at FILE:LINE in FUNC)': the deepest frame of the plugin's own code."""
+def _where(exc: BaseException, package: Optional[str] = None) -> str:
+    """' (raised at FILE:LINE in FUNC)': the deepest frame of the plugin's own code.
+
+    ``package`` is the plugin's top-level module name; without a frame in it,
+    the deepest frame outside the core, pluggy and the standard library.
+    """
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__)
         if not f.filename.startswith("<") and not str(Path(f.filename).resolve()).startswith(_CORE_DIRS)
     ]
-    if not frames:
+    own = []
+    if package:
+        own = [f for f in frames if package in Path(f.filename).parts or Path(f.filename).stem == package]
+    if not own:
+        own = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_STDLIB)] or frames
+    if not own:
         return ""
-    root = Path(frames[0].filename).resolve().parent
-    own = [f for f in frames if Path(f.filename).resolve().is_relative_to(root)] or frames
     f = own[-1]
     return f" (raised at {f.filename}:{f.lineno} in {f.name})"
 
 
-def _failure(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}{_where(exc)}"
+def _package(info: PluginInfo, plugin: object = None) -> Optional[str]:
+    """The plugin's top-level module name, from its entry point or its object."""
+    if plugin is not None:
+        name = getattr(plugin, "__name__", None) if inspect.ismodule(plugin) else type(plugin).__module__
+        return (name or "").split(".")[0] or None
+    value = info.entry_point.partition("=")[2].strip()
+    return value.split(":")[0].split(".")[0] or None
+
+
+def _failure(exc: BaseException, package: Optional[str] = None) -> str:
+    return f"{type(exc).__name__}: {exc}{_where(exc, package)}"
 
 
 def order_passes(passes: list[Contribution]) -> list[Contribution]:
@@ -369,7 +386,7 @@ class PluginManager:
                 try:
                     obj = obj.load()
                 except Exception as exc:  # a broken plugin must not break the others
-                    state.problems.append(PluginProblem(info, "import", _failure(exc)))
+                    state.problems.append(PluginProblem(info, "import", _failure(exc, _package(info))))
                     continue
             records, problem = self._collect(obj, info)
             if problem is not None:
@@ -432,9 +449,9 @@ class PluginManager:
                     else:
                         items = list(result)
                 except ValidationError as exc:
-                    return [], PluginProblem(info, stage, _format_validation(exc) + _where(exc))
+                    return [], PluginProblem(info, stage, _format_validation(exc) + _where(exc, _package(info, plugin)))
                 except Exception as exc:
-                    return [], PluginProblem(info, stage, _failure(exc))
+                    return [], PluginProblem(info, stage, _failure(exc, _package(info, plugin)))
                 for item in items:
                     if isinstance(item, record_type):
                         out.append(item)
@@ -561,6 +578,74 @@ class PluginManager:
 
     def skipped(self) -> list[tuple[PluginInfo, str]]:
         return list(self._state().skipped)
+
+
+@dataclass(frozen=True)
+class PluginSummary:
+    """One plugin as ``edgeplug plugins`` shows it."""
+
+    plugin: PluginInfo
+    #: "loaded", "broken" or "blocked"
+    status: str
+    #: why it is broken or blocked ("" when loaded)
+    reason: str = ""
+    #: backend -> what this plugin contributes to it, one phrase per record
+    contributes: dict[str, list[str]] = field(default_factory=dict)
+    #: backend -> why the backend is unavailable (a conflict) or its records ignored
+    trouble: dict[str, str] = field(default_factory=dict)
+
+
+def describe_record(record: Any) -> str:
+    """A short phrase for one record: 'kernel et_vk.rms_norm.default (wgpu)', 'edge pass fold_bn'."""
+    name = type(record).__name__
+    if isinstance(record, BackendSpec):
+        return f"the backend itself (delegate {record.backend_id}, verify: {record.verify_method})"
+    if name == "KeepWhole":
+        return "keep whole: " + ", ".join(str(op) for op in record.ops)
+    if name == "PartitionerFilter":
+        return f"filter {record.name!r}"
+    if isinstance(record, FusionPolicy):
+        return f"fusion {getattr(record, 'pattern', '?')} -> {record.target}"
+    if isinstance(record, Kernel):
+        return f"kernel {record.op} ({record.device})"
+    if isinstance(record, PassSpec):
+        return f"{record.stage} pass {record.name!r}"
+    if isinstance(record, QuantScheme):
+        return f"quantization scheme {record.scheme!r}"
+    return name
+
+
+def summaries() -> list[PluginSummary]:
+    """Every plugin found: loaded (with its contributions per backend), broken (with why), blocked."""
+    m = _manager
+    state = m._state()
+    out: list[PluginSummary] = []
+    registrant = {c.record.backend: c.plugin for c in state.contributions if isinstance(c.record, BackendSpec)}
+    for info in state.plugins:
+        contributes: dict[str, list[str]] = {}
+        trouble: dict[str, str] = {}
+        for c in state.contributions:
+            if c.plugin != info:
+                continue
+            backend = c.record.backend
+            contributes.setdefault(backend, []).append(describe_record(c.record))
+            owner = registrant.get(backend)
+            if owner is not None and owner != info and backend not in trouble:
+                trouble[backend] = f"added to a backend of {_who(owner)}"
+            conflict = state.conflicts.get(backend)
+            if conflict is not None:
+                trouble[backend] = conflict.message
+        for u in state.unclaimed:
+            if u.contribution.plugin == info:
+                backend = u.contribution.record.backend
+                contributes.setdefault(backend, []).append(describe_record(u.contribution.record))
+                trouble[backend] = "ignored: " + u.message
+        out.append(PluginSummary(info, "loaded", "", contributes, trouble))
+    for problem in state.problems:
+        out.append(PluginSummary(problem.plugin, "broken", f"failed at {problem.stage}: {problem.cause}"))
+    for info, why in state.skipped:
+        out.append(PluginSummary(info, "blocked", why))
+    return sorted(out, key=lambda s: (_normalize(s.plugin.name), s.plugin.distribution))
 
 
 _manager = PluginManager()
