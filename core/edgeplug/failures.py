@@ -160,13 +160,22 @@ def stage_failure(exc: BaseException, stage: str, backend: Any) -> LoweringError
     elif who.startswith("plugin"):
         msg += ". This is a bug in the plugin; report it to its maintainers"
     err = LoweringError(msg)
-    err.stage = stage
+    err.lowering_stage = stage
     err.at_fault = who
     return err
+
+
+def name_the_plugin(exc: BaseException, backend: Any) -> BaseException:
+    """Put the plugin at fault (found in ``exc``'s traceback) at the front of an edgeplug error that lacks it."""
+    who = at_fault(exc, backend)
+    if who.startswith("plugin ") and who not in str(exc) and exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{who}: {exc.args[0]}", *exc.args[1:])
+        exc.at_fault = who
+    return exc
 
 
 def format_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-__all__ = ["at_fault", "edgeplug_cause", "first_line", "format_traceback", "plugin_modules", "root_cause", "stage_failure"]
+__all__ = ["name_the_plugin", "at_fault", "edgeplug_cause", "first_line", "format_traceback", "plugin_modules", "root_cause", "stage_failure"]

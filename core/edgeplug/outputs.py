@@ -39,9 +39,15 @@ def _check_one(path: Path, what: str) -> None:
     folder = _first_existing(path.parent)
     if not folder.is_dir():
         raise OutputPathError(f"cannot write {what} {path}: {folder} is a file, not a folder")
+    where = "its folder" if folder == path.parent else f"{folder}, where its folder would be created,"
     if not os.access(folder, os.W_OK | os.X_OK):
-        where = "its folder" if folder == path.parent else f"{folder}, where its folder would be created,"
         raise OutputPathError(f"cannot write {what} {path}: {where} is not writable")
+    probe = _temporary(folder / "probe")
+    try:  # permissions say yes; ask the file system (read-only mounts, root on /proc, quotas)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputPathError(f"cannot write {what} {path}: {where} is not writable ({exc.strerror or exc})") from exc
 
 
 def check_output_paths(paths: Mapping[str, Optional[os.PathLike | str]]) -> None:

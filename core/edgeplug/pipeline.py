@@ -328,19 +328,19 @@ STAGES: tuple[Stage, ...] = (
 
 
 def _run_stage(job: Lowering, stage: Stage) -> None:
-    from edgeplug.failures import edgeplug_cause, stage_failure
+    from edgeplug.failures import edgeplug_cause, name_the_plugin, stage_failure
 
     job.clock.enter(stage.name)
     try:
         stage.run(job)
     except EdgeplugError as exc:
-        exc.stage = getattr(exc, "stage", None) or job.clock.current
-        raise
+        exc.lowering_stage = getattr(exc, "lowering_stage", None) or job.clock.current
+        raise name_the_plugin(exc, job.backend)
     except Exception as exc:
         ours = edgeplug_cause(exc)
         if ours is not None:  # e.g. a PassError executorch's pass manager wrapped
-            ours.stage = getattr(ours, "stage", None) or job.clock.current
-            raise ours from exc
+            ours.lowering_stage = getattr(ours, "lowering_stage", None) or job.clock.current
+            raise name_the_plugin(ours, job.backend) from exc
         raise stage_failure(exc, job.clock.current or stage.name, job.backend) from exc
     job.clock.stop()
 

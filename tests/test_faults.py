@@ -1,0 +1,483 @@
+"""Fault injection: plugins that raise, passes that corrupt weights, signals and races while writing.
+
+Every case asserts the exit code, the first line of the message, that no
+partial or stray file is left and no existing file changed, and that no
+Python traceback reaches the user without --debug. Test plugins are
+registered in-process (``edgeplug.plugins.register``); a subprocess is used
+only where a signal must take its default course.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import edgeplug
+from edgeplug import plugins
+
+PREVIOUS = b"the previous program"
+
+
+@pytest.fixture(autouse=True)
+def _clean(clean_plugin_env, monkeypatch, tmp_path):
+    for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT", "EDGEPLUG_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    plugins.reset()
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def _no_traceback(stderr: str) -> None:
+    assert "Traceback (most recent call last)" not in stderr, stderr
+
+
+def _first_line(stderr: str) -> str:
+    lines = [l for l in stderr.splitlines() if l.startswith("edgeplug: error:")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+# -- test plugins ---------------------------------------------------------------------
+
+
+def _xnnpack_partitioner():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
+
+
+class FaultyBackend:
+    """Registers backend "faulty" (XNNPACK under another name); ``raise_in`` names the hook that raises."""
+
+    def __init__(self, raise_in: str = "") -> None:
+        self.raise_in = raise_in
+
+    def _maybe(self, hook: str) -> None:
+        if self.raise_in == hook:
+            raise RuntimeError(f"vendor table for {hook} is missing")
+
+    @edgeplug.hookimpl
+    def edgeplug_backends(self):
+        self._maybe("edgeplug_backends")
+        yield edgeplug.BackendSpec(
+            backend="faulty",
+            description="XNNPACK under another name, with faults on demand",
+            backend_id="XnnpackBackend",
+            partitioner=self.partitioner,
+            verify="pte",
+        )
+
+    def partitioner(self):
+        if self.raise_in == "partitioner":
+            raise AttributeError("SM9999")  # as QNN's factory does for an unknown SoC
+        return _xnnpack_partitioner()
+
+    @edgeplug.hookimpl
+    def edgeplug_partitioner_filters(self):
+        self._maybe("edgeplug_partitioner_filters")
+        return []
+
+    @edgeplug.hookimpl
+    def edgeplug_fusion_policies(self):
+        self._maybe("edgeplug_fusion_policies")
+        return []
+
+    @edgeplug.hookimpl
+    def edgeplug_kernels(self):
+        self._maybe("edgeplug_kernels")
+        return []
+
+    @edgeplug.hookimpl
+    def edgeplug_passes(self):
+        self._maybe("edgeplug_passes")
+        return []
+
+
+HOOKS = ["edgeplug_backends", "edgeplug_partitioner_filters", "edgeplug_fusion_policies", "edgeplug_kernels", "edgeplug_passes"]
+
+
+class CorruptWeight:
+    """An export-stage pass on ``backends`` that corrupts fc1's weight of the mlp example."""
+
+    def __init__(self, backends: tuple[str, ...], how: str) -> None:
+        self.backends, self.how = backends, how
+
+    def corrupt(self, ep):
+        key = next(k for k in ep.state_dict if k.endswith("fc1.weight"))
+        w = ep.state_dict[key].detach().clone()
+        if self.how == "nan":
+            w[0, 0] = float("nan")
+        else:
+            w = w * 1.01
+        # in place, as a careless pass would: a program that shares the caller's tensors passes it on
+        ep.state_dict[key].data.copy_(w) if self.how == "inplace" else ep.state_dict.__setitem__(key, torch.nn.Parameter(w, requires_grad=False))
+        return ep
+
+    @edgeplug.hookimpl
+    def edgeplug_passes(self):
+        for b in self.backends:
+            yield edgeplug.PassSpec(backend=b, stage="export", name=f"corrupt-{self.how}", fn=self.corrupt)
+
+
+class RaisingKernel:
+    """A host kernel for webgpu's gelu that raises (a plugin bug at verification)."""
+
+    @staticmethod
+    def impl(*args, **kwargs):
+        raise RuntimeError("dispatch table overflow")
+
+    @edgeplug.hookimpl
+    def edgeplug_kernels(self):
+        yield edgeplug.Kernel(backend="webgpu", op="aten.gelu.default", impl=self.impl, device="cpu")
+
+
+# -- plugins that raise -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_a_plugin_whose_hook_raises_is_named_and_its_backend_refused(cli, edgeplug_register, tmp_path, hook):
+    edgeplug_register(FaultyBackend(raise_in=hook), name="faulty-plugin")
+    out = tmp_path / "m.pte"
+    out.write_bytes(PREVIOUS)
+    code, stdout, stderr = cli("lower", "mlp", "-b", "faulty", "-o", out)
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: no backend named 'faulty'")
+    assert "plugin 'faulty-plugin'" in first and hook in first
+    assert f"RuntimeError: vendor table for {hook} is missing" in first
+    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
+    _no_traceback(stderr)
+
+
+def test_plugins_that_raise_do_not_stop_other_backends(cli, edgeplug_register, fixture_site, tmp_path):
+    fixture_site("broken_import")  # fails at import
+    for hook in HOOKS:
+        edgeplug_register(FaultyBackend(raise_in=hook), name=f"faulty-{hook}")
+    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "--dry-run", "-q")
+    assert code == 0, stderr
+    assert "partitions: 1" in stdout
+    _no_traceback(stderr)
+
+
+def test_a_plugin_that_fails_at_import_is_named_when_its_backend_is_asked_for(cli, fixture_site):
+    fixture_site("broken_import")
+    code, _, stderr = cli("lower", "mlp", "-b", "brokenimport")
+    assert code == 2
+    first = _first_line(stderr)
+    assert "no backend named 'brokenimport'" in first and "ModuleNotFoundError" in first
+    assert "EDGEPLUG_DISABLE_PLUGINS" in first or "edgeplug-fixture-broken" in first
+    _no_traceback(stderr)
+
+
+def test_a_partitioner_factory_that_raises_names_the_stage_and_plugin(cli, edgeplug_register, tmp_path):
+    edgeplug_register(FaultyBackend(raise_in="partitioner"), name="faulty-plugin")
+    out = tmp_path / "m.pte"
+    out.write_bytes(PREVIOUS)
+    code, stdout, stderr = cli("lower", "mlp", "-b", "faulty", "-o", out, "--report", tmp_path / "r.json")
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'faulty'")
+    assert "plugin 'faulty-plugin'" in first and "raised AttributeError: SM9999" in first
+    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
+    _no_traceback(stderr)
+
+
+def test_debug_shows_the_traceback_and_still_ends_in_one_error_line(cli, edgeplug_register, monkeypatch):
+    edgeplug_register(FaultyBackend(raise_in="partitioner"), name="faulty-plugin")
+    for flag in ("--debug", None):
+        if flag is None:
+            monkeypatch.setenv("EDGEPLUG_DEBUG", "1")
+        code, _, stderr = cli("lower", "mlp", "-b", "faulty", "-q", *([flag] if flag else []))
+        assert code == 2
+        assert "Traceback (most recent call last)" in stderr and "AttributeError: SM9999" in stderr
+        assert stderr.strip().splitlines()[-1].startswith("edgeplug: error: stage 'to_edge'")
+
+
+def test_a_pass_that_raises_names_its_plugin(cli, edgeplug_register, tmp_path):
+    class Raises:
+        @edgeplug.hookimpl
+        def edgeplug_passes(self):
+            def boom(ep):
+                raise KeyError("attention.wq")
+
+            yield edgeplug.PassSpec(backend="xnnpack", stage="export", name="split-heads", fn=boom)
+
+    edgeplug_register(Raises(), name="heads-plugin")
+    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", tmp_path / "m.pte")
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: stage 'export passes': export-stage pass 'split-heads' of backend 'xnnpack'")
+    assert "plugin 'heads-plugin'" in first and "KeyError" in first
+    assert _files(tmp_path) == []
+    _no_traceback(stderr)
+
+
+def test_a_kernel_that_raises_names_the_stage_and_plugin(cli, edgeplug_register, tmp_path):
+    edgeplug_register(RaisingKernel(), name="linear-kernel-plugin")
+    out = tmp_path / "m.pte"
+    code, stdout, stderr = cli("lower", "mlp", "-b", "webgpu", "--verify", "-o", out)
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: stage 'verify': plugin 'linear-kernel-plugin'")
+    assert "RuntimeError: dispatch table overflow" in first
+    assert not out.exists()
+    _no_traceback(stderr)
+
+
+def test_an_exported_program_whose_inputs_do_not_match_fails_in_the_eager_reference(cli, tmp_path):
+    (tmp_path / "ep.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            def make():
+                ep = torch.export.export(torch.nn.Linear(8, 4), (torch.randn(2, 8),))
+                return ep, (torch.randn(3, 5),)
+            """
+        )
+    )
+    code, stdout, stderr = cli("lower", f"{tmp_path / 'ep.py'}:make", "-b", "xnnpack", "-o", tmp_path / "m.pte")
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: stage 'eager reference': running the model eagerly on its example inputs")
+    assert "Check that the example inputs are the ones the model (or program) takes" in first
+    assert _files(tmp_path) == ["ep.py"]
+    _no_traceback(stderr)
+
+
+# -- corrupted programs fail --verify on every backend ------------------------------------
+
+
+@pytest.mark.parametrize("how", ["nan", "scale"])
+@pytest.mark.parametrize("backend", ["xnnpack", "vulkan", "webgpu"])
+def test_verify_fails_on_a_corrupted_weight(cli, edgeplug_register, tmp_path, backend, how):
+    edgeplug_register(CorruptWeight((backend,), how), name="corrupter")
+    out, rep = tmp_path / "m.pte", tmp_path / "m.json"
+    code, stdout, stderr = cli("lower", "mlp", "-b", backend, "--verify", "-o", out, "--report", rep, "-q")
+    assert code == 3, stderr
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: verification failed: output 0: ")
+    if how == "nan":
+        assert "NaN where eager has none" in first
+    else:
+        assert "max |difference|" in first and "> tolerance 1.000e-04" in first
+    assert first.endswith("no .pte was written")
+    assert not out.exists() and _files(tmp_path) == ["m.json"]
+    # the report is strict JSON and says why
+    data = json.loads(rep.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the report"))
+    assert data["summary"]["verified"] is False and data["output_path"] is None
+    assert data["verification"]["outputs"][0]["problems"]
+    _no_traceback(stderr)
+
+
+def test_nan_in_eager_at_the_same_positions_matches_and_hides_nothing(edgeplug_register):
+    class NanAtZero(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y * torch.where(torch.arange(8) == 0, torch.tensor(float("nan")), torch.tensor(1.0))
+
+    torch.manual_seed(0)
+    model, x = NanAtZero(), (torch.randn(2, 8),)
+    good = edgeplug.lower(model, x, "xnnpack", verify=True)
+    check = good.report.verification.outputs[0]
+    assert check.passed and check.nonfinite_matched == 2 and check.max_abs_diff < 1e-4
+
+    class Scale:
+        @edgeplug.hookimpl
+        def edgeplug_passes(self):
+            def scale(ep):
+                key = next(k for k in ep.state_dict if k.endswith("lin.weight"))
+                ep.state_dict[key] = torch.nn.Parameter(ep.state_dict[key].detach() * 1.01, requires_grad=False)
+                return ep
+
+            yield edgeplug.PassSpec(backend="xnnpack", stage="export", name="scale", fn=scale)
+
+    edgeplug_register(Scale(), name="scale-plugin")
+    bad = edgeplug.lower(model, x, "xnnpack", verify=True)
+    check = bad.report.verification.outputs[0]
+    assert not check.passed and check.nonfinite_matched == 2
+    assert check.max_abs_diff > 1e-4 and "max |difference|" in check.problems[0]
+
+
+def test_a_pass_that_changes_weights_in_place_never_reaches_the_callers_model(edgeplug_register):
+    from edgeplug.examples import load_model
+
+    model, inputs, _ = load_model("mlp")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    edgeplug_register(CorruptWeight(("xnnpack",), "inplace"), name="inplace-plugin")
+    result = edgeplug.lower(model, inputs, "xnnpack", verify=True)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not result.report.verification.passed  # the reference is the caller's model, unchanged
+
+
+# -- output paths, before any work ------------------------------------------------------------
+
+
+def test_the_same_path_for_pte_and_report_is_refused_before_any_work(cli, tmp_path):
+    same = tmp_path / "same.pte"
+    same.write_bytes(PREVIOUS)
+    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", same, "--report", same)
+    assert code == 2 and stdout == ""
+    assert _first_line(stderr) == (
+        f"edgeplug: error: the .pte and the report are the same file ({same}): the second would replace the first; "
+        "give them different paths"
+    )
+    assert "[xnnpack] export" not in stderr  # refused before any work
+    assert same.read_bytes() == PREVIOUS and _files(tmp_path) == ["same.pte"]
+
+
+@pytest.mark.parametrize("which", ["-o", "--report"])
+@pytest.mark.parametrize("problem", ["directory", "file-as-folder", "read-only"])
+def test_unwritable_targets_are_refused_before_any_work(cli, tmp_path, which, problem):
+    if problem == "directory":
+        target = tmp_path / "out"
+        target.mkdir()
+        expect = "it is a directory"
+    elif problem == "file-as-folder":
+        (tmp_path / "file").write_text("x")
+        target = tmp_path / "file" / "sub" / "m.out"
+        expect = "is a file, not a folder"
+    else:
+        target = Path("/proc/edgeplug-test/m.out")  # not writable, whoever runs the test
+        expect = "is not writable"
+    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", which, target)
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert f"cannot write the {'.pte' if which == '-o' else 'report'} {target}: " in first and expect in first
+    assert "[xnnpack] export" not in stderr
+    assert [p for p in _files(tmp_path) if p != "file"] == []
+    _no_traceback(stderr)
+
+
+# -- modes ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_new_files_follow_the_umask_and_overwritten_files_keep_their_mode(umask_022, tmp_path):
+    from edgeplug.outputs import write_files
+
+    new, kept = tmp_path / "new.pte", tmp_path / "kept.json"
+    kept.write_text("old")
+    os.chmod(kept, 0o640)
+    write_files({new: b"program", kept: "{}"})
+    assert stat.S_IMODE(new.stat().st_mode) == 0o644
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text() == "{}"
+    assert _files(tmp_path) == ["kept.json", "new.pte"]
+
+
+def test_the_cli_writes_pte_and_report_with_the_umasks_mode(cli, umask_022, tmp_path):
+    out, rep = tmp_path / "m.pte", tmp_path / "m.json"
+    code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "--report", rep, "-q")
+    assert code == 0, stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644 and stat.S_IMODE(rep.stat().st_mode) == 0o644
+
+
+# -- write failures, signals, races ------------------------------------------------------------
+
+
+def test_a_report_that_cannot_be_written_leaves_the_pte_unwritten_too(cli, tmp_path, monkeypatch):
+    out, rep = tmp_path / "m.pte", tmp_path / "m.json"
+    out.write_bytes(PREVIOUS)
+    calls = []
+    real = os.fsync
+
+    def second_fails(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", second_fails)
+    code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "--report", rep, "-q")
+    assert code == 2
+    assert _first_line(stderr).endswith("No space left on device; nothing was written")
+    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_while_writing_removes_the_temporaries(cli, tmp_path, monkeypatch, signum, code):
+    out, rep = tmp_path / "m.pte", tmp_path / "m.json"
+    out.write_bytes(PREVIOUS)
+    # the data is written whole to the temporary, then the signal arrives (as `timeout` sends it)
+    monkeypatch.setattr(os, "fsync", lambda fd: signal.raise_signal(signum))
+    got, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "--report", rep, "-q")
+    assert got == code
+    assert _first_line(stderr) in (
+        "edgeplug: error: terminated (SIGTERM); nothing was written",
+        "edgeplug: error: interrupted; nothing was written",
+    )
+    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
+    _no_traceback(stderr)
+
+
+def test_sigterm_with_the_default_handler_still_removes_the_temporary(tmp_path):
+    # library use (no CLI handler): the temporary goes, then the signal kills the process as usual
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from edgeplug.outputs import write_file
+        os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)
+        write_file({str(tmp_path / 'big.pte')!r}, b"x" * (8 << 20))
+        print("not reached")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert "not reached" not in proc.stdout
+    assert _files(tmp_path) == []
+
+
+def test_concurrent_writers_leave_one_whole_file_and_no_temporaries(tmp_path):
+    from edgeplug.outputs import write_file
+
+    target = tmp_path / "m.pte"
+    payloads = [bytes([i]) * (2 << 20) for i in range(6)]
+    errors = []
+
+    def write(data):
+        try:
+            for _ in range(3):
+                write_file(target, data)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(p,)) for p in payloads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert target.read_bytes() in payloads
+    assert _files(tmp_path) == ["m.pte"]
+
+
+def test_concurrent_processes_writing_one_path(tmp_path):
+    target = tmp_path / "m.pte"
+    code = "import sys; from edgeplug.outputs import write_file\nfor _ in range(5): write_file(sys.argv[1], sys.argv[2].encode() * (1 << 20))"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(target), c]) for c in "ab"]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert target.read_bytes() in (b"a" * (1 << 20), b"b" * (1 << 20))
+    assert _files(tmp_path) == ["m.pte"]
