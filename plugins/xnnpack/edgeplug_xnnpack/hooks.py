@@ -1,19 +1,25 @@
-"""A complete edgeplug backend in one module.
+"""A complete edgeplug backend: XNNPACK, the example for third-party authors.
 
-This is the template for a third-party backend: a ``BackendSpec`` that names
-an executorch partitioner, and an entry point in ``pyproject.toml``::
+A ``BackendSpec`` naming an executorch partitioner, a partitioner filter that
+refuses with its own reason, an export-stage pass, and the backend's
+quantization scheme; an entry point in ``pyproject.toml`` makes it a plugin::
 
     [project.entry-points.edgeplug]
     xnnpack = "edgeplug_xnnpack.hooks"
 
-XNNPACK runs in executorch's own Python runtime, so ``verify_method="pte"``: the
-core executes the real .pte and compares it against eager.
+XNNPACK runs in executorch's own Python runtime, so ``verify_method="pte"``:
+the core executes the real .pte and compares it against eager. The author's
+guide is docs/writing-a-backend.md.
 """
 
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec
+from edgeplug import BackendSpec, PartitionerFilter, PassSpec
+
+from edgeplug_xnnpack import filters, passes
+
+BACKEND = "xnnpack"
 
 
 def _partitioner():
@@ -25,12 +31,22 @@ def _partitioner():
 @edgeplug.hookimpl
 def edgeplug_backends():
     yield BackendSpec(
-        backend="xnnpack",
+        backend=BACKEND,
         description="XNNPACK on the CPU (runs in executorch's Python runtime)",
         backend_id="XnnpackBackend",
         partitioner=_partitioner,
         verify_method="pte",
     )
+
+
+@edgeplug.hookimpl
+def edgeplug_partitioner_filters():
+    yield PartitionerFilter(backend=BACKEND, name=filters.NAME, fn=filters.no_float64)
+
+
+@edgeplug.hookimpl
+def edgeplug_passes():
+    yield PassSpec(backend=BACKEND, stage="export", name=passes.NAME, fn=passes.div_by_power_of_two_to_mul)
 
 
 def _symmetric_per_channel():
@@ -45,6 +61,6 @@ def _symmetric_per_channel():
 @edgeplug.hookimpl
 def edgeplug_quantizers():
     yield edgeplug.QuantScheme(
-        backend="xnnpack", scheme="8a8w", factory=_symmetric_per_channel, activation_bits=8, weight_bits=8,
+        backend=BACKEND, scheme="8a8w", factory=_symmetric_per_channel, activation_bits=8, weight_bits=8,
         per_channel=True, description="8-bit activations, 8-bit symmetric per-channel weights (XNNPACKQuantizer)",
     )
