@@ -266,6 +266,9 @@ class Side:
     verify_error: str = ""
     verify_method: str = ""
     verify_seconds: Optional[float] = None
+    #: the report's own verdict (its tolerance for the dtype), with why it failed
+    verify_passed: Optional[bool] = None
+    verify_problems: list = field(default_factory=list)
 
     @property
     def cpu_nodes(self) -> Optional[int]:
@@ -370,6 +373,9 @@ def lower_edgeplug(
             side.verify_seconds = time.perf_counter() - t
             side.max_abs_diff = v.max_abs_diff
             side.verify_method = v.method + (f" on {v.adapter}" if v.adapter else "")
+            if hasattr(v, "passed"):
+                side.verify_passed = bool(v.passed)
+                side.verify_problems = list(v.failures()) if not v.passed else []
         except Exception as exc:
             side.verify_error = first_line(exc)
     return side, result
@@ -503,6 +509,8 @@ def _ops(cpu_ops: dict, limit: int = 6) -> str:
 
 def _diff(side: Side) -> str:
     if side.max_abs_diff is not None:
+        if side.verify_passed is False:
+            return f"{side.max_abs_diff:.1e} **fails**: {_esc('; '.join(side.verify_problems))[:160]}"
         return f"{side.max_abs_diff:.1e}"
     if side.verify_error:
         return f"fails: {_esc(side.verify_error)}"
@@ -563,14 +571,69 @@ def summary(cells: list[Cell]) -> dict[str, Any]:
     }
 
 
+NORM_OPS = ("aten.rsqrt.default", "aten.mean.dim", "aten.rms_norm.default", "et_vk.rms_norm.default")
+
+
+def targets(cells: list[Cell]) -> list[str]:
+    """Issue 13's "done when", one line each: met or not, with the figures."""
+    def decoder(c: Cell) -> bool:
+        arch = MODELS.get(c.model)
+        return arch is not None and arch.output == "logits"
+
+    def ok(c: Cell) -> bool:
+        return not c.error and c.edgeplug.ok
+
+    lowered = sum(ok(c) for c in cells)
+    out = [f"every cell lowers with edgeplug: {lowered} of {len(cells)} — {'met' if lowered == len(cells) else 'not met'}"]
+    for backend in ("vulkan", "webgpu"):
+        cs = [c for c in cells if c.backend == backend and decoder(c)]
+        if not cs:
+            continue
+        one = [c for c in cs if ok(c) and c.edgeplug.partitions == 1]
+        cpu = sum(c.edgeplug.cpu_nodes or 0 for c in cs if ok(c))
+        out.append(
+            f"{backend}: 1 partition on {len(one)} of {len(cs)} decoders (target: all), "
+            f"{cpu} CPU nodes over the {sum(ok(c) for c in cs)} that lowered, each with the partitioner's reason "
+            f"(target: only ops without a kernel) — {'met' if len(one) == len(cs) else 'not met'}"
+        )
+    cs = [c for c in cells if c.backend == "xnnpack" and decoder(c)]
+    if cs:
+        third = [
+            c for c in cs
+            if ok(c) and c.stock.ok
+            and c.edgeplug.cpu_nodes * 3 <= c.stock.cpu_nodes and c.edgeplug.partitions * 3 <= c.stock.partitions
+        ]
+        normed = [c for c in cs if ok(c) and any(op in c.edgeplug.cpu_ops for op in NORM_OPS)]
+        out.append(
+            f"xnnpack: at most a third of stock's CPU nodes and partitions on {len(third)} of {len(cs)} decoders; "
+            f"a norm op ({', '.join(o.removeprefix('aten.') for o in NORM_OPS[:3])}) on the CPU in {len(normed)} "
+            f"(target: all, none) — {'met' if len(third) == len(cs) and not normed else 'not met'}"
+        )
+    policy = [c for c in cells if ok(c) and not c.no_policy]
+    unrecorded = sum(max(0, (c.norms_present or 0) - c.norms_recorded) for c in policy)
+    verified = [c for c in cells if c.edgeplug.max_abs_diff is not None]
+    over = [c for c in verified if c.edgeplug.max_abs_diff > 1e-4]
+    failed = [c for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_error]
+    out.append(
+        f"norms: {unrecorded} norms without a fusion record in {len(policy)} cells of backends with an rms_norm "
+        f"policy (xnnpack has none); max |lowered − eager| > 1e-4 in {len(over)} of {len(verified)} verified cells, "
+        f"{len(failed)} real lowerings could not verify — {'met' if not unrecorded and not over and not failed else 'not met'}"
+    )
+    ratios = [c.time_ratio for c in cells if c.time_ratio is not None]
+    within = sum(1 for r in ratios if r <= 1.1)
+    out.append(
+        f"lowering time ≤ 1.1× stock on {within} of {len(ratios)} timed cells"
+        f" — {'met' if ratios and within == len(ratios) else 'not met'}"
+    )
+    return out
+
+
 def render(cells: list[Cell], command: str, jobs: int, seconds: float) -> str:
-    import executorch
+    from importlib.metadata import version
+
     import transformers
 
-    try:
-        et_version = executorch.version.__version__
-    except AttributeError:
-        et_version = "?"
+    et_version = version("executorch")
     lines: list[str] = []
     add = lines.append
     add("# Model zoo: transformers architectures through edgeplug and stock executorch")
@@ -624,6 +687,11 @@ def render(cells: list[Cell], command: str, jobs: int, seconds: float) -> str:
         f"{s['verify_failures']} could not verify")
     add(f"- lowering time / stock: median {fmt(s['time_ratio_median'])}×, max {fmt(s['time_ratio_max'])}×; "
         f"{s['cells_within_1_1x']} of {s['timed']} cells within 1.1×")
+    add("")
+    add("## Against issue 13's targets")
+    add("")
+    for line in targets(cells):
+        add(f"- {line}")
     add("")
     add("## Matrix")
     add("")
