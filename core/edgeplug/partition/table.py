@@ -8,6 +8,7 @@ support check, see ``edgeplug.partition.support_check``).
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Iterable, Optional
 
 import torch
@@ -29,6 +30,9 @@ class _TableSupport(OperatorSupportBase):
         self.verdict = verdict
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.op == "call_function" and node.target is operator.getitem:
+            # unpacks a tuple (batch norm's): goes with its op, or it splits the partition there
+            return isinstance(node.args[0], torch.fx.Node) and self.verdict(node.args[0]).ok
         return self.verdict(node).ok
 
 

@@ -27,7 +27,13 @@ def availability() -> Availability:
 
 
 def supported_ops():
-    """Edge (aten) ops the HTP support table declares, for SDK-free partitioning."""
+    """Edge (aten) ops the HTP support table declares, for SDK-free partitioning.
+
+    What executorch's QNN op builders take (executorch/backends/qualcomm/builders),
+    for the ops our examples and quantized programs meet. Copies the real flow
+    removes before partitioning (``_clone_dim_order``, ``alias_copy``) are not
+    here: the plugin's edge pass removes them, as QNN's does.
+    """
     import torch
 
     a = torch.ops.aten
@@ -45,8 +51,36 @@ def supported_ops():
         a.rms_norm.default, a.native_layer_norm.default, a.embedding.default,
         a.where.self, a.full_like.default, a.constant_pad_nd.default,
         a.convolution.default, a.avg_pool2d.default, a.max_pool2d_with_indices.default,
+        # batch norm as to_edge leaves it (inference), relu6 and clamps
+        a._native_batch_norm_legit_no_training.default, a.hardtanh.default, a.clamp.default,
+        *_quant_ops(),
         *_group_quant_ops(),
     ]
+
+
+#: Tensor dtypes HTP takes: float and the integer types of its quantized
+#: encodings (8 and 16 bits, signed or not; int32 biases), bool, int64 indices.
+DTYPES = (
+    "float32", "float16", "bool", "int64", "int32", "int16", "uint16", "int8", "uint8",
+)
+
+
+def dtypes():
+    import torch
+
+    return tuple(getattr(torch, d) for d in DTYPES)
+
+
+def _quant_ops():
+    """Per-tensor and per-channel quantize/dequantize: QNN turns them into tensor encodings."""
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    q = torch.ops.quantized_decomposed
+    return (
+        q.quantize_per_tensor.default, q.dequantize_per_tensor.default, q.dequantize_per_tensor.tensor,
+        q.quantize_per_channel.default, q.dequantize_per_channel.default,
+    )
 
 
 def _group_quant_ops():
@@ -85,4 +119,6 @@ def make_partitioner():
         soc = getattr(QcomChipset, os.environ.get(SOC_VAR, DEFAULT_SOC).upper())
         specs = generate_qnn_executorch_compiler_spec(soc_model=soc, backend_options=generate_htp_compiler_spec(use_fp16=True))
         return QnnPartitioner(specs)
-    return SupportTablePartitioner("QnnBackend", supported_ops(), keep_whole=skip_decomp_ops(), name="QNN (HTP)")
+    return SupportTablePartitioner(
+        "QnnBackend", supported_ops(), keep_whole=skip_decomp_ops(), dtypes=dtypes(), name="QNN (HTP)"
+    )

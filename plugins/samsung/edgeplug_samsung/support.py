@@ -31,6 +31,12 @@ def availability() -> Availability:
 
 
 def supported_ops():
+    """Edge (aten) ops the ENN support table declares, for SDK-free partitioning.
+
+    What executorch's Samsung op builders take (executorch/backends/samsung/builders),
+    for the ops our examples and quantized programs meet; layout-only copies
+    are removed by the plugin's edge pass instead.
+    """
     import torch
 
     a = torch.ops.aten
@@ -46,7 +52,32 @@ def supported_ops():
         a.hardswish.default, a.rms_norm.default, a.native_layer_norm.default,
         a.embedding.default, a.constant_pad_nd.default, a.convolution.default,
         a.avg_pool2d.default, a.max_pool2d_with_indices.default,
+        # batch norm as to_edge leaves it (inference), relu6 and clamps
+        a._native_batch_norm_legit_no_training.default, a.hardtanh.default, a.clamp.default,
+        *_quant_ops(),
     ]
+
+
+#: Tensor dtypes ENN takes: float, and the 8-bit integers of its a8w8 scheme.
+DTYPES = ("float32", "float16", "bool", "int64", "int32", "int8", "uint8")
+
+
+def dtypes():
+    import torch
+
+    return tuple(getattr(torch, d) for d in DTYPES)
+
+
+def _quant_ops():
+    """Per-tensor and per-channel quantize/dequantize (ENN's quantize/dequantize builders)."""
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    q = torch.ops.quantized_decomposed
+    return (
+        q.quantize_per_tensor.default, q.dequantize_per_tensor.default, q.dequantize_per_tensor.tensor,
+        q.quantize_per_channel.default, q.dequantize_per_channel.default,
+    )
 
 
 def skip_decomp_ops():
@@ -65,4 +96,4 @@ def make_partitioner():
 
         chipset = os.environ.get(CHIPSET_VAR, DEFAULT_CHIPSET)
         return EnnPartitioner([gen_samsung_backend_compile_spec(chipset)])
-    return SupportTablePartitioner("EnnBackend", supported_ops(), keep_whole=skip_decomp_ops())
+    return SupportTablePartitioner("EnnBackend", supported_ops(), keep_whole=skip_decomp_ops(), dtypes=dtypes())
