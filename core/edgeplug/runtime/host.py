@@ -9,6 +9,10 @@ interprets the delegate's partition (``LoweredBackendModule.original_module``):
   constant the named data lacks fails loud instead of computing with zeros.
   0-d constants, which the Vulkan serializer turns into scalar values rather
   than named data, are taken from the program and counted in the note;
+- for a Vulkan delegate, constants are looked for as executorch's Vulkan
+  preprocess stores them (``edgeplug.runtime.vulkan``): batch norms folded
+  into their convolution, 4-bit weights packed, all-zero zero points of
+  symmetric weights dropped; the note counts each;
 - each op the backend has a kernel for runs that kernel (on the wgpu adapter
   for ``device="wgpu"`` kernels), after the kernel's ``checks(OpCall)``, which
   holds the backend runtime's contract (e.g. Vulkan's prepacked weight);
@@ -140,6 +144,8 @@ class _Session:
         self.device: Optional[GpuDevice] = None
         self.no_device: Optional[str] = None
         self.fell_back: Counter = Counter()
+        #: what the backend's preprocess did to constants that verification followed (runtime/vulkan.py)
+        self.preprocess: Counter = Counter()
 
     def gpu(self) -> Optional[GpuDevice]:
         if self.device is None and self.no_device is None:
@@ -153,6 +159,14 @@ class _Session:
     def run_delegate(self, name: str, lowered: Any, inputs: tuple) -> tuple:
         oe = lowered.original_module
         named = _NamedData(lowered)
+        gm, preprocess = oe.graph_module, None
+        if lowered.backend_id == "VulkanBackend":  # constants as the Vulkan preprocess stores them
+            from edgeplug.runtime.vulkan import VulkanConstants
+
+            preprocess = VulkanConstants(oe, named)
+            gm = preprocess.graph_module
+        # inputs the graph no longer reads (a folded batch norm's tensors) need no bytes
+        unread = {n.name for n in gm.graph.nodes if n.op == "placeholder" and not n.users}
         values: list[Any] = []
         constants: dict[str, str] = {}  # placeholder name -> constant's target
         keys: dict[str, str] = {}  # placeholder name -> named-data key
@@ -168,9 +182,19 @@ class _Session:
                 raise VerificationError(f"delegate {name!r}: input {spec.arg.name!r} of kind {kind} cannot run on the host")
             tensor = _program_constant(oe, spec)
             found = named.resolve(tensor)
+            rule = None
+            if found is None and preprocess is not None:
+                rule = preprocess.resolve(spec.arg.name, tensor)
             if found is not None:
                 keys[spec.arg.name], value = found
                 self.named += 1
+            elif spec.arg.name in unread:
+                value = None  # never read: nothing to check
+            elif rule is not None:
+                key, value, _ = rule
+                if key is not None:
+                    keys[spec.arg.name] = key
+                    self.named += 1
             elif tensor.dim() == 0:
                 value = tensor.detach()  # serialized as a scalar value, not as named data
                 self.inline += 1
@@ -187,7 +211,10 @@ class _Session:
         if user:
             taken = len(inputs) - len(user)
             raise VerificationError(f"delegate {name!r} takes {taken} runtime inputs; the call passed {len(inputs)}")
-        interp = _DelegateInterpreter(self, name, oe.graph_module, constants, keys)
+        if preprocess is not None:
+            self.preprocess.update(preprocess.counts)
+            self.named += preprocess.read
+        interp = _DelegateInterpreter(self, name, gm, constants, keys)
         with torch.no_grad():
             out = interp.run(*values, enable_io_processing=False)
         return tuple(out) if isinstance(out, (list, tuple)) else (out,)
@@ -316,6 +343,8 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
     if top:
         parts.append(f"{sum(top.values())} top-level CPU ops ran with torch")
     parts.append(f"{session.named} constants read from named data" + (f", {session.inline} 0-d constants inline" if session.inline else ""))
+    if session.preprocess:
+        parts.append("as the Vulkan preprocess stores them: " + ", ".join(f"{n} {what}" for what, n in sorted(session.preprocess.items())))
     return LoweredRun(
         outputs=outputs,
         adapter=adapter,
