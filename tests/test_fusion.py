@@ -51,6 +51,8 @@ def _fused_nodes(bundle, fused_ep, case, target):
 
 
 def _expected_outcome(case, policy) -> str:
+    if case.scale:
+        return "fused_unit_weight"
     if case.weight is None:
         return "fused"
     if case.weight == "runtime" or case in ROUNDED:
@@ -107,7 +109,10 @@ def test_accepted_case_becomes_one_fused_op(programs, backend, case):
             frontier = [u for n in frontier for u in n.users]
             downstream.update(frontier)
         assert any(is_op(u, "aten::mul.Tensor") for u in downstream), f"{case.name}: the weight multiply is gone"
-        assert ("runtime" if case.weight == "runtime" else "rounds the norm's output") in record.reason
+        expected = {"runtime": "runtime"}.get(case.weight, "rounds the norm's output")
+        if case.scale:
+            expected = "the norm is fused alone and the multiply stays"
+        assert expected in record.reason
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -162,15 +167,33 @@ def test_fused_program_passes_the_edge_verifier(programs, backend):
         )
 
 
+def _tensors(table):
+    return {k: (v, v.detach().clone()) for k, v in table.items()}
+
+
+def _unchanged(table, before) -> bool:
+    return table.keys() == before.keys() and all(
+        table[k] is obj and torch.equal(table[k], value) for k, (obj, value) in before.items()
+    )
+
+
 def test_fuse_leaves_its_input_program_unchanged(programs):
-    bundle = Bundle(ACCEPTED[:1] + ACCEPTED[-7:])
+    names = ("rsqrt", "gemma_one_plus_w", "static_view", "fp16_gemma_upcast", "runtime_scale", "weight_of_shape_1")
+    bundle = Bundle([c for c in ACCEPTED if c.name in names])
     ep = bundle.edge_program()
     graph, signature = str(ep.graph_module.graph), str(ep.graph_signature)
-    state = dict(ep.state_dict)
+    state, constants = _tensors(ep.state_dict), _tensors(ep.constants)
     fused_ep, records = edgeplug.fuse(ep, "vulkan")
-    assert records and fused_ep is not ep
+    assert fused_ep is not ep
+    # folding wrote new constants (folded weights, unit weights) and dropped the parameters they replaced
+    assert {r.outcome for r in records} == {"fused", "folded_weight", "fused_unit_weight"}
+    assert fused_ep.constants.keys() - ep.constants.keys() and ep.state_dict.keys() - fused_ep.state_dict.keys()
+    # ... in the copy only: the input's graph, signature and every constant table hold what they held
     assert str(ep.graph_module.graph) == graph and str(ep.graph_signature) == signature
-    assert ep.state_dict.keys() == state.keys()
+    assert _unchanged(ep.state_dict, state) and _unchanged(ep.constants, constants)
+    with torch.no_grad():
+        for want, got in zip(bundle(*bundle.inputs()), ep.module()(*bundle.inputs())):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # fusing again finds nothing left to fuse
     again, more = edgeplug.fuse(fused_ep, "vulkan")
     assert more == []
@@ -237,10 +260,10 @@ def test_lowering_report_gives_each_refusal_its_reason():
     bundle = Bundle(cases)
     result = edgeplug.lower(bundle, bundle.inputs(), "qnn", dry_run=True, model_name="near-misses")
     outcomes = sorted(f.outcome for f in result.report.fusions)
-    assert outcomes == ["folded_weight", "fused", "rejected", "rejected"]
+    assert outcomes == ["folded_weight", "fused", "fused_unit_weight", "rejected"]
     table = result.report.to_table()
     assert "sits between the norm and the weight multiply" in table
-    assert "has shape (1,), not (16,)" in table
+    assert "has shape (1,), not (16,): the norm is fused alone and the multiply stays" in table
     assert '"outcome": "rejected"' in result.report.to_json()
 
 

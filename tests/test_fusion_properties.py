@@ -49,7 +49,7 @@ class Norm:
     keepdim: bool
     squared: str  # same, shifted, downcast
     between: str  # none, casts, roundtrip (through fp16), relu, bias
-    weight: str  # leaf, left, gemma, view, leading_ones, runtime, none, shape1
+    weight: str  # leaf, left, gemma, view, leading_ones, runtime, none, shape1 (not a weight: a scale)
     fp16: bool  # fp16 input, math in an fp32 upcast, cast back before the weight
 
     @property
@@ -61,8 +61,9 @@ class Norm:
             and self.alpha == 1
             and self.axis in ("last", "ndim-1")
             and self.keepdim
-            and self.between in ("none", "casts", "roundtrip")
-            and self.weight != "shape1"
+            # an op between the norm and a [D] weight blocks the fusion; with no weight (or a
+            # scale that is not one) after it, the norm fuses alone and the op stays
+            and (self.between in ("none", "casts", "roundtrip") or self.weight in ("none", "shape1"))
         )
 
     @property

@@ -80,6 +80,8 @@ def test_accepted_spelling_matches_with_its_arguments(accepted, case):
         assert analyze_constants(ep).source(m.weight) == "runtime"
     elif case.weight is None:
         assert m.weight is None and m.weight_mul is None
+    # a multiply by something that is not a [D] weight is named, and left to stay
+    assert (m.scale_mul is not None) == case.scale and bool(m.scale_reason) == case.scale
     # the normalised input is the case's input (or its fp32 upcast)
     x = m.upcast.args[0] if m.upcast is not None else m.input
     assert x.op == "placeholder" and x.meta["val"].dtype == case.dtype

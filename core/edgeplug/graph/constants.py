@@ -25,6 +25,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind, Tenso
 
 from edgeplug.graph.names import used_names
 from edgeplug.graph.ops import base_name, is_dequantize, is_random, view_base, written_args
+from edgeplug.graph.rewrite import fake_mode_of, replace_uses
 from edgeplug.records import WeightSource  # one definition, shared with FusionPolicy
 
 _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -231,12 +232,7 @@ def _unique(candidate: str, taken: set[str]) -> str:
 
 
 def _fake(node: torch.fx.Node, value: torch.Tensor) -> Any:
-    old = node.meta.get("val")
-    mode = getattr(old, "fake_mode", None)
-    if mode is None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        mode = FakeTensorMode()
+    mode = getattr(node.meta.get("val"), "fake_mode", None) or fake_mode_of(node.graph)
     return mode.from_tensor(value, static_shapes=True)
 
 
@@ -263,13 +259,15 @@ def fold_constants(
     name_hint: Union[str, Sequence[str]] = "folded",
     *,
     errors: Literal["raise", "return"] = "raise",
+    dequantize: bool = False,
 ) -> list[Any]:
     """``fold_constant`` for several nodes: one analysis, one lint and recompile.
 
     ``name_hint`` is one hint for every node or one per node. Returns the
     placeholder each node became, in order. A node that an earlier fold in
     the batch already removed (it only fed that one) is folded into nothing
-    and its entry is None.
+    and its entry is None. ``dequantize=True`` also folds a dequantize of a
+    constant into its float value (for a backend that reads float weights).
 
     Every node is checked and evaluated before anything changes. With
     ``errors="raise"`` a node that cannot be folded raises its ValueError and
@@ -282,7 +280,7 @@ def fold_constants(
     for node in nodes:
         _check_node(node, ep)
     analysis = analyze_constants(ep)
-    values = _fold_values(ep, nodes, analysis)  # refuse before changing anything
+    values = _fold_values(ep, nodes, analysis, dequantize)  # refuse before changing anything
     if errors == "raise":
         refused = next((v for v in values if isinstance(v, ValueError)), None)
         if refused is not None:
@@ -302,7 +300,9 @@ def fold_constants(
     return out
 
 
-def _fold_values(ep: ExportedProgram, nodes: Sequence[torch.fx.Node], analysis: ConstantAnalysis) -> list[Any]:
+def _fold_values(
+    ep: ExportedProgram, nodes: Sequence[torch.fx.Node], analysis: ConstantAnalysis, dequantize: bool = False
+) -> list[Any]:
     """Per node: the tensor it folds to, None for a leaf, or the ValueError saying why it cannot be folded.
 
     The subgraphs are evaluated together, so what several nodes share is computed once.
@@ -312,12 +312,12 @@ def _fold_values(ep: ExportedProgram, nodes: Sequence[torch.fx.Node], analysis: 
     for node in nodes:
         source = analysis.source(node)
         try:
-            _foldable(node, source)
+            _foldable(node, source, dequantize)
         except ValueError as exc:
             out.append(exc)
             continue
         out.append(None)
-        if source == "computed":
+        if _evaluated(node, source):
             computed.append(node)
     if not computed:
         return out
@@ -334,7 +334,7 @@ def _fold_values(ep: ExportedProgram, nodes: Sequence[torch.fx.Node], analysis: 
     except ValueError:
         env = None  # one subgraph cannot be evaluated: find out which, one node at a time
     for i, node in enumerate(nodes):
-        if out[i] is not None or analysis.source(node) != "computed":
+        if out[i] is not None or not _evaluated(node, analysis.source(node)):
             continue
         try:
             value = env[node] if env is not None else _evaluate(ep, _ancestors(node))[node]
@@ -358,11 +358,16 @@ def _checked_value(node: torch.fx.Node, value: Any) -> torch.Tensor:
     return value.detach().contiguous().clone()
 
 
-def _foldable(node: torch.fx.Node, source: WeightSource) -> None:
-    if source == "leaf" and node.op not in ("placeholder", "get_attr"):
+def _evaluated(node: torch.fx.Node, source: WeightSource) -> bool:
+    """Folding ``node`` evaluates it (a computed constant, or an allowed dequantize of a leaf)."""
+    return source == "computed" or (source == "leaf" and node.op == "call_function")
+
+
+def _foldable(node: torch.fx.Node, source: WeightSource, dequantize: bool = False) -> None:
+    if source == "leaf" and node.op not in ("placeholder", "get_attr") and not dequantize:
         raise ValueError(
             f"node {node.name!r} ({base_name(node.target)}) dequantizes a constant; folding it would "
-            "store the weight unquantized. Use it as a leaf weight instead."
+            "store the weight unquantized. Use it as a leaf weight instead, or pass dequantize=True."
         )
     if source == "runtime":
         raise ValueError(
@@ -401,33 +406,34 @@ def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: t
     sig.input_specs.insert(index, InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph_name), target=target, persistent=None))
     ep.constants[target] = value
 
-    old_name = node.name
-    node.replace_all_uses_with(new)
-    for i, spec in enumerate(sig.output_specs):
-        if isinstance(spec.arg, TensorArgument) and spec.arg.name == old_name:
-            sig.output_specs[i] = type(spec)(kind=spec.kind, arg=TensorArgument(name=ph_name), target=spec.target)
-    _remove_dead(ep, subgraph)
+    replace_uses(ep, node, new)
+    remove_dead(ep, subgraph)
     return new
 
 
-def _remove_dead(ep: ExportedProgram, nodes: list[torch.fx.Node]) -> None:
-    """Erase ``nodes`` (topologically ordered) left without users, newest first."""
-    sig = ep.graph_signature
-    specs = {s.arg.name: s for s in sig.input_specs if isinstance(s.arg, TensorArgument)}
+def remove_dead(ep: ExportedProgram, nodes: Iterable[torch.fx.Node]) -> None:
+    """Erase those of ``nodes`` left without users, newest first, with the constants only they read.
+
+    Ops that write an argument in place, user inputs and parameters or
+    buffers the program mutates stay; a constant placeholder that goes takes
+    its input spec with it, and its tensor (``state_dict`` / ``constants``)
+    when no other spec names it.
+    """
     graph = ep.graph_module.graph
-    for n in reversed(nodes):
-        if n.users or n.graph is not graph:
+    specs = constant_placeholders(ep)
+    mutated = mutated_targets(ep)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for n in sorted((n for n in set(nodes) if n in order), key=order.__getitem__, reverse=True):
+        if n.users:
             continue
         if n.op in ("call_function", "get_attr"):
             if n.op == "call_function" and n.target is not operator.getitem and written_args(n):
                 continue
             graph.erase_node(n)
-        elif n.op == "placeholder":
-            spec = specs.get(n.name)
-            if spec is None or spec.kind not in _CONSTANT_KINDS:
-                continue
+        elif n.op == "placeholder" and n.name in specs and specs[n.name].target not in mutated:
+            spec = specs[n.name]
             graph.erase_node(n)
-            sig.input_specs.remove(spec)
-            if not any(s.target == spec.target for s in sig.input_specs):
+            ep.graph_signature.input_specs.remove(spec)
+            if not any(s.target == spec.target for s in ep.graph_signature.input_specs):
                 ep.state_dict.pop(spec.target, None)
                 ep.constants.pop(spec.target, None)

@@ -12,18 +12,50 @@ assigned.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
+from torch.export.graph_signature import TensorArgument
 from torch.fx.experimental.proxy_tensor import make_fx
 
-_COPIED_META = ("nn_module_stack", "stack_trace", "source_fn_stack", "from_node")
+#: metadata a node made in place of another takes from it (where it came from in the model)
+COPIED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "debug_handle")
 
 
-def _fake_mode(values: Sequence[Any]) -> Any:
-    from torch._guards import detect_fake_mode
+def copy_meta(src: Optional[torch.fx.Node], dst: torch.fx.Node) -> None:
+    """Give ``dst`` the provenance metadata (``COPIED_META``) of ``src``."""
+    if src is None:
+        return
+    for key in COPIED_META:
+        if key in src.meta:
+            dst.meta[key] = src.meta[key]
 
-    return detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
+
+def detect_fake_mode(values: Iterable[Any]) -> Any:
+    """The fake mode of the fake tensors among ``values`` (node values, tensors), or None."""
+    from torch._guards import detect_fake_mode as detect
+
+    tensors = [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in values]
+    return detect([t for t in tensors if isinstance(t, torch.Tensor)])
+
+
+def fake_mode_of(graph: torch.fx.Graph) -> Any:
+    """The fake mode of ``graph``'s node values, or a new one when it has none."""
+    mode = detect_fake_mode(graph.nodes)
+    if mode is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode()
+    return mode
+
+
+def replace_uses(ep: Any, old: torch.fx.Node, new: torch.fx.Node) -> None:
+    """Every use of ``old`` reads ``new``, the program's outputs (graph signature) included."""
+    old.replace_all_uses_with(new)
+    specs = ep.graph_signature.output_specs
+    for i, spec in enumerate(specs):
+        if isinstance(spec.arg, TensorArgument) and spec.arg.name == old.name:
+            specs[i] = type(spec)(kind=spec.kind, arg=TensorArgument(name=new.name), target=spec.target)
 
 
 def replace_with_traced(node: torch.fx.Node, fn: Callable[..., Any], operands: Sequence[Any]) -> list[torch.fx.Node]:
@@ -51,7 +83,7 @@ def replace_with_traced(node: torch.fx.Node, fn: Callable[..., Any], operands: S
             args[i] = t
         return fn(*args)
 
-    mode = _fake_mode(values)
+    mode = detect_fake_mode(values)
     if mode is not None:
         with mode:
             sub = make_fx(traced, tracing_mode="real")(*values)
@@ -77,9 +109,7 @@ def replace_with_traced(node: torch.fx.Node, fn: Callable[..., Any], operands: S
                     "can be spliced (create tensor constants outside the decomposition)"
                 )
             new = graph.node_copy(n, env.__getitem__)
-            for key in _COPIED_META:
-                if key in node.meta:
-                    new.meta[key] = node.meta[key]
+            copy_meta(node, new)
             env[n] = new
             created.append(new)
     _replace_uses(node, result)

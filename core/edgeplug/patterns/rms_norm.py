@@ -10,10 +10,17 @@ RMS) or a whole ``aten.rms_norm``, and proves the match equivalent to
 * ``v`` is ``mean(s, [-1] or [ndim-1], keepdim=True)`` plus an eps that is a
   finite, non-negative compile-time scalar on either side of an ``add`` with
   alpha 1 (or no eps at all: eps 0);
-* ``s`` is ``t * t``, ``pow(t, 2)`` or ``square(t)``, and ``t`` holds the same
-  values as the normalised ``x`` (they may differ only by lossless upcasts);
+* ``s`` is ``t * t``, ``pow(t, 2)`` or ``square(t)`` (an exponent given as a
+  constant tensor too), and ``t`` holds the same values as the normalised
+  ``x`` (they may differ only by lossless upcasts);
+* no quantize/dequantize sits inside the norm (a norm a quantizer annotated
+  op by op is refused: quantize with ``edgeplug.quantize``, which recomposes
+  the norm first);
 * only casts and quantize/dequantize sit between the norm and the weight
-  multiply, and the weight has shape ``[D]`` once leading 1s are dropped.
+  multiply, and the weight has shape ``[D]`` once leading 1s are dropped. A
+  multiply by anything else (a scalar, a ``(1,)`` or ``(4, D)`` tensor, a
+  broadcast) is not a weight: the match has no weight and names that
+  multiply in ``scale_mul``, which stays as it is.
 
 Anything else that looks like an RMSNorm is a ``NoMatch`` with the reason.
 The matcher never changes the graph; ``edgeplug.fusion`` does, under a
@@ -30,6 +37,7 @@ import torch
 from torch.export import ExportedProgram
 
 from edgeplug.graph import ConstantAnalysis, analyze_constants, resolve_scalar
+from edgeplug.graph.ops import is_dequantize
 from edgeplug.patterns.base import (
     NoMatch,
     describe,
@@ -81,6 +89,9 @@ class RmsNormMatch:
     norm_output: Optional[Node] = None
     #: the casts and quantize/dequantize ops between the norm and the weight multiply
     between: tuple[Node, ...] = ()
+    #: a multiply after the norm by something that is not a ``[D]`` weight (it stays), and why
+    scale_mul: Optional[Node] = None
+    scale_reason: str = ""
     #: every node the match covers, anchor first
     nodes: tuple[Node, ...] = ()
 
@@ -132,29 +143,42 @@ class _Inverse:
     exponent: Optional[float] = None  # for pow(v, e)
 
 
-def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[ConstantAnalysis]) -> Result:
+def _scaled_by_inverse(node: Node, ep: ExportedProgram, qdq: list[Node]) -> Optional[tuple[Node, _Inverse]]:
+    """``x * inverse_rms(v)`` or ``x / sqrt(v)``: (x, the inverse), else None."""
     if is_op(node, "aten::mul.Tensor"):
-        found = None
         for x, r in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
-            inv = _inverse_rms(r, ep)
+            inv = _inverse_rms(_through_qdq(r, qdq), ep)
             if inv is not None and isinstance(x, Node):
-                found = (x, inv)
-                break
-        if found is None:
-            return not_candidate(node)
-        x, inv = found
-    elif is_op(node, "aten::div.Tensor"):
+                return x, inv
+            qdq.clear()
+        return None
+    if is_op(node, "aten::div.Tensor"):
         x, s = node.args[0], node.args[1]
-        if not (is_op(s, "aten::sqrt") and isinstance(x, Node)):
-            return not_candidate(node)
-        inv = _Inverse(s.args[0], "x/sqrt", [s])
-    else:
+        if is_op(s, "aten::sqrt") and isinstance(x, Node):
+            return x, _Inverse(s.args[0], "x/sqrt", [s])
+    return None
+
+
+def _qdq_inside(qdq: list[Node], anchor: Node) -> NoMatch:
+    names = ", ".join(repr(n.name) for n in qdq[:4]) + (", ..." if len(qdq) > 4 else "")
+    return NoMatch(
+        f"quantize/dequantize ops sit inside the norm ({names}): a quantizer annotated it op by op, so "
+        "it cannot be fused exactly. Quantize with edgeplug.quantize so the norm is recomposed before annotation",
+        anchor,
+    )
+
+
+def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[ConstantAnalysis]) -> Result:
+    qdq: list[Node] = []  # quantize/dequantize pairs inside the norm (looked through, then refused)
+    found = _scaled_by_inverse(node, ep, qdq)
+    if found is None:
         return not_candidate(node)
+    x, inv = found
     if shape(x) is None or shape(x) != shape(node):
         # the scale of ``reciprocal(...) * 1`` or a broadcast: not a normalised tensor
         return not_candidate(node)
 
-    variance = _split_variance(inv.variance)
+    variance = _split_variance(_through_qdq(inv.variance, qdq), qdq)
     if variance is None:
         # x * rsqrt(something that is not a mean): not an RMSNorm at all
         return not_candidate(node, f"{describe(node)} does not scale by the inverse of a mean")
@@ -171,15 +195,17 @@ def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[Consta
     if isinstance(eps, NoMatch):
         return eps
 
-    t = _check_mean(mean, node)
+    t = _check_mean(mean, node, ep, qdq)
     if isinstance(t, NoMatch):
         return t
     square = mean.args[0]
     covered.append(square)
 
-    chosen = _same_values(x, t, node)
+    chosen = _same_values(_through_qdq(x, qdq), t, node)
     if isinstance(chosen, NoMatch):
         return chosen
+    if qdq:
+        return _qdq_inside(qdq, node)
     dims = shape(chosen)
     if not dims or not isinstance(dims[-1], int):
         return NoMatch(f"the last axis of {describe(chosen)} is not static ({dims}); its size must be known", node)
@@ -216,8 +242,10 @@ def _inverse_rms(r: Any, ep: ExportedProgram) -> Optional[_Inverse]:
             break
     if is_op(r, "aten::rsqrt"):
         return _Inverse(r.args[0], "rsqrt", [*nodes, r])
-    if is_op(r, "aten::pow.Tensor_Scalar"):
+    if is_op(r, "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor"):
         e = resolve_scalar(r.args[1], ep)
+        if is_op(r, "aten::pow.Tensor_Tensor") and (e is None or shape(r) != shape(r.args[0])):
+            return None
         return _Inverse(r.args[0], "pow", [*nodes, r], exponent=e)
     if is_op(r, "aten::reciprocal") and is_op(r.args[0], "aten::sqrt"):
         return _Inverse(r.args[0].args[0], "1/sqrt", [*nodes, r, r.args[0]])
@@ -230,12 +258,24 @@ def _is_one(v: Any, ep: ExportedProgram) -> bool:
     return resolve_scalar(v, ep) == 1
 
 
-def _split_variance(v: Any) -> Optional[tuple[Node, Any, Optional[Node]]]:
+def _is_quantize(node: Any) -> bool:
+    return is_qdq(node) and not is_dequantize(node.target)
+
+
+def _through_qdq(node: Any, seen: list[Node]) -> Any:
+    """Follow ``dequantize(quantize(v))`` back to ``v``, adding the pairs passed to ``seen``."""
+    while is_qdq(node) and is_dequantize(node.target) and node.args and _is_quantize(node.args[0]):
+        seen.extend((node, node.args[0]))
+        node = node.args[0].args[0]
+    return node
+
+
+def _split_variance(v: Any, qdq: list[Node]) -> Optional[tuple[Node, Any, Optional[Node]]]:
     """``mean(...) + eps`` (either order), or a bare ``mean(...)``: (mean, eps operand, add)."""
     if is_op(v, "aten::mean.dim"):
         return v, None, None
     if is_op(v, "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar"):
-        a, b = v.args[0], v.args[1]
+        a, b = _through_qdq(v.args[0], qdq), _through_qdq(v.args[1], qdq)
         if is_op(a, "aten::mean.dim"):
             return a, b, v
         if is_op(b, "aten::mean.dim") and is_op(v, "aten::add.Tensor", "aten::add.Scalar"):
@@ -272,9 +312,12 @@ def _eps_of(
     return value
 
 
-def _check_mean(mean: Node, anchor: Node) -> Union[Node, NoMatch]:
+def _check_mean(
+    mean: Node, anchor: Node, ep: Optional[ExportedProgram] = None, qdq: Optional[list[Node]] = None
+) -> Union[Node, NoMatch]:
     """The mean reduces the last axis only, keeping it; returns the tensor squared."""
-    src = mean.args[0]
+    qdq = qdq if qdq is not None else []
+    src = _through_qdq(mean.args[0], qdq)
     dims = mean.args[1] if len(mean.args) > 1 else mean.kwargs.get("dim")
     keepdim = mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim", False)
     in_shape = shape(src)
@@ -292,7 +335,7 @@ def _check_mean(mean: Node, anchor: Node) -> Union[Node, NoMatch]:
     if mean.kwargs.get("dtype") is not None:
         return NoMatch(f"{describe(mean)} accumulates in {dtype_name(mean.kwargs['dtype'])} (dtype=...)", anchor)
     if is_op(src, "aten::mul.Tensor"):
-        a, b = src.args[0], src.args[1]
+        a, b = _through_qdq(src.args[0], qdq), _through_qdq(src.args[1], qdq)
         if a is b and isinstance(a, Node):
             return a
         if (
@@ -303,13 +346,16 @@ def _check_mean(mean: Node, anchor: Node) -> Union[Node, NoMatch]:
         ):
             return a
         return NoMatch(f"{describe(src)} multiplies {describe(a)} by {describe(b)}: not a square", anchor)
-    if is_op(src, "aten::pow.Tensor_Scalar"):
-        e = resolve_scalar(src.args[1], None)
+    if is_op(src, "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor"):
+        # pow.Tensor_Tensor: a quantizer's annotation pipeline writes pow(x, 2) with a constant tensor 2
+        e = resolve_scalar(src.args[1], ep)
+        if e is None or shape(src) != shape(src.args[0]):
+            return NoMatch(f"{describe(src)} raises to {describe(src.args[1])}, not a compile-time scalar", anchor)
         if e != 2:
             return NoMatch(f"{describe(src)} raises to the power {e}; RMSNorm squares", anchor)
-        return src.args[0]
+        return _through_qdq(src.args[0], qdq)
     if is_op(src, "aten::square"):
-        return src.args[0]
+        return _through_qdq(src.args[0], qdq)
     return NoMatch(f"the mean is over {describe(src)}, not over a square", anchor)
 
 
@@ -447,15 +493,12 @@ def _with_weight(
         return _finish(anchor=anchor, covered=covered, dim=dim, norm_output=anchor, **fields)
 
     weight = others[0]
-    if not isinstance(weight, Node):
-        return NoMatch(f"the weight multiply {mul.name!r} takes {weight!r}, not a tensor of shape ({dim},)", anchor)
-    w_shape = shape(weight)
-    trimmed = _drop_leading_ones(w_shape) if w_shape is not None else None
-    if trimmed != (dim,):
-        return NoMatch(f"weight {weight.name!r} has shape {w_shape}, not ({dim},)", anchor)
-    if shape(mul) != shape(cur):
-        return NoMatch(
-            f"the weight multiply {mul.name!r} broadcasts the output from {shape(cur)} to {shape(mul)}", anchor
+    not_a_weight = _not_a_weight(weight, mul, cur, dim)
+    if not_a_weight:
+        # a scale, not a weight: the norm is still a norm; the multiply stays as it is
+        return _finish(
+            anchor=anchor, covered=covered, dim=dim, norm_output=anchor, scale_mul=mul, scale_reason=not_a_weight,
+            **fields,
         )
     analysis = analysis or analyze_constants(ep)
     return _finish(
@@ -469,6 +512,18 @@ def _with_weight(
         between=between,
         **fields,
     )
+
+
+def _not_a_weight(weight: Any, mul: Node, cur: Node, dim: int) -> str:
+    """Why the other operand of the multiply after the norm is not a ``[D]`` weight ("" if it is one)."""
+    if not isinstance(weight, Node):
+        return f"the multiply {mul.name!r} after the norm takes {weight!r}, not a weight of shape ({dim},)"
+    w_shape = shape(weight)
+    if w_shape is None or _drop_leading_ones(w_shape) != (dim,):
+        return f"weight {weight.name!r} has shape {w_shape}, not ({dim},)"
+    if shape(mul) != shape(cur):
+        return f"the weight multiply {mul.name!r} broadcasts the output from {shape(cur)} to {shape(mul)}"
+    return ""
 
 
 def _drop_leading_ones(dims: tuple[int, ...]) -> tuple[int, ...]:

@@ -53,6 +53,8 @@ class CaseModule(nn.Module):
         with torch.no_grad():
             self.nn_norm.weight.copy_(1 + 0.1 * torch.randn(D, generator=g))
             self.nn_norm_default.weight.copy_(1 + 0.1 * torch.randn(D, generator=g))
+        # a 0-d parameter (differential attention's lambda)
+        self.lam = nn.Parameter((0.5 + 0.1 * torch.randn((), generator=g)).to(dtype))
 
     def forward(self, x: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
         return self.fn(self, x, *extra)
@@ -80,6 +82,9 @@ class Case:
     extra: tuple[tuple[int, ...], ...] = ()
     #: aten.rms_norm kept whole (export with ``preserve_ops``)
     whole: bool = False
+    #: the norm is multiplied by something that is not a ``[D]`` weight (a scalar, a
+    #: ``(1,)`` or ``(4, D)`` tensor, a per-batch scale): fused alone, the multiply stays
+    scale: bool = False
 
     def module(self, seed: int = 0) -> CaseModule:
         return CaseModule(self.fn, self.dtype, seed).eval()
@@ -110,6 +115,12 @@ ACCEPTED: tuple[Case, ...] = (
     Case(
         "one_over_sqrt",
         lambda m, x: x * (1 / torch.sqrt(torch.square(x).mean(-1, keepdim=True) + EPS)) * m.w,
+        weight_value=_w,
+    ),
+    # pow.Tensor_Tensor with a constant exponent (what a quantizer's annotation pipeline writes)
+    Case(
+        "pow_tensor_exponent",
+        lambda m, x: x * torch.rsqrt(x.pow(torch.tensor(2.0)).mean(-1, keepdim=True) + EPS) * m.w,
         weight_value=_w,
     ),
     Case("x_over_sqrt", lambda m, x: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * m.w, weight_value=_w),
@@ -157,6 +168,23 @@ def _fake_quant(t: torch.Tensor) -> torch.Tensor:
     q = qd.quantize_per_tensor(t, 0.02, 0, -128, 127, torch.int8)
     return qd.dequantize_per_tensor(q, 0.02, 0, -128, 127, torch.int8)
 
+
+#: a norm times something that is not a ``[D]`` weight: the norm fuses alone (with a unit
+#: weight) and the multiply stays as it is
+SCALED: tuple[Case, ...] = (
+    Case("weight_of_shape_1", lambda m, x: _norm(x) * m.w1, weight=None, scale=True),
+    Case("weight_of_shape_4xD", lambda m, x: _norm(x) * m.w4, weight=None, scale=True, shape=(2, 4, D)),
+    Case("scalar_parameter_scale", lambda m, x: _norm(x) * (1 - m.lam), weight=None, scale=True),
+    Case(
+        "per_batch_runtime_scale",
+        lambda m, x, s: _norm(x) * (1 + s),
+        weight=None,
+        scale=True,
+        extra=((2, 1, D),),
+    ),
+)
+
+ACCEPTED = ACCEPTED + SCALED
 
 #: spellings that match but round the norm's output before the weight multiply: the
 #: norm fuses with a unit weight and the rounding and the multiply stay
@@ -295,13 +323,11 @@ REJECTED: tuple[Case, ...] = (
         accept=False,
         reason="alpha=2",
     ),
-    Case("weight_of_shape_1", lambda m, x: _norm(x) * m.w1, accept=False, reason="shape (1,), not (16,)"),
     Case(
-        "weight_of_shape_4xD",
-        lambda m, x: _norm(x) * m.w4,
+        "qdq_inside_the_norm",
+        lambda m, x: _fake_quant(x) * _fake_quant(torch.rsqrt(_fake_quant(x.pow(2).mean(-1, keepdim=True)) + EPS)) * m.w,
         accept=False,
-        reason="shape (4, 16), not (16,)",
-        shape=(2, 4, D),
+        reason="Quantize with edgeplug.quantize so the norm is recomposed before annotation",
     ),
 )
 

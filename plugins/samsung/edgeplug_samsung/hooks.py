@@ -30,7 +30,10 @@ def edgeplug_fusion_policies():
         backend="samsung",
         pattern="rms_norm",
         target="aten.rms_norm",
+        arguments=("input", "normalized_shape", "weight", "eps"),
         weight_sources=frozenset({"leaf"}),
+        # the backend reads static quantized weights: dequantize(constant) stays as it is
+        dequantized_weights="keep",
         fold_computed_constants=True,
         unit_weight_fallback=True,
         fp32_accumulation=False,

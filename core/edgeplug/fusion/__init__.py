@@ -1,0 +1,99 @@
+"""Fusion: pattern matches become the fused ops a backend's ``FusionPolicy`` names.
+
+Three phases, one module each:
+
+1. ``decide`` (``edgeplug.fusion.decide``): every node is matched
+   (``edgeplug.patterns.match_rms_norm``) against one constant analysis and
+   each match gets a pure ``Decision``: outcome, what the fused op's weight
+   is, and the reason;
+2. fold (``edgeplug.fusion.apply``): every weight the decisions fold (Gemma's
+   ``1 + w``, a static view or cast, a dequantized constant where the policy
+   folds those) and every unit weight they need becomes a constant of the
+   program in one ``edgeplug.graph.fold_constants`` call;
+3. rewrite: each match is replaced by the policy's op (``policy.emits``,
+   e.g. ``aten.rms_norm(input, normalized_shape, weight, eps)`` or
+   ``et_vk.rms_norm(input, weight, eps)``), eps always explicit; where the
+   norm is fused with a unit weight, the multiply after it stays.
+
+Every candidate, fused or refused, yields a ``FusionRecord``. The core names
+no fused op itself: the policy's target is resolved through torch's op
+registry (after the policy's ``load_target``), so a plugin can emit any op.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import torch
+from torch.export import ExportedProgram
+
+from edgeplug.errors import EdgeplugError
+from edgeplug.fusion.apply import Veto, decide_all, fuse_matches
+from edgeplug.fusion.decide import Decision, decide
+from edgeplug.fusion.target import FusedOp, PolicyTargetError, check_policy, resolve_target
+from edgeplug.records import FusionPolicy, FusionRecord
+
+
+def fuse_program(
+    ep: ExportedProgram, policy: Optional[FusionPolicy], *, veto: Optional[Veto] = None
+) -> tuple[ExportedProgram, list[FusionRecord]]:
+    """Fuse every RMSNorm of ``ep`` under ``policy``; a stable entry point.
+
+    ``ep`` is an aten-dialect program (``torch.export.export(...)``, e.g. to
+    recompose norms before ``prepare_pt2e`` so a quantizer annotates one op)
+    or an edge-dialect one (``to_edge(...).exported_program()``). Returns a
+    new program (``ep``, its graph, signature and constant tables are left as
+    they were) and one ``FusionRecord`` per candidate: ``fused``,
+    ``folded_weight``, ``fused_unit_weight`` or ``rejected`` with its reason.
+    ``policy=None`` gives ``ep`` back unchanged. ``veto(decision)`` may
+    refuse a fusion with a reason (e.g. the backend would not delegate it).
+
+    Raises ``EdgeplugError`` when the policy's target cannot be emitted.
+    """
+    if policy is None:
+        return ep, []
+    try:
+        fused = resolve_target(policy, ep.dialect)
+    except PolicyTargetError as exc:
+        raise EdgeplugError(
+            f"the {policy.pattern} fusion policy of backend {policy.backend!r} names target {policy.target!r}, "
+            f"which cannot be emitted: {exc}. Fix the plugin's edgeplug_fusion_policies."
+        ) from exc
+    ep = copy_program(ep)
+    records = fuse_matches(ep, fused, veto)
+    ep.graph_module.graph.lint()
+    ep.graph_module.recompile()
+    return ep, records
+
+
+def fuse_for_backend(ep: ExportedProgram, backend) -> tuple[ExportedProgram, list[FusionRecord]]:
+    """``fuse_program`` under ``backend``'s rms_norm policy (what ``edgeplug.fuse`` runs)."""
+    return fuse_program(ep, backend.fusion_policy("rms_norm"))
+
+
+def copy_program(ep: ExportedProgram) -> ExportedProgram:
+    """A copy whose graph, signature and constant tables can change; tensors are shared."""
+    gm = torch.fx.GraphModule(ep.graph_module, copy.deepcopy(ep.graph_module.graph))
+    gm.meta.update(ep.graph_module.meta)
+    return ep._update(
+        gm,
+        copy.deepcopy(ep.graph_signature),
+        state_dict=dict(ep.state_dict),
+        constants=dict(ep.constants),
+    )
+
+
+__all__ = [
+    "Decision",
+    "FusedOp",
+    "PolicyTargetError",
+    "Veto",
+    "check_policy",
+    "copy_program",
+    "decide",
+    "decide_all",
+    "fuse_for_backend",
+    "fuse_program",
+    "resolve_target",
+]
