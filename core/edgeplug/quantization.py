@@ -196,11 +196,14 @@ def make_quantizer(backend: Any, scheme: str) -> Any:
 def recompose_norms(ep: Any, backend: Any) -> tuple[Any, list[FusionRecord]]:
     """RMSNorm recomposed on an aten-dialect program under ``backend``'s fusion policy.
 
-    ``ep`` is left as it was. A backend without an rms_norm policy gets ``ep`` back.
+    The policy-level fuser (``edgeplug.fusion.fuse_program``) runs on the aten
+    program: each norm becomes the policy's op, Gemma's ``1 + w`` folded into a
+    constant, so the quantizer annotates one op per norm. ``ep`` is left as it
+    was; a backend without an rms_norm policy gets ``ep`` back.
     """
-    from edgeplug.pipeline import fuse
+    from edgeplug.fusion import fuse_program
 
-    return fuse(ep, backend)
+    return fuse_program(ep, backend.fusion_policy("rms_norm"))
 
 
 def _batches(calibration: Optional[Iterable[Any]], example_inputs: tuple) -> Iterable[tuple]:
