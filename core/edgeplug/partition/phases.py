@@ -144,7 +144,7 @@ def keep_whole_verdict(node: torch.fx.Node, keep_ops: frozenset, delegable: Node
 
 
 def inner_support(gm: torch.fx.GraphModule) -> tuple[dict[torch.fx.Node, str], dict[torch.fx.Node, str]]:
-    """(call node -> tag, placeholder -> tag) as the backend's partitioner left them."""
+    """(call node -> tag, constant node -> tag) as the backend's partitioner left them."""
     calls: dict[torch.fx.Node, str] = {}
     constants: dict[torch.fx.Node, str] = {}
     for node in gm.graph.nodes:
@@ -153,7 +153,7 @@ def inner_support(gm: torch.fx.GraphModule) -> tuple[dict[torch.fx.Node, str], d
             continue
         if node.op == "call_function":
             calls[node] = tag
-        elif node.op == "placeholder":
+        elif node.op in ("placeholder", "get_attr"):  # constants (and submodules) given to a delegate
             constants[node] = tag
     return calls, constants
 
