@@ -132,6 +132,14 @@ def test_default_shapes_on_a_gpu(units, expected):
     assert choose_shape(GpuLike(), units, where="test") == expected
 
 
+def test_fp16_rows_use_at_most_128_invocations_and_8_units_each_from_64_mib():
+    # 8192 halves = 1024 units: 128 invocations x 8 units (fp32's rule would give 256 x 4)
+    assert choose_shape(GpuLike(), 1024, where="test", dtype=torch.float16) == WorkgroupShape(128, 128, 8, True)
+    # 4096 halves = 512 units: 128 x 4 below 64 MiB of x, 64 x 8 (two rows per workgroup) from there
+    assert choose_shape(GpuLike(), 512, where="test", dtype=torch.float16, total_rows=4096) == WorkgroupShape(128, 128, 4, True)
+    assert choose_shape(GpuLike(), 512, where="test", dtype=torch.float16, total_rows=8192) == WorkgroupShape(128, 64, 8, True)
+
+
 def test_cpu_adapters_get_one_subgroup_per_workgroup(device):
     if device.adapter_type != "CPU" or not device.subgroup_size:
         pytest.skip("llvmpipe-specific default")

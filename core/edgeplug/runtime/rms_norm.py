@@ -54,6 +54,13 @@ UNIT_BYTES = 16
 ITEMS_TARGET = 4
 MAX_ROW_INVOCATIONS = 512
 WORKGROUP_TARGET = 128
+#: fp16 rows use at most 128 invocations (more units each): at 32768x8192 fp16 on the H200 the
+#: GLSL kernel moved 4051 GB/s with 128 x 8 units and 3269 with 256 x 4 (WGSL: 4065 and 4057)
+MAX_ROW_INVOCATIONS_FP16 = 128
+#: and from 64 MiB of x up, 8 units per invocation: at 16384x4096 fp16, 64 x 8 moved 3906 (GLSL) and
+#: 3903 (WGSL) GB/s where 128 x 4 moved 3617 and 3933; below, more invocations fill the GPU better
+#: (4096x4096: 128 x 4 moved 3338 / 3030, 64 x 8 3023 / 3179)
+ITEMS_TARGET_FP16_LARGE, FP16_LARGE_BYTES = 8, 64 * 2**20
 #: units one invocation keeps in registers at most; the rest of a wider row is read twice
 MAX_ITEMS = 16
 
@@ -171,8 +178,10 @@ def choose_shape(
     rows_per_workgroup: Optional[int] = None,
     items: Optional[int] = None,
     subgroups: Optional[bool] = None,
+    dtype: torch.dtype = torch.float32,
+    total_rows: int = 1,
 ) -> WorkgroupShape:
-    """The workgroup shape for rows of ``units`` 16-byte units; any argument given overrides the default.
+    """The workgroup shape for ``total_rows`` rows of ``units`` 16-byte units of ``dtype``; any argument given overrides the default.
 
     Default on a GPU: ``row_invocations`` the power of two giving each invocation
     about ``ITEMS_TARGET`` units (at most ``MAX_ROW_INVOCATIONS``), rows packed
@@ -202,7 +211,11 @@ def choose_shape(
             raise KernelError(f"{where}: rows_per_workgroup {rows} exceeds workgroup_size {wg}")
         per_row = wg // rows
     else:
-        per_row = min(_floor_pow2(units // ITEMS_TARGET), MAX_ROW_INVOCATIONS, cap)
+        fp16 = dtype == torch.float16
+        most = MAX_ROW_INVOCATIONS_FP16 if fp16 else MAX_ROW_INVOCATIONS
+        large = total_rows * units * UNIT_BYTES >= FP16_LARGE_BYTES
+        per_unit = ITEMS_TARGET_FP16_LARGE if fp16 and large else ITEMS_TARGET
+        per_row = min(_floor_pow2(units // per_unit), most, cap)
         target = WORKGROUP_TARGET
         if device.adapter_type == "CPU" and sg:
             # llvmpipe runs a subgroup as one SIMD loop: wider groups only add barrier cost
@@ -307,7 +320,7 @@ def prepare(
     units = args.units
     layout = choose_shape(
         device, units, where=where, workgroup_size=workgroup_size, rows_per_workgroup=rows_per_workgroup,
-        items=items, subgroups=subgroups,
+        items=items, subgroups=subgroups, dtype=dtype, total_rows=args.rows,
     )
     if args.rows == 0:
         return PreparedRmsNorm(device, None, None, (0, 0, 0), None, shape, dtype, layout.invocations, layout=layout)
