@@ -154,6 +154,11 @@ def test_quantized_xnnpack_program_verifies_within_steps_of_its_output_scale():
     assert 0 < check.max_abs_diff <= 2 * step  # integer arithmetic: not eager's fp32 rounding, within steps
     q = result.report.quantization
     assert q.versus_quantized == [check.max_abs_diff] and q.versus_float[0] > 0
+    # edgeplug.verify on the result knows it is quantized too
+    (again,) = edgeplug.verify(result, "xnnpack").outputs
+    assert again.passed and again.tolerance == check.tolerance and again.max_abs_diff == check.max_abs_diff
+    (given,) = edgeplug.verify(result, "xnnpack", tolerance=1e-9).outputs
+    assert not given.passed and given.tolerance_reason == "given"
 
 
 @pytest.mark.slow

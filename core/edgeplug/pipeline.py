@@ -528,6 +528,12 @@ def _labelled_reference(result: LoweringResult, count: int) -> tuple[list[torch.
     return outputs, names
 
 
+def _quantized(result: LoweringResult) -> bool:
+    from edgeplug.quantization import is_quantized
+
+    return result.report.quantization is not None or is_quantized(result.exported_program)
+
+
 def verify(
     result: LoweringResult, backend: str | Backend, *, tolerance: Optional[float] = None,
     reference: Optional[Sequence[torch.Tensor]] = None,
@@ -543,6 +549,10 @@ def verify(
     from edgeplug.verification import compare_outputs
 
     backend = _resolve(backend)
+    if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
+        from edgeplug.quantization import verify_quantized
+
+        return verify_quantized(result, backend, result.exported_program, tolerance)
     method = backend.spec.verify_method
     if method == "pte":
         outs, method, adapter, note = _run_pte(result)

@@ -370,7 +370,10 @@ def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) ->
             "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
         )
     try:
-        return pipeline._run_pte(result) if method == "pte" else pipeline._run_kernels(result, backend)
+        run = pipeline._run_pte(result) if method == "pte" else pipeline._run_kernels(result, backend)
+        if isinstance(run, tuple):
+            return run
+        return run.outputs, run.method, run.adapter, run.note
     except EdgeplugError:
         raise
     except Exception as exc:
