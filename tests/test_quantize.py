@@ -80,7 +80,7 @@ def test_cli_quantizes_before_lowering_and_reports_it(cli, tmp_path):
     code, out, err = cli("lower", "mlp", "--backend", "qnn", "--quantize", "8a8w", "--dry-run", "--report", report)
     assert code == 0, err
     assert "[qnn] quantize 8a8w: prepare ..." in err  # progress, like the other stages
-    assert "quantization: qnn 8a8w (8-bit activations, 8-bit per-channel weights; 1 calibration batches)" in out
+    assert "quantization: qnn 8a8w (8-bit activations, 8-bit per-channel weights; 1 calibration batch)" in out
     data = json.loads(report.read_text())
     assert data["quantization"]["quantizer_backend"] == "qnn" and data["quantization"]["scheme"] == "8a8w"
     stages = [s["stage"] for s in data["stages"]]

@@ -34,8 +34,8 @@ META_KEY = "edgeplug_quantization"
 
 #: default verification tolerance of a quantized output, in steps of its output scale: the
 #: lowered program rounds at every requantization as the reference does, but a value one step
-#: off at one layer moves the next layers' outputs too (measured: 1 step for the MLP example,
-#: 4 for the 2-layer Llama on XNNPACK); a wrong weight or op is tens of steps off
+#: off at one layer moves the next layers' outputs too (measured on XNNPACK: 1 step for the MLP
+#: and the Gemma-style block, 4 for the 2-layer Llama); a wrong weight or op is tens of steps off
 QUANT_STEPS = 8
 
 
@@ -97,7 +97,8 @@ class QuantizationSummary(BaseModel):
     def table_lines(self) -> list[str]:
         bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
         what = f"{bits}, {self.weight_bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} weights"
-        lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {self.calibration_batches} calibration batches)"]
+        batches = f"{self.calibration_batches} calibration batch{'es' if self.calibration_batches != 1 else ''}"
+        lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {batches})"]
         if self.foreign:
             lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
         outcomes = {}
@@ -109,8 +110,9 @@ class QuantizationSummary(BaseModel):
             lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
         if self.reference:
             lines.append(f"  verification reference: {self.reference}")
-        for i, (q, f) in enumerate(zip(self.versus_quantized, self.versus_float)):
-            lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}, |lowered - float| = {f:.3e}")
+        for i, q in enumerate(self.versus_quantized):
+            versus_float = f", |lowered - float| = {self.versus_float[i]:.3e}" if i < len(self.versus_float) else ""
+            lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}{versus_float}")
         return lines
 
 
