@@ -312,9 +312,10 @@ def main(argv=None) -> int:
             del x, w
             results.append(rec)
             gbs = lambda k: rec[k]["GBps"] if "GBps" in rec.get(k, {}) else float("nan")  # noqa: E731
-            cells = [f"{rows}x{width}", f"{nbytes / 2**20:.0f}"] + [f"{gbs(k):.0f}" for k in kernels] + [f"{gbs('torch'):.0f}"]
+            num = lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2g}"  # noqa: E731  (CPU adapters move a few GB/s)
+            cells = [f"{rows}x{width}", f"{nbytes / 2**20:.0f}"] + [num(gbs(k)) for k in kernels] + [num(gbs("torch"))]
             if compiled:
-                cells += [f"{gbs('compile'):.0f}"]
+                cells += [num(gbs("compile"))]
             cells += [f"{gbs(k) / gbs('torch'):.2f}" for k in kernels]
             if cuda:
                 cells += [f"{gbs(k) / copy_gbs:.2f}" for k in kernels] + [f"{gbs('torch') / copy_gbs:.2f}"]
