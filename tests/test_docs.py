@@ -115,3 +115,71 @@ def test_no_path_of_a_build_machine_in_the_sources():
     forbidden = re.compile("/" + "work/|/" + "root/|/" + "home/[a-z]")
     offenders = [str(p.relative_to(REPO)) for p in files if "__pycache__" not in p.parts and forbidden.search(p.read_text(errors="ignore"))]
     assert offenders == []
+
+
+# -- the author's guide -----------------------------------------------------------------
+
+GUIDE = REPO / "docs" / "writing-a-backend.md"
+
+
+@pytest.fixture(scope="module")
+def guide() -> str:
+    assert GUIDE.is_file(), "docs/writing-a-backend.md is missing"
+    return GUIDE.read_text()
+
+
+def test_readme_links_the_guide(readme):
+    assert "(docs/writing-a-backend.md)" in readme
+
+
+@pytest.mark.parametrize("hook", _hooks())
+def test_the_guide_has_a_section_and_an_example_per_hook(hook, guide):
+    section = re.search(rf"^### `{hook}`\n(.*?)(?=^### |^## )", guide, re.S | re.M)
+    assert section, f"docs/writing-a-backend.md has no section for {hook}"
+    examples = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+    assert any(f"def {hook}(" in e and "@edgeplug.hookimpl" in e for e in examples), f"no example implements {hook}"
+    assert f"`{HOOK_RECORDS[hook].__name__}" in section.group(1), f"the {hook} section does not name its record"
+
+
+def test_the_guides_examples_define_working_hooks(guide):
+    """Every python example compiles; the hook examples yield records that validate."""
+    import types
+
+    import edgeplug
+
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    assert len(blocks) >= 7
+    hooks = [b for b in blocks if "@edgeplug.hookimpl" in b]
+    for block in blocks:
+        compile(block, str(GUIDE), "exec")
+    # the hook examples read as one hooks module, in order
+    module = types.ModuleType("guide_example")
+    exec(compile("\n\n".join(hooks), str(GUIDE), "exec"), module.__dict__)
+    yielded = []
+    for name, fn in vars(module).items():
+        if name.startswith("edgeplug_"):
+            yielded += list(fn() or ())
+    kinds = {type(r).__name__ for r in yielded}
+    assert {"BackendSpec", "KeepWhole", "PartitionerFilter", "FusionPolicy", "Kernel", "PassSpec", "QuantScheme"} <= kinds
+    assert all(r.backend == "mynpu" for r in yielded)
+    assert isinstance(yielded[0], edgeplug.BackendSpec)
+
+
+def test_the_guide_covers_what_authors_asked_for(guide):
+    for text in (
+        "edgeplug new-backend", "exir_ops.edge.aten.div.Tensor", "torch.ops.aten.div.Tensor",
+        "aten.rms_norm", "et_vk.rms_norm", "namespace.name.overload", "## Choosing `backend_id`",
+        "pytest --pyargs edgeplug.testing.conformance --edgeplug-backend", "edgeplug[testing]",
+        "edgeplug.partition.refuse", "RmsNormKernelSuite",
+    ):
+        assert text in guide, f"docs/writing-a-backend.md does not mention {text}"
+
+
+def test_the_guides_commands_parse(guide):
+    from edgeplug.cli import build_parser
+
+    lines = [l.split("#")[0].strip() for b in re.findall(r"```sh\n(.*?)```", guide, re.S) for l in b.splitlines()]
+    commands = [l for l in lines if l.startswith("edgeplug ")]
+    assert {shlex.split(c)[1] for c in commands} >= {"new-backend", "plugins", "lower", "backends"}
+    for command in commands:
+        build_parser().parse_args(shlex.split(command)[1:])

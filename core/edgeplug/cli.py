@@ -98,6 +98,16 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new_backend(args: argparse.Namespace) -> int:
+    """Write a plugin package with every hook stubbed, its pyproject, and a conformance test."""
+    from edgeplug.scaffold import write
+
+    root = write(args.name, args.output, partitioner=args.partitioner, backend_id=args.backend_id)
+    print(f"wrote {root}")
+    print(f"next: pip install -e '{root}[test]' && edgeplug plugins && (cd {root} && pytest)")
+    return 0
+
+
 def cmd_examples(args: argparse.Namespace) -> int:
     from edgeplug.examples import list_examples
 
@@ -188,6 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plugins", help="list plugins: distribution, entry point, status, what each adds to which backend")
     pl.add_argument("--json", action="store_true", help="print the listing as JSON")
     pl.set_defaults(fn=cmd_plugins)
+    nb = sub.add_parser("new-backend", help="write a plugin package for a new backend (every hook stubbed, a conformance test)")
+    nb.add_argument("name", help="the backend's name (lower-case; the package is edgeplug_NAME)")
+    nb.add_argument(
+        "--partitioner", default="xnnpack",
+        help="executorch partitioner underneath: xnnpack (default), vulkan, or MODULE:CLASS",
+    )
+    nb.add_argument("--backend-id", help="the id the partitioner tags partitions with (needed with MODULE:CLASS)")
+    nb.add_argument("-o", "--output", default=".", help="folder to write edgeplug-NAME/ in (default: here)")
+    nb.set_defaults(fn=cmd_new_backend)
     e = sub.add_parser("examples", help="list built-in example models")
     e.set_defaults(fn=cmd_examples)
     lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte")
