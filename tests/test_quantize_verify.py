@@ -161,17 +161,29 @@ def test_quantized_xnnpack_program_verifies_within_steps_of_its_output_scale():
     assert not given.passed and given.tolerance_reason == "given"
 
 
+ALL_SCHEMES = [
+    ("xnnpack", "8a8w"), ("vulkan", "w8"), ("vulkan", "w4"), ("webgpu", "w8"), ("webgpu", "w4"),
+    ("qnn", "8a8w"), ("qnn", "16a8w"), ("qnn", "8a4w"), ("samsung", "a8w8"),
+]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("example", ["llama", "gemma-block"])
-@pytest.mark.parametrize("backend,scheme", [("xnnpack", "8a8w"), ("vulkan", "w4"), ("webgpu", "w8")])
+@pytest.mark.parametrize("backend,scheme", ALL_SCHEMES)
 def test_examples_quantize_lower_and_verify(example, backend, scheme):
+    """Issue 10's bar: every scheme of every backend; qnn and samsung (no SDK here) as dry runs."""
     model, inputs, _ = load_model(example)
     quantized = edgeplug.quantize(model, inputs, backend, scheme)
-    report = edgeplug.lower(quantized, inputs, backend, verify=True, model_name=example).report
-    assert report.verification.passed, report.verification.failures()
-    assert report.quantization.versus_float and report.quantization.reference
-    if backend != "xnnpack":  # the norms edgeplug recomposed before annotation reach the delegate
-        assert all(r.outcome in ("fused", "folded_weight") for r in report.quantization.norms)
+    dry_run = backend in ("qnn", "samsung")
+    report = edgeplug.lower(quantized, inputs, backend, verify=not dry_run, dry_run=dry_run, model_name=example).report
+    q = report.quantization
+    assert (q.quantizer_backend, q.scheme, q.foreign) == (backend, scheme, False)
+    if backend != "xnnpack":  # every norm recomposed before annotation (xnnpack has no fusion policy)
+        assert len(q.norms) == {"llama": 5, "gemma-block": 3}[example]
+        assert all(r.outcome in ("fused", "folded_weight") for r in q.norms)
+    if not dry_run:
+        assert report.verification.passed, report.verification.failures()
+        assert q.versus_float and q.reference == "the quantized model's eager output"
 
 
 @pytest.mark.slow
