@@ -214,7 +214,10 @@ def _evaluate(ep: ExportedProgram, nodes: Iterable[torch.fx.Node]) -> dict[torch
                     raise ValueError(f"node {n.name!r} has no constant value in the program")
                 env[n] = value
             elif n.op == "call_function":
-                env[n] = n.target(*load(n.args), **load(n.kwargs))
+                try:
+                    env[n] = n.target(*load(n.args), **load(n.kwargs))
+                except Exception as exc:  # an op that cannot run here: this node is not foldable
+                    raise ValueError(f"evaluating {n.name!r} at AOT failed: {exc}") from exc
             else:
                 raise ValueError(f"cannot evaluate {n.op} node {n.name!r} at AOT")
     return env

@@ -201,7 +201,7 @@ def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[Consta
     square = mean.args[0]
     covered.append(square)
 
-    chosen = _same_values(_through_qdq(x, qdq), t, node)
+    chosen = _same_values(*_without_qdq_between(x, t, qdq), node)
     if isinstance(chosen, NoMatch):
         return chosen
     if qdq:
@@ -270,6 +270,22 @@ def _through_qdq(node: Any, seen: list[Node]) -> Any:
     return node
 
 
+def _without_qdq_between(a: Any, b: Any, qdq: list[Node]) -> tuple[Any, Any]:
+    """``a`` and ``b``, looked through the quantize/dequantize that alone tells them apart.
+
+    The norm's input may be quantized (one tensor both squared and
+    normalised); a quantize/dequantize on one path only sits inside the norm.
+    """
+    if a is b:
+        return a, b
+    seen: list[Node] = []
+    a2, b2 = _through_qdq(a, seen), _through_qdq(b, seen)
+    if seen and _strip(a2, is_upcast) is _strip(b2, is_upcast):
+        qdq.extend(seen)
+        return a2, b2
+    return a, b
+
+
 def _split_variance(v: Any, qdq: list[Node]) -> Optional[tuple[Node, Any, Optional[Node]]]:
     """``mean(...) + eps`` (either order), or a bare ``mean(...)``: (mean, eps operand, add)."""
     if is_op(v, "aten::mean.dim"):
@@ -335,7 +351,9 @@ def _check_mean(
     if mean.kwargs.get("dtype") is not None:
         return NoMatch(f"{describe(mean)} accumulates in {dtype_name(mean.kwargs['dtype'])} (dtype=...)", anchor)
     if is_op(src, "aten::mul.Tensor"):
-        a, b = _through_qdq(src.args[0], qdq), _through_qdq(src.args[1], qdq)
+        a, b = src.args[0], src.args[1]
+        if a is not b:
+            a, b = _without_qdq_between(a, b, qdq)
         if a is b and isinstance(a, Node):
             return a
         if (
@@ -353,9 +371,9 @@ def _check_mean(
             return NoMatch(f"{describe(src)} raises to {describe(src.args[1])}, not a compile-time scalar", anchor)
         if e != 2:
             return NoMatch(f"{describe(src)} raises to the power {e}; RMSNorm squares", anchor)
-        return _through_qdq(src.args[0], qdq)
+        return src.args[0]
     if is_op(src, "aten::square"):
-        return _through_qdq(src.args[0], qdq)
+        return src.args[0]
     return NoMatch(f"the mean is over {describe(src)}, not over a square", anchor)
 
 
