@@ -103,7 +103,7 @@ class GpuDevice:
         self.features: frozenset[str] = frozenset(adapter.features)
         # subgroup: the kernels' shuffle reductions; shader-f16 for kernels that want f16 arithmetic
         # (the rms_norm kernels store fp16 packed in 32-bit words and need no feature for it)
-        optional = ("shader-f16", "subgroup", "subgroup-barrier", "timestamp-query")
+        optional = ("shader-f16", "subgroup", "timestamp-query")
         wanted = [f for f in optional if f in self.features]
         self.enabled: frozenset[str] = frozenset(wanted)
         # Software adapters and browsers default storage limits far below what
@@ -123,24 +123,33 @@ class GpuDevice:
 
     @property
     def subgroup_size(self) -> Optional[int]:
-        """The subgroup size compute pipelines get here (probed once), or None without subgroup support.
+        """The subgroup size compute pipelines get here (probed once), or None without usable subgroups.
 
         wgpu-py 0.32 does not report the adapter's subgroup sizes, so a one-
-        workgroup WGSL probe reads ``@builtin(subgroup_size)``.
+        workgroup WGSL probe reads ``@builtin(subgroup_size)``. The kernels' shuffle
+        reductions also rely on each subgroup being a run of consecutive invocations
+        (invocation i is lane i % size): the probe checks that for a whole workgroup,
+        and where it does not hold, this is None and kernels use workgroup memory.
         """
         if "subgroup" not in self.enabled:
             return None
         if self._subgroup_size is None:
+            n = min(256, self.max_workgroup_size)
             probe = (
                 "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n"
-                "@compute @workgroup_size(64) fn main(@builtin(subgroup_size) s: u32, "
-                "@builtin(local_invocation_index) i: u32) { if (i == 0u) { out[0] = s; } }"
+                f"@compute @workgroup_size({n}) fn main(@builtin(subgroup_size) s: u32, "
+                "@builtin(subgroup_invocation_id) lane: u32, @builtin(local_invocation_index) i: u32) "
+                f"{{ out[i] = s; out[{n}u + i] = lane; }}"
             )
-            pipe = self.pipeline(probe, label="subgroup size probe")
-            buf = self.empty(4, what="subgroup size probe")
+            pipe = self.pipeline(probe, label="subgroup layout probe")
+            buf = self.empty(8 * n, what="subgroup layout probe")
             self.dispatch(pipe, self.bind(pipe, [buf]), (1, 1, 1))
-            self._subgroup_size = int(self.read(buf, (1,), torch.int32)[0])
-        return self._subgroup_size
+            got = self.read(buf, (2, n), torch.int32)
+            sizes, lanes = set(got[0].tolist()), got[1].tolist()
+            size = sizes.pop() if len(sizes) == 1 else 0
+            runs = size > 0 and not size & (size - 1) and all(lane == i % size for i, lane in enumerate(lanes))
+            self._subgroup_size = size if runs else 0
+        return self._subgroup_size or None
 
     # limits -------------------------------------------------------------------
     @property
