@@ -7,6 +7,8 @@ The public API (stable)::
     edgeplug.transform(ep, backend) -> ExportedProgram
     edgeplug.fuse(ep, backend) -> (ExportedProgram, list[FusionRecord])
     edgeplug.lower(model_or_ep, example_inputs, backend, *, verify=False, dry_run=False) -> LoweringResult
+    edgeplug.quantize(model, example_inputs, backend, scheme, calibration=None) -> torch.fx.GraphModule
+        # the backend's own PT2E quantizer (edgeplug.quantization); lower() takes the result
 
 Importing edgeplug is cheap: torch, executorch and the plugins load on first use.
 """
