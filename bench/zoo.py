@@ -117,6 +117,10 @@ MODELS: dict[str, Arch] = {
 }
 
 
+#: what `make zoo` runs (jamba: a second hybrid, on request)
+DEFAULT_MODELS = [m for m in MODELS if m != "jamba"]
+
+
 def _xnnpack():
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
@@ -457,14 +461,28 @@ def _cell_dict(model: str, backend: str) -> dict:
         return asdict(cell)
 
 
-def run_matrix(models: list[str], backends: list[str], jobs: int, say: Callable[[str], None] = print) -> list[Cell]:
-    """Every (model, backend) cell, ``jobs`` at a time in worker processes; a dead worker fails its cell only."""
+def run_matrix(
+    models: list[str],
+    backends: list[str],
+    jobs: int,
+    say: Callable[[str], None] = print,
+    on_cell: Optional[Callable[[list[Cell]], None]] = None,
+) -> list[Cell]:
+    """Every (model, backend) cell, ``jobs`` at a time in worker processes; a dead worker fails its cell only.
+
+    ``on_cell`` gets the cells done so far (in matrix order) after each one."""
     todo = [(m, b) for m in models for b in backends]  # model-major: a worker reuses its exported model
     done: dict[tuple[str, str], Cell] = {}
+
+    def finished(key: tuple[str, str], cell: Cell) -> None:
+        done[key] = cell
+        say(_progress(cell, len(done), len(todo)))
+        if on_cell is not None:
+            on_cell([done[k] for k in todo if k in done])
+
     if jobs <= 1:
         for m, b in todo:
-            done[(m, b)] = Cell.from_dict(_cell_dict(m, b))
-            say(_progress(done[(m, b)], len(done), len(todo)))
+            finished((m, b), Cell.from_dict(_cell_dict(m, b)))
         return [done[k] for k in todo]
     while len(done) < len(todo):
         pending = [k for k in todo if k not in done]
@@ -474,19 +492,18 @@ def run_matrix(models: list[str], backends: list[str], jobs: int, say: Callable[
             for fut in as_completed(futures):
                 key = futures[fut]
                 try:
-                    done[key] = Cell.from_dict(fut.result())
+                    cell = Cell.from_dict(fut.result())
                 except BrokenProcessPool:
                     broken = True
                     continue
-                say(_progress(done[key], len(done), len(todo)))
+                finished(key, cell)
         if broken:
             # the worker that died took its cell with it; which one is unknown, so the
             # first unfinished cell is blamed and the rest run again in a fresh pool
             lost = next(k for k in todo if k not in done)
             cell = Cell(model=lost[0], backend=lost[1], dry_run=BACKENDS[lost[1]].dry_run)
-            cell.error = "the worker process died (crash or out of memory) while running this cell"
-            done[lost] = cell
-            say(_progress(cell, len(done), len(todo)))
+            cell.error = "a worker process died (crash or out of memory) while running this cell or the one beside it"
+            finished(lost, cell)
     return [done[k] for k in todo]
 
 
@@ -628,7 +645,7 @@ def targets(cells: list[Cell]) -> list[str]:
     return out
 
 
-def render(cells: list[Cell], command: str, jobs: int, seconds: float) -> str:
+def render(cells: list[Cell], command: str, jobs: int, seconds: float, partial: str = "") -> str:
     from importlib.metadata import version
 
     import transformers
@@ -647,7 +664,7 @@ def render(cells: list[Cell], command: str, jobs: int, seconds: float) -> str:
     add(
         f"torch {torch.__version__}, executorch {et_version}, transformers {transformers.__version__}, "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {jobs} cells at a time; "
-        f"the whole run took {seconds / 60:.1f} min."
+        + (f"**partial: {partial}**, {seconds / 60:.1f} min so far." if partial else f"the whole run took {seconds / 60:.1f} min.")
     )
     add("")
     add(
@@ -752,7 +769,8 @@ def _names(value: Optional[str], known: dict, what: str) -> list[str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", help=f"comma-separated, default all: {','.join(MODELS)}")
+    parser.add_argument("--models", help=f"comma-separated, default {','.join(DEFAULT_MODELS)}; also: "
+                        + ",".join(m for m in MODELS if m not in DEFAULT_MODELS))
     parser.add_argument("--backends", help="comma-separated, default every installed one of " + ",".join(BACKENDS))
     parser.add_argument("--jobs", type=int, default=2, help="cells at a time, each in its own worker process")
     parser.add_argument("--out", default="docs/zoo.md", help="the markdown to write ('-' for stdout only)")
@@ -761,7 +779,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     import edgeplug
 
-    models = _names(args.models, MODELS, "model(s)")
+    models = _names(args.models, MODELS, "model(s)") if args.models else list(DEFAULT_MODELS)
     installed = set(edgeplug.backends())
     backends = [b for b in _names(args.backends, BACKENDS, "backend(s)") if b in installed]
     skipped = [b for b in BACKENDS if b not in installed and (not args.backends or b in args.backends)]
@@ -770,21 +788,34 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # wgpu only warns without it
 
     command = "python bench/zoo.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    total = len(models) * len(backends)
     t = time.perf_counter()
-    cells = run_matrix(models, backends, args.jobs, say=lambda m: print(m, flush=True))
-    seconds = time.perf_counter() - t
-    text = render(cells, command.strip(), args.jobs, seconds)
+
+    def write(cells: list[Cell]) -> None:
+        # after every cell: a run stopped early still leaves what it measured
+        partial = "" if len(cells) == total else f"{len(cells)} of {total} cells so far"
+        text = render(cells, command.strip(), args.jobs, time.perf_counter() - t, partial=partial)
+        if args.out != "-":
+            _write(args.out, text)
+        if args.json:
+            _write(args.json, json.dumps({"summary": summary(cells), "cells": [asdict(c) for c in cells]}, indent=2))
+
+    cells = run_matrix(models, backends, args.jobs, say=lambda m: print(m, flush=True), on_cell=write)
+    write(cells)
     if args.out == "-":
-        print(text)
+        print(render(cells, command.strip(), args.jobs, time.perf_counter() - t))
     else:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text)
         print(f"wrote {args.out}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"summary": summary(cells), "cells": [asdict(c) for c in cells]}, f, indent=2)
     return 0
+
+
+def _write(path: str, text: str) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -127,3 +127,21 @@ def test_zoo_rejects_unknown_names(zoo):
         zoo.main(["--models", "llama,not-a-model", "--out", "-"])
     with pytest.raises(SystemExit, match="unknown backend"):
         zoo.main(["--backends", "vulcan", "--out", "-"])
+
+
+def test_zoo_main_writes_after_every_cell(zoo, monkeypatch, tmp_path):
+    """The markdown and JSON are rewritten after each cell, so a run stopped early keeps its figures."""
+    import json
+
+    monkeypatch.setitem(zoo.MODELS, "broken", zoo.Arch("NoSuchConfig", "NoSuchModel"))
+    seen: list[int] = []
+    cells = zoo.run_matrix(["broken"], ["xnnpack", "qnn"], jobs=1, say=lambda m: None, on_cell=lambda c: seen.append(len(c)))
+    assert seen == [1, 2] and [c.backend for c in cells] == ["xnnpack", "qnn"]
+
+    out, js = tmp_path / "zoo.md", tmp_path / "zoo.json"
+    assert zoo.main(["--models", "broken", "--backends", "xnnpack,qnn", "--jobs", "1", "--out", str(out), "--json", str(js)]) == 0
+    doc = out.read_text()
+    assert "| broken | qnn (dry run) | **fails**: build/export" in doc and "partial" not in doc
+    data = json.loads(js.read_text())
+    assert data["summary"]["cells"] == 2 and data["summary"]["edgeplug_failures"] == 2
+    assert not list(tmp_path.glob("*.tmp"))
