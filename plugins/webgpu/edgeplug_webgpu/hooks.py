@@ -1,11 +1,18 @@
-"""Hook implementations of the WebGPU backend (hookimpls only)."""
+"""Hook implementations of the WebGPU backend (hookimpls only).
+
+WebGPU serializes through executorch's Vulkan delegate, so it yields the
+records every such backend shares (``edgeplug_vulkan.delegate``) under its own
+name, with its own partitioner and kernels.
+"""
 
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, Kernel, KeepWhole
+from edgeplug import Kernel
 
-from edgeplug_vulkan.support import support_check as vulkan_support_check
+from edgeplug_vulkan import delegate
+
+BACKEND = "webgpu"
 
 
 def _partitioner():
@@ -14,74 +21,33 @@ def _partitioner():
     return WebGPUPartitioner()
 
 
-def _lowering_context():
-    # executorch's own Vulkan rms_norm pattern would fuse what the core refused
-    from edgeplug.fusion import without_executorch_vulkan_pattern
-
-    return without_executorch_vulkan_pattern("rms_norm")
-
-
 @edgeplug.hookimpl
 def edgeplug_backends():
-    yield BackendSpec(
-        backend="webgpu",
-        description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)",
-        # WebGPUPartitioner tags partitions for the Vulkan serializer
-        backend_id="VulkanBackend",
-        partitioner=_partitioner,
-        verify_method="kernels",
-        lowering_context=_lowering_context,
-        support_check=vulkan_support_check,
+    yield delegate.backend_spec(
+        BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner
     )
 
 
 @edgeplug.hookimpl
 def edgeplug_keep_whole():
-    import torch
-
-    aten = torch.ops.aten
-    yield KeepWhole(
-        backend="webgpu",
-        ops=(aten.hardswish.default, aten.upsample_nearest2d.vec, aten.pixel_shuffle.default),
-    )
+    yield delegate.keep_whole(BACKEND)
 
 
 @edgeplug.hookimpl
 def edgeplug_fusion_policies():
-    yield FusionPolicy(
-        backend="webgpu",
-        pattern="rms_norm",
-        target="et_vk.rms_norm",
-        weight_sources=frozenset({"leaf"}),
-        fold_computed_constants=True,
-        unit_weight_fallback=True,
-        # our WGSL kernel accumulates in fp32 whatever the storage dtype
-        fp32_accumulation=True,
-    )
+    # our WGSL kernel accumulates in fp32 whatever the storage dtype
+    yield delegate.rms_norm_policy(BACKEND, fp32_accumulation=True)
 
 
 @edgeplug.hookimpl
 def edgeplug_kernels():
-    # WGSL, run through wgpu; importing the kernels needs torch, numpy and wgpu only
+    # WGSL, run through wgpu; needs torch, numpy and wgpu only
     from edgeplug_webgpu.kernels import check_rms_norm, rms_norm
 
-    yield Kernel(backend="webgpu", op="et_vk.rms_norm.default", impl=rms_norm, device="wgpu", checks=check_rms_norm)
-
-
-def _weight_only(bits: int):
-    from executorch.backends.vulkan.quantizer.vulkan_quantizer import VulkanQuantizer, get_symmetric_quantization_config
-
-    return VulkanQuantizer().set_global(get_symmetric_quantization_config(weight_bits=bits))
+    yield Kernel(backend=BACKEND, op="et_vk.rms_norm.default", impl=rms_norm, device="wgpu", checks=check_rms_norm)
 
 
 @edgeplug.hookimpl
 def edgeplug_quantizers():
-    from functools import partial
-
     # WebGPU shares Vulkan's partitioner and serialization, so Vulkan's quantizer
-    for bits in (8, 4):
-        yield edgeplug.QuantScheme(
-            backend="webgpu", scheme=f"w{bits}", factory=partial(_weight_only, bits),
-            activation_bits=None, weight_bits=bits, per_channel=True,
-            description=f"weight-only: {bits}-bit per-channel linear weights, float activations (VulkanQuantizer)",
-        )
+    yield from delegate.weight_only_schemes(BACKEND)

@@ -17,3 +17,23 @@ def test_partitions_with_executorchs_webgpu_partitioner_into_vulkan_serializatio
     assert webgpu.spec.verify_method == "kernels" and webgpu.availability().ok
     policy = webgpu.fusion_policy("rms_norm")
     assert policy.target == "et_vk.rms_norm" and policy.fp32_accumulation
+
+
+def test_shares_the_vulkan_delegates_records_and_differs_only_where_it_chooses():
+    """What the Vulkan delegate decides is the same for both backends; fp32 accumulation is WebGPU's kernel's own."""
+    from edgeplug import FusionPolicy, KeepWhole, QuantScheme
+
+    webgpu, vulkan = edgeplug.get_backend("webgpu"), edgeplug.get_backend("vulkan")
+    assert webgpu.keep_whole == vulkan.keep_whole and webgpu.keep_whole
+    assert webgpu.spec.support_check is vulkan.spec.support_check is not None
+    assert webgpu.spec.lowering_context is vulkan.spec.lowering_context is not None
+
+    def fields(record, **changed):
+        return {**dict(record), "backend": "-", **changed}
+
+    (wp,), (vp,) = webgpu.records(FusionPolicy), vulkan.records(FusionPolicy)
+    assert fields(wp) == fields(vp, fp32_accumulation=True)
+    assert [fields(s, factory=None) for s in webgpu.records(QuantScheme)] == [
+        fields(s, factory=None) for s in vulkan.records(QuantScheme)
+    ]
+    assert [r.ops for r in webgpu.records(KeepWhole)] == [r.ops for r in vulkan.records(KeepWhole)]

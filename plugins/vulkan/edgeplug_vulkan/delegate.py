@@ -1,0 +1,87 @@
+"""Records every backend on executorch's Vulkan delegate shares (vulkan, webgpu, a third party's).
+
+What a backend serialized by the Vulkan delegate gets from the delegate
+itself, not from its own choices: the ops the delegate keeps whole, how
+``et_vk.rms_norm`` is fused for a runtime that prepacks its weight, the
+per-node support check, the scope that keeps executorch's own RMSNorm
+pattern out, and the weight-only quantization schemes of ``VulkanQuantizer``.
+A plugin's hooks.py yields these with its backend name and adds what is its
+own (partitioner, description, kernels, whether its kernel accumulates in fp32).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable, Iterator
+
+from edgeplug import BackendSpec, FusionPolicy, KeepWhole, QuantScheme
+
+from edgeplug_vulkan.fusion import load_et_vk_ops, without_executorch_vulkan_pattern
+from edgeplug_vulkan.support import support_check
+
+#: the delegate's serialized id (WebGPUPartitioner tags partitions for it too)
+BACKEND_ID = "VulkanBackend"
+
+
+def lowering_context() -> Any:
+    # executorch's own Vulkan rms_norm pattern would fuse what the core refused
+    return without_executorch_vulkan_pattern("rms_norm")
+
+
+def backend_spec(backend: str, *, description: str, partitioner: Callable[[], Any]) -> BackendSpec:
+    """A backend serialized by the Vulkan delegate, verified on the host with its kernels."""
+    return BackendSpec(
+        backend=backend,
+        description=description,
+        backend_id=BACKEND_ID,
+        partitioner=partitioner,
+        verify_method="kernels",
+        lowering_context=lowering_context,
+        support_check=support_check,
+    )
+
+
+def keep_whole(backend: str) -> KeepWhole:
+    """Ops the Vulkan delegate has whole-op shaders for."""
+    import torch
+
+    aten = torch.ops.aten
+    return KeepWhole(backend=backend, ops=(aten.hardswish.default, aten.upsample_nearest2d.vec, aten.pixel_shuffle.default))
+
+
+def rms_norm_policy(backend: str, *, fp32_accumulation: bool) -> FusionPolicy:
+    """``et_vk.rms_norm(input, weight, eps)`` for a runtime that prepacks the weight.
+
+    Only a leaf constant of shape [D] may be the fused op's weight; computed
+    constants are folded first; a runtime scale stays a separate multiply
+    after a unit-weight norm. ``fp32_accumulation`` is the backend's kernel's
+    own property.
+    """
+    return FusionPolicy(
+        backend=backend,
+        pattern="rms_norm",
+        target="et_vk.rms_norm",
+        arguments=("input", "weight", "eps"),
+        load_target=load_et_vk_ops,
+        dequantized_weights="fold",
+        weight_sources=frozenset({"leaf"}),
+        fold_computed_constants=True,
+        unit_weight_fallback=True,
+        fp32_accumulation=fp32_accumulation,
+    )
+
+
+def _weight_only(bits: int) -> Any:
+    from executorch.backends.vulkan.quantizer.vulkan_quantizer import VulkanQuantizer, get_symmetric_quantization_config
+
+    return VulkanQuantizer().set_global(get_symmetric_quantization_config(weight_bits=bits))
+
+
+def weight_only_schemes(backend: str) -> Iterator[QuantScheme]:
+    """executorch's VulkanQuantizer: weight-only, linear layers, 8 and 4 bits."""
+    for bits in (8, 4):
+        yield QuantScheme(
+            backend=backend, scheme=f"w{bits}", factory=partial(_weight_only, bits),
+            activation_bits=None, weight_bits=bits, per_channel=True,
+            description=f"weight-only: {bits}-bit per-channel linear weights, float activations (VulkanQuantizer)",
+        )
