@@ -68,6 +68,12 @@ MODELS = textwrap.dedent(
         raise FileNotFoundError("weights.bin")
 
 
+    def exits():
+        import sys
+
+        sys.exit(0)  # e.g. argparse in a script reused as a model file
+
+
     NOT_CALLABLE = 3
     '''
 )
@@ -311,6 +317,34 @@ def test_model_file_attr_lowers(cli, models, tmp_path):
     data = json.loads(rep.read_text())
     assert data["model"] == f"{models}:make"
     assert data["delegated_ops"] == {"aten.relu.default": 1, "aten.mul.Tensor": 1}
+
+
+def test_a_build_function_that_calls_sys_exit_is_an_error_not_a_silent_exit(cli, models):
+    code, stdout, stderr = cli("lower", f"{models}:exits", "-b", "xnnpack")
+    assert code == 2 and stdout == ""
+    assert stderr.splitlines()[-1] == (
+        f"edgeplug: error: calling {models}:exits failed: it called sys.exit(0); "
+        "a model file must return (model, example_inputs), not exit"
+    )
+
+
+def test_a_model_file_imports_its_siblings_and_the_cli_says_it_runs_the_file(cli, tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "blocks.py").write_text("import torch\nclass Twice(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    (tmp_path / "pkg" / "model.py").write_text(
+        "import torch\nfrom blocks import Twice  # a sibling, as `python model.py` finds it\n"
+        "def make():\n    return Twice(), (torch.randn(2, 4),)\n"
+    )
+    code, _, stderr = cli("lower", f"{tmp_path / 'pkg' / 'model.py'}:make", "-b", "xnnpack", "--dry-run")
+    assert code == 0, stderr
+    assert f"executing {tmp_path / 'pkg' / 'model.py'} (a model file is run as Python code), then calling make()" in stderr
+
+
+def test_an_empty_plugin_allow_list_means_unset(cli, monkeypatch):
+    monkeypatch.setenv("EDGEPLUG_PLUGINS", "")
+    code, out, err = cli("backends", "--no-adapter")
+    assert code == 0, err
+    assert {r.split()[0] for r in out.splitlines()[1:] if r.strip()} == {"qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
 
 
 # -- atomic writes -----------------------------------------------------------------

@@ -160,3 +160,147 @@ def test_every_public_name_stays_the_function_whatever_was_imported_first():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+# -- the caller's objects are never changed; what a model mutates is compared ----------------
+
+
+class _CountsCalls(torch.nn.Module):
+    """Updates a buffer in forward (a step counter, a running statistic)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x):
+        self.count.add_(1.0)
+        return self.lin(x) + self.count
+
+
+class _ScalesItsInput(torch.nn.Module):
+    """Changes its input in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x.mul_(2.0)
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("backend", ["xnnpack", "webgpu"])
+@pytest.mark.parametrize("make", [_CountsCalls, _ScalesItsInput], ids=["buffer", "input"])
+def test_lower_leaves_a_stateful_models_state_and_inputs_as_they_were(backend, make):
+    torch.manual_seed(0)
+    model, x = make(), torch.randn(2, 4)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    given = x.clone()
+    result = edgeplug.lower(model, (x,), backend, verify=True)
+    v = result.report.verification
+    assert v.passed, v.failures()  # eager ran on copies: the buffer's update is not counted twice
+    assert all(torch.equal(state[k], t) for k, t in model.state_dict().items())
+    assert torch.equal(x, given)
+    labels = [o.label for o in v.outputs]
+    if make is _ScalesItsInput and backend == "xnnpack":  # the runtime returns the changed input too: compared
+        assert labels == ["input 'x' (changed in place)", "output 1"]
+    elif make is _CountsCalls and backend == "webgpu":  # the delegate owns the buffer: its update compared once
+        assert labels == ["output 0", "buffer 'count' (updated in forward)"]
+    else:
+        assert labels == ["output 0"]
+    # verifying again gives the same answer: nothing was consumed or changed by the first run
+    again = edgeplug.verify(result, backend)
+    assert [o.max_abs_diff for o in again.outputs] == [o.max_abs_diff for o in v.outputs]
+
+
+class _KvCache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.register_buffer("k_cache", torch.zeros(1, 4, 8))
+
+    def forward(self, x, pos):
+        self.k_cache.index_copy_(1, pos, self.proj(x))
+        return self.k_cache.sum(1)
+
+
+def test_a_kv_cache_model_lowers_without_no_grad_and_keeps_its_grads():
+    # stock executorch needs torch.no_grad() here ("a leaf Variable that requires grad is being used in an in-place operation")
+    torch.manual_seed(0)
+    model = _KvCache()
+    result = edgeplug.lower(model, (torch.randn(1, 1, 8), torch.tensor([1])), "xnnpack", verify=True)
+    assert result.report.verification.passed
+    assert all(p.requires_grad for p in model.parameters())  # the caller's model is left as it was
+    assert torch.count_nonzero(model.k_cache) == 0
+
+
+class _TakesADict(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, extra):
+        return self.proj(x) + extra["bias"] * extra["scale"]
+
+
+@pytest.mark.parametrize("backend", ["xnnpack", "vulkan", "webgpu"])
+def test_example_inputs_holding_a_dict_verify_on_every_backend(backend):
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 8), {"bias": torch.randn(8), "scale": torch.randn(8)})
+    result = edgeplug.lower(_TakesADict(), inputs, backend, verify=True)
+    assert result.report.verification.passed, result.report.verification.failures()
+
+
+def test_the_default_tolerance_follows_the_output_dtype_and_the_report_says_why():
+    model, inputs = load_model("mlp")[:2]
+    model = model.to(torch.bfloat16)
+    x = inputs[0].to(torch.bfloat16)
+    report = edgeplug.lower(model, (x,), "xnnpack", verify=True).report
+    check = report.verification.outputs[0]
+    # bf16 kernels round differently from eager: 1e-4 would fail a correct program
+    assert check.dtype == "bfloat16" and check.passed and check.max_abs_diff > 1e-4
+    assert check.tolerance > check.max_abs_diff and "4 ulps at the output's magnitude" in check.tolerance_reason
+    assert "tolerance" in report.to_table() and "ulps" in report.to_table()
+    given = edgeplug.verify(edgeplug.lower(model, (x,), "xnnpack"), "xnnpack", tolerance=1e-6).outputs[0]
+    assert given.tolerance == 1e-6 and given.tolerance_reason == "given" and not given.passed
+
+
+def test_transform_leaves_its_input_program_unchanged(edgeplug_register):
+    edgeplug_register(_ReluToAbs(), name="relu-to-abs-plugin")
+    ep = torch.export.export(_Relu(), (torch.tensor([[-2.0, 3.0]]),))
+    before = [(n.name, n.target) for n in ep.graph.nodes]
+    out = edgeplug.transform(ep, "xnnpack")
+    assert [(n.name, n.target) for n in ep.graph.nodes] == before
+    assert torch.ops.aten.abs.default in {n.target for n in out.graph.nodes}
+
+
+def test_a_pass_from_another_plugin_is_named_in_the_report(edgeplug_register):
+    edgeplug_register(_ReluToAbs(), name="relu-to-abs-plugin")
+    report = edgeplug.lower(_Relu(), (torch.tensor([[-2.0, 3.0]]),), "xnnpack", dry_run=True).report
+    assert any(
+        "export-stage pass 'relu-to-abs' on backend 'xnnpack' came from plugin 'relu-to-abs-plugin'" in n
+        and "not from edgeplug-xnnpack" in n
+        for n in report.notes
+    ), report.notes
+
+
+def test_run_lowered_takes_a_backend_name(edgeplug_lowering):
+    from edgeplug.runtime import run_lowered
+
+    result = edgeplug_lowering("mlp", "webgpu", dry_run=False)
+    run = run_lowered(result, "webgpu")
+    torch.testing.assert_close(run.outputs[0], result.eager_outputs[0], atol=1e-4, rtol=1e-4)
+
+
+def test_the_report_is_strict_json_with_non_finite_numbers_as_null():
+    from edgeplug.report import LoweringReport, OutputCheck, Verification
+
+    report = LoweringReport(
+        model="m", backend="xnnpack", distribution="d",
+        verification=Verification(method="pte", outputs=[OutputCheck(output=0, max_abs_diff=float("nan"), shape=[2])]),
+    )
+    text = report.to_json()
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert data["verification"]["outputs"][0]["max_abs_diff"] is None
+    assert any("non-finite numbers written as null" in n and "max_abs_diff (nan)" in n for n in data["notes"])

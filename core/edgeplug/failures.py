@@ -130,8 +130,10 @@ def at_fault(exc: BaseException, backend: Any = None) -> str:
             found = _executorch_pass(frame)
             if found:
                 return f"executorch's pass {found}"
-            if executorch_where is None:
-                executorch_where = f"{mod}.{frame.f_code.co_name}"
+            if executorch_where is None and frame.f_code.co_name not in ("_", "wrapper", "<lambda>"):
+                owner = frame.f_locals.get("self")
+                qual = f"{type(owner).__name__}.{frame.f_code.co_name}" if owner is not None else frame.f_code.co_name
+                executorch_where = f"{qual} ({mod})"
         if top == "edgeplug" and executorch_where is None:
             return "edgeplug itself"
         if mod.startswith("_edgeplug_user_"):
@@ -143,20 +145,23 @@ def at_fault(exc: BaseException, backend: Any = None) -> str:
             if found:
                 return f"executorch's pass {found}"
     if executorch_where is not None:
-        return f"executorch ({executorch_where})"
+        return f"executorch's {executorch_where}"
     return "torch" if any((f.f_globals.get("__name__") or "").startswith("torch") for f in _frames(exc)) else "unknown code"
 
 
 def stage_failure(exc: BaseException, stage: str, backend: Any) -> LoweringError:
     """One ``LoweringError``: stage, backend, who is at fault, and the cause's first line."""
     who = at_fault(exc, backend)
-    cause = first_line(root_cause(exc))
+    cause = first_line(root_cause(exc)).rstrip(". ")
     outer = first_line(exc)
     if outer != cause:
         cause = f"{cause} (raised as {outer})"
     msg = f"stage {stage!r} failed for backend {backend.name!r} in {who}: {cause}"
     if who.startswith("executorch"):
-        msg += ". This error is executorch's own, not edgeplug's or a plugin's; run with --debug for its traceback"
+        msg += (
+            ". This error is executorch's own, not edgeplug's or a plugin's (report it to ExecuTorch with the model); "
+            "run with --debug for its traceback"
+        )
     elif who.startswith("plugin"):
         msg += ". This is a bug in the plugin; report it to its maintainers"
     err = LoweringError(msg)

@@ -483,19 +483,29 @@ def _runtime_inputs(example_inputs: Sequence[Any]) -> tuple:
     return tuple(x for x in pytree.tree_leaves(tuple(example_inputs)) if x is not None)
 
 
-def _run_pte(result: LoweringResult) -> tuple[list[torch.Tensor], str, str, str]:
+@dataclass
+class _Run:
+    outputs: list[torch.Tensor]
+    method: str
+    adapter: str
+    note: str = ""
+    #: buffer name -> value after the run, where the runner can see it
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _run_pte(result: LoweringResult) -> _Run:
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
     module = _load_for_executorch_from_buffer(result.buffer)
     outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result.example_inputs))))
-    return outs, "pte", "executorch runtime (host CPU)", ""
+    return _Run(outs, "pte", "executorch runtime (host CPU)")
 
 
-def _run_kernels(result: LoweringResult, backend: Backend) -> tuple[list[torch.Tensor], str, str, str]:
+def _run_kernels(result: LoweringResult, backend: Backend) -> _Run:
     from edgeplug.runtime import run_lowered
 
     run = run_lowered(_with_copied_inputs(result), backend)
-    return run.outputs, "kernels", run.adapter, run.note
+    return _Run(run.outputs, "kernels", run.adapter, run.note, dict(getattr(run, "mutated_buffers", {}) or {}))
 
 
 def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
@@ -555,17 +565,25 @@ def verify(
         return verify_quantized(result, backend, result.exported_program, tolerance)
     method = backend.spec.verify_method
     if method == "pte":
-        outs, method, adapter, note = _run_pte(result)
+        run = _run_pte(result)
     elif method == "kernels":
-        outs, method, adapter, note = _run_kernels(result, backend)
+        run = _run_kernels(result, backend)
     else:
         raise VerificationError(
             f"backend {backend.name!r} has no way to run its programs on this host "
             "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
         )
+    outs = list(run.outputs)
     if reference is not None:
         expected, names = list(reference), [""] * len(reference)
     else:
         expected, names = _labelled_reference(result, len(outs))
+        # state the model updates (a buffer the delegate owns) is compared once, as itself
+        after = result.reference.buffers_after if result.reference is not None else {}
+        for name, value in sorted(run.buffers.items()):
+            if name in after:
+                outs.append(value)
+                expected.append(after[name])
+                names.append(f"buffer {name!r} (updated in forward)")
     checks = compare_outputs(outs, expected, tolerance, names)
-    return Verification(method=method, adapter=adapter, outputs=checks, note=note)
+    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=run.note)

@@ -25,7 +25,7 @@ from edgeplug.report import OutputCheck
 #: default max |difference| for fp32 (and fp64) outputs
 FP32_TOLERANCE = 1e-4
 #: default for fp16/bf16 outputs: this many ulps (machine epsilons) at the output's magnitude
-HALF_ULPS = 8
+HALF_ULPS = 4
 
 
 def check_tolerance(tolerance: Optional[float]) -> Optional[float]:

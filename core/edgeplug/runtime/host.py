@@ -69,6 +69,8 @@ class LoweredRun:
     #: "where" -> op -> count, where is "adapter", "torch (reference)", "top-level (torch)"
     placements: dict[str, Counter] = field(default_factory=dict)
     constants_from_named_data: int = 0
+    #: buffer name -> its value after the run, for buffers a delegate owns and updates (KV caches, counters)
+    mutated_buffers: dict[str, torch.Tensor] = field(default_factory=dict)
     scalar_constants_inline: int = 0
 
 
@@ -144,6 +146,7 @@ class _Session:
         self.device: Optional[GpuDevice] = None
         self.no_device: Optional[str] = None
         self.fell_back: Counter = Counter()
+        self.mutated_buffers: dict[str, torch.Tensor] = {}
         #: what the backend's preprocess did to constants that verification followed (runtime/vulkan.py)
         self.preprocess: Counter = Counter()
 
@@ -217,7 +220,16 @@ class _Session:
         interp = _DelegateInterpreter(self, name, gm, constants, keys)
         with torch.no_grad():
             out = interp.run(*values, enable_io_processing=False)
-        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+        out = tuple(out) if isinstance(out, (list, tuple)) else (out,)
+        specs = oe.graph_signature.output_specs
+        if len(specs) != len(out):
+            return out
+        # a buffer the delegate owns stays inside it (the runtime keeps its state): the call returns only
+        # the other outputs, as the getitem indices of the top-level graph count them
+        for value, spec in zip(out, specs):
+            if spec.kind.name == "BUFFER_MUTATION":
+                self.mutated_buffers[str(spec.target)] = value
+        return tuple(o for o, spec in zip(out, specs) if spec.kind.name != "BUFFER_MUTATION")
 
     def run_op(self, delegate: str, node: Node, args: tuple, kwargs: dict, constants: Mapping[str, str], keys: Mapping[str, str]) -> Any:
         op = self.op_name(node.target)
@@ -352,4 +364,5 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
         placements=session.placements,
         constants_from_named_data=session.named,
         scalar_constants_inline=session.inline,
+        mutated_buffers=session.mutated_buffers,
     )
