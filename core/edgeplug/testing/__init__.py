@@ -47,8 +47,15 @@ Fixtures the plugin provides (names start with ``edgeplug_``):
 ``edgeplug_register``
     ``edgeplug_register(module_or_object)`` registers hookimpls for one test.
 
+Kernel tests
+------------
+``edgeplug.testing.kernels.RmsNormKernelSuite`` is the test class the vulkan
+and webgpu ``rms_norm`` kernels run (outputs against a float64 reference,
+shapes, dtypes, eps, errors on bad arguments); subclass it with your
+``backend`` to run it on yours. Installing ``edgeplug[testing]`` brings pytest.
+
 This package imports nothing heavy: torch and executorch load only when a
-fixture or test needs them.
+fixture or test needs them (``edgeplug.testing.kernels`` imports torch).
 """
 
 from __future__ import annotations
