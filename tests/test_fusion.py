@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 import edgeplug
 from edgeplug import FusionPolicy
@@ -83,8 +84,9 @@ def test_accepted_case_becomes_one_fused_op(programs, backend, case):
     assert record.eps == eps
 
     # fp32 upcasts stay outside the fused op unless the kernel accumulates in fp32
-    upcast = case.name in ("fp16_upcast", "fp16_gemma_upcast")
-    absorbed = policy.fp32_accumulation and case.name == "fp16_upcast"  # the cast back follows the norm
+    upcast = case.name in ("fp16_upcast", "fp16_gemma_upcast", "bf16_gemma_after_cast")
+    # the cast back follows the norm
+    absorbed = policy.fp32_accumulation and case.name in ("fp16_upcast", "bf16_gemma_after_cast")
     expected_dtype = torch.float32 if upcast and not absorbed else case.dtype
     assert x.meta["val"].dtype == expected_dtype
     assert node.meta["val"].dtype == expected_dtype
@@ -131,6 +133,22 @@ def test_fused_program_computes_what_eager_computes(programs, backend, kind):
         else:
             tol = case.tolerance()
             torch.testing.assert_close(g, e, rtol=tol, atol=tol, msg=case.name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["decomposed", "whole"])
+def test_fusion_leaves_no_dead_nodes_and_no_unused_constants(programs, backend, kind):
+    """Folding and rewriting remove what they replaced: no op without users, no constant nothing reads."""
+    _, _, fused_ep, _ = programs(kind, backend)
+    graph = fused_ep.graph_module.graph
+    dead = [n.name for n in graph.nodes if n.op == "call_function" and not n.users]
+    assert dead == [], f"ops nothing reads: {dead}"
+    specs = {s.arg.name: s for s in fused_ep.graph_signature.input_specs}
+    unused = [n.name for n in graph.nodes if n.op == "placeholder" and not n.users and specs[n.name].target]
+    assert unused == [], f"constants nothing reads: {unused}"
+    targets = {s.target for s in specs.values() if s.target}
+    stored = set(fused_ep.state_dict) | set(fused_ep.constants)
+    assert stored <= targets, f"tensors stored for no input: {stored - targets}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -323,3 +341,31 @@ def test_two_norms_sharing_a_computed_weight_share_one_folded_constant(backend):
     with torch.no_grad():
         for got, want in zip(fused_ep.module()(*args), model(*args)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+class _InverseCastFirst(nn.Module):
+    """bf16 norms whose inverse RMS is rounded to bf16 before it scales x: not an RMSNorm the core fuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(D, dtype=torch.bfloat16))
+
+    def forward(self, x):
+        def inverse(t):
+            return torch.rsqrt(t.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(t.dtype)
+
+        return x * inverse(x) * self.w, x * inverse(x + 1)  # weighted, and unweighted
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_norm_has_a_record_even_when_nothing_matches_it(backend):
+    from executorch.exir import to_edge
+
+    x = torch.randn(2, 8, D).to(torch.bfloat16)
+    ep = to_edge(torch.export.export(_InverseCastFirst(), (x,))).exported_program()
+    rsqrts = [n.name for n in ep.graph_module.graph.nodes if is_op(n, "aten::rsqrt")]
+    fused_ep, records = edgeplug.fuse(ep, backend)
+    assert len(rsqrts) == 2 and sorted(r.anchor for r in records) == sorted(rsqrts)
+    for r in records:
+        assert r.outcome == "rejected" and "is the inverse RMS of a mean" in r.reason and "left as it is" in r.reason
+    assert str(fused_ep.graph_module.graph) == str(ep.graph_module.graph)

@@ -20,10 +20,10 @@ from torch.export.graph_signature import InputKind
 from edgeplug.fusion.decide import Decision, decide
 from edgeplug.fusion.target import FusedOp
 from edgeplug.graph import analyze_constants, fold_constants, reserve_node_names
-from edgeplug.graph.constants import remove_dead
+from edgeplug.graph.constants import ancestors, remove_dead
 from edgeplug.graph.rewrite import copy_meta, fake_mode_of, replace_uses
-from edgeplug.patterns import match_rms_norm
-from edgeplug.patterns.base import dtype, dtype_name, shape
+from edgeplug.patterns import inverse_rms_of_mean, match_rms_norm
+from edgeplug.patterns.base import describe, dtype, dtype_name, shape
 from edgeplug.records import FusionPolicy, FusionRecord
 
 Node = torch.fx.Node
@@ -55,15 +55,39 @@ def decide_all(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = None)
     """A decision for every match, a rejection record for every refused candidate (changes nothing)."""
     analysis = analyze_constants(ep)
     items: list[Union[Decision, FusionRecord]] = []
+    accounted: set[Node] = set()
     for node in ep.graph_module.graph.nodes:
         m = match_rms_norm(node, ep, analysis=analysis)
         if m:
             d = decide(m, fused)
             why = veto(d) if veto is not None and d.outcome != "rejected" else ""
             items.append(Decision(m, "rejected", reason=why) if why else d)
+            accounted.update(m.nodes)
         elif m.candidate:
             items.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
-    return items
+            accounted.add(node)
+    return items + _unaccounted_norms(ep, accounted)
+
+
+def _unaccounted_norms(ep: ExportedProgram, accounted: set[Node]) -> list[FusionRecord]:
+    """A record for every ``rsqrt(mean(...) + eps)`` no match or refusal covers: every norm accounted for."""
+    records = []
+    for node in ep.graph_module.graph.nodes:
+        if node in accounted or not inverse_rms_of_mean(node, ep):
+            continue
+        near, frontier = set(), [node]
+        for _ in range(3):  # through the casts and ``* 1`` between the inverse and what it scales
+            frontier = [u for n in frontier for u in n.users]
+            near.update(frontier)
+        if near & accounted:
+            continue
+        users = ", ".join(describe(u) for u in node.users) or "nothing"
+        reason = (
+            f"{describe(node)} is the inverse RMS of a mean, but what it scales ({users}) is not a norm the matcher "
+            "recognises (e.g. the inverse is cast before it scales the input): left as it is"
+        )
+        records.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=reason))
+    return records
 
 
 def _record(d: Decision, weight: Any = None) -> FusionRecord:
@@ -246,8 +270,12 @@ class _Rewriter:
                 out = self.ops.cast_to(out, dtype(replaced), like=m.anchor)
         replace_uses(self.ep, replaced, out)
         self.replaced[replaced] = out
-        covered = set(m.nodes)
-        remove_dead(self.ep, covered | {a for n in covered for a in n.all_input_nodes})
+        dead = set(m.nodes)
+        dead |= {a for n in dead for a in n.all_input_nodes}
+        if m.weight is not None and not d.keeps_multiply:
+            # what only computed a weight that was folded (1 + w, its casts, w itself) goes too
+            dead.update(ancestors(m.weight))
+        remove_dead(self.ep, dead)
         return _record(d, weight)
 
 

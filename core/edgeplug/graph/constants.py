@@ -187,7 +187,8 @@ def _check_node(node: Any, ep: ExportedProgram) -> None:
 # folding ---------------------------------------------------------------------
 
 
-def _ancestors(node: torch.fx.Node) -> list[torch.fx.Node]:
+def ancestors(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """``node`` and every node it depends on, in graph order."""
     seen: set[torch.fx.Node] = set()
     stack = [node]
     while stack:
@@ -197,7 +198,7 @@ def _ancestors(node: torch.fx.Node) -> list[torch.fx.Node]:
         seen.add(n)
         stack.extend(n.all_input_nodes)
     order = {n: i for i, n in enumerate(node.graph.nodes)}
-    return sorted(seen, key=order.__getitem__)
+    return sorted((n for n in seen if n in order), key=order.__getitem__)  # erased nodes left out
 
 
 def _evaluate(ep: ExportedProgram, nodes: Iterable[torch.fx.Node]) -> dict[torch.fx.Node, Any]:
@@ -340,7 +341,7 @@ def _fold_values(
         if out[i] is not None or not _evaluated(node, analysis.source(node)):
             continue
         try:
-            value = env[node] if env is not None else _evaluate(ep, _ancestors(node))[node]
+            value = env[node] if env is not None else _evaluate(ep, ancestors(node))[node]
             out[i] = _checked_value(node, value)
         except ValueError as exc:
             out[i] = exc
@@ -382,7 +383,7 @@ def _foldable(node: torch.fx.Node, source: WeightSource, dequantize: bool = Fals
 def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: torch.Tensor) -> torch.fx.Node:
     """Make ``value`` (what ``node`` computes) a lifted constant and remove what only fed ``node``."""
     graph = ep.graph_module.graph
-    subgraph = _ancestors(node)
+    subgraph = ancestors(node)
 
     sig = ep.graph_signature
     taken_targets = set(ep.state_dict) | set(ep.constants) | {s.target for s in sig.input_specs if s.target}
@@ -415,7 +416,7 @@ def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: t
 
 
 def remove_dead(ep: ExportedProgram, nodes: Iterable[torch.fx.Node]) -> None:
-    """Erase those of ``nodes`` left without users, newest first, with the constants only they read.
+    """Erase those of ``nodes`` left without users, and then what only they read.
 
     Ops that write an argument in place, user inputs and parameters or
     buffers the program mutates stay; a constant placeholder that goes takes
@@ -425,18 +426,23 @@ def remove_dead(ep: ExportedProgram, nodes: Iterable[torch.fx.Node]) -> None:
     graph = ep.graph_module.graph
     specs = constant_placeholders(ep)
     mutated = mutated_targets(ep)
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    for n in sorted((n for n in set(nodes) if n in order), key=order.__getitem__, reverse=True):
-        if n.users:
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        if n.users or n.graph is not graph or getattr(n, "_erased", False):
             continue
+        inputs = n.all_input_nodes
         if n.op in ("call_function", "get_attr"):
             if n.op == "call_function" and n.target is not operator.getitem and written_args(n):
                 continue
             graph.erase_node(n)
         elif n.op == "placeholder" and n.name in specs and specs[n.name].target not in mutated:
-            spec = specs[n.name]
+            spec = specs.pop(n.name)
             graph.erase_node(n)
             ep.graph_signature.input_specs.remove(spec)
             if not any(s.target == spec.target for s in ep.graph_signature.input_specs):
                 ep.state_dict.pop(spec.target, None)
                 ep.constants.pop(spec.target, None)
+        else:
+            continue
+        stack.extend(inputs)

@@ -7,6 +7,6 @@ why not. ``edgeplug.fusion`` turns matches into fused ops under a backend's
 """
 
 from edgeplug.patterns.base import NoMatch
-from edgeplug.patterns.rms_norm import RmsNormMatch, match_rms_norm
+from edgeplug.patterns.rms_norm import RmsNormMatch, inverse_rms_of_mean, match_rms_norm
 
-__all__ = ["NoMatch", "RmsNormMatch", "match_rms_norm"]
+__all__ = ["NoMatch", "RmsNormMatch", "inverse_rms_of_mean", "match_rms_norm"]

@@ -226,6 +226,18 @@ def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[Consta
     )
 
 
+def inverse_rms_of_mean(node: Node, ep: ExportedProgram) -> bool:
+    """``node`` is ``rsqrt(mean(...) + eps)`` or another spelling of it: the core of a norm.
+
+    The fusion reports such a node when nothing that scales by it matched
+    (every norm accounted for), so ``x * rsqrt(v).to(bf16)`` is not silent.
+    """
+    if is_op(node, "aten::mul.Tensor"):  # ``r * 1``: the inverse is what it multiplies
+        return False
+    inv = _inverse_rms(node, ep)
+    return inv is not None and _split_variance(_through_qdq(inv.variance, []), []) is not None
+
+
 def _inverse_rms(r: Any, ep: ExportedProgram) -> Optional[_Inverse]:
     """``rsqrt(v)``, ``pow(v, e)``, ``reciprocal(sqrt(v))`` or ``1 / sqrt(v)``, times 1 any number of times."""
     nodes: list[Node] = []

@@ -152,6 +152,14 @@ ACCEPTED: tuple[Case, ...] = (
         dtype=torch.float16,
         weight_value=_w,
     ),
+    # a bf16 1 + w after the norm's cast back: folded into an fp32 constant where the norm stays fp32
+    Case(
+        "bf16_gemma_after_cast",
+        lambda m, x: _norm(x.float()).to(x.dtype) * (1.0 + m.dw),
+        dtype=torch.bfloat16,
+        weight="computed",
+        weight_value=lambda m: 1.0 + m.dw,
+    ),
     Case(
         "fp16_gemma_upcast",
         lambda m, x: (_norm(x.float()) * (1.0 + m.dw.float())).type_as(x),
