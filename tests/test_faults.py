@@ -481,3 +481,62 @@ def test_concurrent_processes_writing_one_path(tmp_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert target.read_bytes() in (b"a" * (1 << 20), b"b" * (1 << 20))
     assert _files(tmp_path) == ["m.pte"]
+
+
+# -- failures inside executorch are said to be executorch's, with the pass and the stage ----------
+
+
+class _ConvBn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+def test_a_pass_executorchs_pass_manager_reports_is_named_as_executorchs():
+    from executorch.backends.xnnpack._passes import FuseBatchNormPass
+    from executorch.exir import EdgeCompileConfig, to_edge
+    from executorch.exir.pass_manager import ExportedProgramPassManager
+
+    from edgeplug.failures import stage_failure
+
+    ep = torch.export.export(_ConvBn().eval(), (torch.randn(1, 3, 8, 8),))
+    edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+    with pytest.raises(Exception) as info:  # the pass has no program to read the conv's weights from
+        ExportedProgramPassManager([FuseBatchNormPass(None)])(edge)
+    err = stage_failure(info.value, "partition + delegate", edgeplug.get_backend("vulkan"))
+    text = str(err)
+    assert text.startswith("stage 'partition + delegate' failed for backend 'vulkan' in executorch's pass FuseBatchNormPass: AttributeError: ")
+    assert "This error is executorch's own, not edgeplug's or a plugin's" in text
+    assert "An error occurred when running" not in text  # the wrapper's words are not the cause
+
+
+def _tiny_lfm2():
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    args = ModelArgs(
+        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, vocab_size=128, hidden_dim=128, max_seq_len=32,
+        max_context_len=32, max_batch_size=1, norm_eps=1e-5, layer_types=["conv", "full_attention"],
+    )
+    return construct_transformer(args).eval(), (torch.randint(0, 128, (1, 8)),)
+
+
+@pytest.mark.slow
+def test_lfm2_on_vulkan_fails_as_executorchs_while_partitioning(cli, tmp_path):
+    (tmp_path / "lfm2.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\nfrom test_faults import _tiny_lfm2 as make\n" % str(Path(__file__).parent)
+    )
+    out = tmp_path / "lfm2.pte"
+    code, stdout, stderr = cli("lower", f"{tmp_path / 'lfm2.py'}:make", "-b", "vulkan", "-o", out, "-q")
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    # stock executorch fails the same way; the stage is partitioning, not 'to_edge'
+    assert first.startswith("edgeplug: error: stage 'partition + delegate' failed for backend 'vulkan' in executorch's ")
+    assert "SpecViolationError: Buffer output" in first and "This error is executorch's own" in first
+    assert not out.exists()
+    _no_traceback(stderr)

@@ -11,6 +11,7 @@ exception stays chained as ``__cause__`` for ``--debug``.
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 import traceback
 from types import FrameType, TracebackType
@@ -117,9 +118,43 @@ def _executorch_pass(frame: FrameType) -> Optional[str]:
     return None
 
 
+#: how executorch's pass managers wrap a pass's error
+_PASS_MANAGER = re.compile(r"running the '([^']+)' pass")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: Optional[BaseException] = exc
+    while cur is not None and all(cur is not e for e in out):
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def executorch_pass_manager_error(exc: BaseException) -> Optional[tuple[str, BaseException]]:
+    """(pass name, the wrapping exception) when executorch's pass manager reported a pass's failure."""
+    for e in _chain(exc):
+        m = _PASS_MANAGER.search(str(e))
+        if m and any((f.f_globals.get("__name__") or "").startswith("executorch.") for f in _frames_of(e)):
+            return m.group(1), e
+    return None
+
+
+def _frames_of(e: BaseException) -> Iterator[FrameType]:
+    tb = e.__traceback__
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
+
+
 def at_fault(exc: BaseException, backend: Any = None) -> str:
     """Who is at fault, as a phrase: "plugin 'x' (...)", "executorch's pass P (module)", ..."""
     plugins = plugin_modules(backend) if backend is not None else {}
+    wrapped = executorch_pass_manager_error(exc)
+    if wrapped is not None and not any(
+        (f.f_globals.get("__name__") or "").split(".")[0] in plugins for f in _frames(exc)
+    ):
+        return f"executorch's pass {wrapped[0]}"
     executorch_where: Optional[str] = None
     for frame in _frames(root_cause(exc)) if root_cause(exc).__traceback__ else _frames(exc):
         mod = frame.f_globals.get("__name__", "") or ""
@@ -154,7 +189,7 @@ def stage_failure(exc: BaseException, stage: str, backend: Any) -> LoweringError
     who = at_fault(exc, backend)
     cause = first_line(root_cause(exc)).rstrip(". ")
     outer = first_line(exc)
-    if outer != cause:
+    if outer.rstrip(". ") != cause and not who.startswith("executorch's pass"):
         cause = f"{cause} (raised as {outer})"
     msg = f"stage {stage!r} failed for backend {backend.name!r} in {who}: {cause}"
     if who.startswith("executorch"):
