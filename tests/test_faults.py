@@ -77,8 +77,14 @@ class FaultyBackend:
             description="XNNPACK under another name, with faults on demand",
             backend_id="XnnpackBackend",
             partitioner=self.partitioner,
+            availability=self.availability,
             verify="pte",
         )
+
+    def availability(self):
+        if self.raise_in == "availability":
+            raise OSError("libvendor.so: cannot open shared object file")
+        return edgeplug.Availability(ok=True)
 
     def partitioner(self):
         if self.raise_in == "partitioner":
@@ -192,6 +198,17 @@ def test_a_partitioner_factory_that_raises_names_the_stage_and_plugin(cli, edgep
     assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'faulty'")
     assert "plugin 'faulty-plugin'" in first and "raised AttributeError: SM9999" in first
     assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
+    _no_traceback(stderr)
+
+
+def test_an_availability_check_that_raises_names_the_plugin(cli, edgeplug_register, tmp_path):
+    edgeplug_register(FaultyBackend(raise_in="availability"), name="faulty-plugin")
+    code, stdout, stderr = cli("lower", "mlp", "-b", "faulty", "-o", tmp_path / "m.pte")
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: backend 'faulty' cannot serialize its delegate here: its availability check")
+    assert "plugin 'faulty-plugin'" in first and "OSError: libvendor.so: cannot open shared object file" in first
+    assert _files(tmp_path) == []
     _no_traceback(stderr)
 
 

@@ -69,7 +69,11 @@ class Backend:
         try:
             result = self.spec.availability()
         except Exception as exc:  # an availability probe must never crash listing
-            return Availability(ok=False, reason=f"availability check raised {exc!r}")
+            return Availability(
+                ok=False,
+                reason=f"its availability check (BackendSpec.availability, from {self.plugin.describe()}) raised "
+                f"{type(exc).__name__}: {exc}",
+            )
         if isinstance(result, Availability):
             return result
         return Availability(ok=bool(result))
