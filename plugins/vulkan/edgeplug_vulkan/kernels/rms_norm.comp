@@ -1,4 +1,4 @@
-// et_vk.rms_norm for the Vulkan backend: GLSL 450, compiled to SPIR-V by glslang.
+// et_vk.rms_norm for the Vulkan backend: GLSL 450, compiled to SPIR-V by glslang and spirv-opt -O.
 //
 // glsl_source() in rms_norm.py puts "#version 450" and these defines in front:
 //   WG         invocations per workgroup (a power of two)
