@@ -184,8 +184,10 @@ def choose_shape(
     """The workgroup shape for ``total_rows`` rows of ``units`` 16-byte units of ``dtype``; any argument given overrides the default.
 
     Default on a GPU: ``row_invocations`` the power of two giving each invocation
-    about ``ITEMS_TARGET`` units (at most ``MAX_ROW_INVOCATIONS``), rows packed
-    into workgroups of ``WORKGROUP_TARGET`` invocations; on a CPU adapter
+    about ``ITEMS_TARGET`` units (at most ``MAX_ROW_INVOCATIONS``; for fp16 at most
+    ``MAX_ROW_INVOCATIONS_FP16``, with ``ITEMS_TARGET_FP16_LARGE`` units from
+    ``FP16_LARGE_BYTES`` of x), rows packed into workgroups of ``WORKGROUP_TARGET``
+    invocations, every unit of a row in registers up to ``MAX_ITEMS``; on a CPU adapter
     (llvmpipe) one subgroup per workgroup, since its subgroup is one SIMD loop
     and wider groups only add barrier cost. ``workgroup_size`` alone means one
     row per workgroup.
