@@ -557,3 +557,18 @@ def test_lfm2_on_vulkan_fails_as_executorchs_while_partitioning(cli, tmp_path):
     assert "SpecViolationError: Buffer output" in first and "This error is executorch's own" in first
     assert not out.exists()
     _no_traceback(stderr)
+
+
+def test_qnn_with_an_unknown_soc_is_one_line_naming_the_factory_and_plugin(cli, tmp_path, monkeypatch):
+    # the real QNN plugin: an SDK root that looks installed, and a SoC executorch does not know
+    lib = tmp_path / "sdk" / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path / "sdk"))
+    monkeypatch.setenv("EDGEPLUG_QNN_SOC", "SM9999")
+    code, stdout, stderr = cli("lower", "mlp", "-b", "qnn", "--dry-run", "-q")
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'qnn'")
+    assert "plugin 'qnn'" in first and "edgeplug-qnn" in first and "raised AttributeError: SM9999" in first
+    _no_traceback(stderr)
