@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from edgeplug.errors import EdgeplugError, PluginConflictError, VerificationError
+from edgeplug.errors import EdgeplugError, VerificationError
 from edgeplug.records import FusionRecord, QuantScheme
 
 Progress = Callable[[str], None]
@@ -142,7 +142,7 @@ def _describe(schemes_: Sequence[QuantScheme]) -> str:
 
 
 def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
-    """The record of ``scheme`` for ``backend``; a clear error when there is none, or two."""
+    """The record of ``scheme`` for ``backend``; a clear error naming the backend's schemes when there is none."""
     from edgeplug.backend import backends, get_backend
 
     b = get_backend(backend) if isinstance(backend, str) else backend
@@ -155,14 +155,8 @@ def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
             f"backend {b.name!r} has no quantizer: no installed plugin yields a QuantScheme for it "
             f"(hook edgeplug_quantizers); {others}. Lower the float model, or quantize for one of those"
         )
+    # two records of one scheme name make the plugin manager refuse the backend (get_backend raised above)
     matches = [(info, rec) for info, rec in found if rec.scheme == key]
-    if len(matches) > 1:
-        (a, _), (c, _) = matches[:2]
-        raise PluginConflictError(
-            f"two quantization schemes named {key!r} for backend {b.name!r}: from distribution "
-            f"{a.distribution} (plugin {a.name!r}) and from distribution {c.distribution} (plugin {c.name!r}). "
-            "Uninstall one, or disable one with EDGEPLUG_DISABLE_PLUGINS=<plugin>"
-        )
     if not matches:
         import difflib
 
