@@ -73,30 +73,12 @@ MODELS: dict[str, Arch] = {
     "llama": Arch("LlamaConfig", "LlamaForCausalLM"),
     "qwen3": Arch("Qwen3Config", "Qwen3ForCausalLM", note="q/k norms"),
     "gemma3": Arch("Gemma3TextConfig", "Gemma3ForCausalLM", note="text; norms weighted 1 + w, q/k norms"),
-    "olmo2": Arch("Olmo2Config", "Olmo2ForCausalLM", {"eos_token_id": 1}, note="norms after attention/MLP, q/k norms over all heads"),
     "olmoe": Arch("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 1}, note="mixture of experts"),
-    "phi3": Arch("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
-    "mistral": Arch("MistralConfig", "MistralForCausalLM"),
     "falcon-mamba": Arch(
         "FalconMambaConfig",
         "FalconMambaForCausalLM",
         base=dict(vocab_size=VOCAB, hidden_size=64, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4),
         note="state-space (Mamba-1), unweighted norms of B, C and dt",
-    ),
-    "bamba": Arch(
-        "BambaConfig",
-        "BambaForCausalLM",
-        {"attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
-         "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 8},
-        note="hybrid: a Mamba-2 layer, then an attention layer; gated norm in the mixer",
-    ),
-    "jamba": Arch(
-        "JambaConfig",
-        "JambaForCausalLM",
-        {"num_experts": 2, "num_experts_per_tok": 1, "attn_layer_period": 2, "attn_layer_offset": 1,
-         "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8, "mamba_d_conv": 4,
-         "mamba_expand": 2, "mamba_dt_rank": 8},
-        note="hybrid: a Mamba layer, then attention with a mixture of experts",
     ),
     "bert": Arch(
         "BertConfig",
@@ -106,6 +88,16 @@ MODELS: dict[str, Arch] = {
         output="last_hidden_state",
         note="encoder, LayerNorm (no RMSNorm)",
     ),
+    "mistral": Arch("MistralConfig", "MistralForCausalLM"),
+    "phi3": Arch("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
+    "olmo2": Arch("Olmo2Config", "Olmo2ForCausalLM", {"eos_token_id": 1}, note="norms after attention/MLP, q/k norms over all heads"),
+    "bamba": Arch(
+        "BambaConfig",
+        "BambaForCausalLM",
+        {"attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
+         "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 8},
+        note="hybrid: a Mamba-2 layer, then an attention layer; gated norm in the mixer",
+    ),
     "t5-encoder": Arch(
         "T5Config",
         "T5EncoderModel",
@@ -113,6 +105,14 @@ MODELS: dict[str, Arch] = {
         call={},
         output="last_hidden_state",
         note="encoder, RMSNorm without mean subtraction (T5LayerNorm)",
+    ),
+    "jamba": Arch(
+        "JambaConfig",
+        "JambaForCausalLM",
+        {"num_experts": 2, "num_experts_per_tok": 1, "attn_layer_period": 2, "attn_layer_offset": 1,
+         "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8, "mamba_d_conv": 4,
+         "mamba_expand": 2, "mamba_dt_rank": 8},
+        note="hybrid: a Mamba layer, then attention with a mixture of experts",
     ),
 }
 
@@ -452,9 +452,9 @@ def run_cell(model: str, backend: str, layers: Optional[int] = None, warm: bool 
     return cell
 
 
-def _cell_dict(model: str, backend: str) -> dict:
+def _cell_dict(model: str, backend: str, layers: Optional[int] = None) -> dict:
     try:
-        return asdict(run_cell(model, backend))
+        return asdict(run_cell(model, backend, layers))
     except BaseException as exc:  # run_cell guards itself; this is the last net for the pool
         cell = Cell(model=model, backend=backend, dry_run=BACKENDS[backend].dry_run)
         cell.error = first_line(exc) + " | " + traceback.format_exc().splitlines()[-1][:200]
@@ -467,6 +467,7 @@ def run_matrix(
     jobs: int,
     say: Callable[[str], None] = print,
     on_cell: Optional[Callable[[list[Cell]], None]] = None,
+    layers: Optional[int] = None,
 ) -> list[Cell]:
     """Every (model, backend) cell, ``jobs`` at a time in worker processes; a dead worker fails its cell only.
 
@@ -482,13 +483,13 @@ def run_matrix(
 
     if jobs <= 1:
         for m, b in todo:
-            finished((m, b), Cell.from_dict(_cell_dict(m, b)))
+            finished((m, b), Cell.from_dict(_cell_dict(m, b, layers)))
         return [done[k] for k in todo]
     while len(done) < len(todo):
         pending = [k for k in todo if k not in done]
         broken = False
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_cell_dict, m, b): (m, b) for m, b in pending}
+            futures = {pool.submit(_cell_dict, m, b, layers): (m, b) for m, b in pending}
             for fut in as_completed(futures):
                 key = futures[fut]
                 try:
@@ -645,7 +646,9 @@ def targets(cells: list[Cell]) -> list[str]:
     return out
 
 
-def render(cells: list[Cell], command: str, jobs: int, seconds: float, partial: str = "") -> str:
+def render(
+    cells: list[Cell], command: str, jobs: int, seconds: float, partial: str = "", layers: Optional[int] = None
+) -> str:
     from importlib.metadata import version
 
     import transformers
@@ -668,7 +671,7 @@ def render(cells: list[Cell], command: str, jobs: int, seconds: float, partial: 
     )
     add("")
     add(
-        "Every model is tiny and randomly initialised from its transformers config (2 layers, hidden 64, "
+        f"Every model is tiny and randomly initialised from its transformers config ({layers or 2} layer{'s' if (layers or 2) > 1 else ''}, hidden 64, "
         f"sequence {SEQ}; nothing downloaded), exported once (`torch.export`, no KV cache) and lowered from that "
         "same program by both columns in the same process:"
     )
@@ -775,6 +778,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="cells at a time, each in its own worker process")
     parser.add_argument("--out", default="docs/zoo.md", help="the markdown to write ('-' for stdout only)")
     parser.add_argument("--json", help="also write every cell as JSON here")
+    parser.add_argument("--layers", type=int, default=None, help="layers of every model (default: each config's 2)")
     args = parser.parse_args(argv)
 
     import edgeplug
@@ -794,16 +798,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     def write(cells: list[Cell]) -> None:
         # after every cell: a run stopped early still leaves what it measured
         partial = "" if len(cells) == total else f"{len(cells)} of {total} cells so far"
-        text = render(cells, command.strip(), args.jobs, time.perf_counter() - t, partial=partial)
+        text = render(cells, command.strip(), args.jobs, time.perf_counter() - t, partial=partial, layers=args.layers)
         if args.out != "-":
             _write(args.out, text)
         if args.json:
             _write(args.json, json.dumps({"summary": summary(cells), "cells": [asdict(c) for c in cells]}, indent=2))
 
-    cells = run_matrix(models, backends, args.jobs, say=lambda m: print(m, flush=True), on_cell=write)
+    cells = run_matrix(models, backends, args.jobs, say=lambda m: print(m, flush=True), on_cell=write, layers=args.layers)
     write(cells)
     if args.out == "-":
-        print(render(cells, command.strip(), args.jobs, time.perf_counter() - t))
+        print(render(cells, command.strip(), args.jobs, time.perf_counter() - t, layers=args.layers))
     else:
         print(f"wrote {args.out}")
     return 0
