@@ -562,6 +562,29 @@ def test_two_fusion_policies_for_one_pattern_make_the_backend_unavailable(fixtur
     assert edgeplug.get_backend("xnnpack").name == "xnnpack"
 
 
+@pytest.mark.parametrize(
+    "policy, message",
+    [
+        ({"target": "aten.rms_nrm"}, "target 'aten.rms_nrm' is not a registered operator (give load_target"),
+        ({"target": "aten.rms_norm", "arguments": ("input", "weight", "eps")}, "fix FusionPolicy.arguments"),
+    ],
+)
+def test_a_fusion_policy_whose_target_cannot_be_emitted_is_refused_at_load(fixture_site, edgeplug_register, policy, message):
+    class BadPolicy:
+        @edgeplug.hookimpl
+        def edgeplug_fusion_policies(self):
+            yield edgeplug.FusionPolicy(backend="xnnpack", **policy)
+
+    edgeplug_register(BadPolicy(), name="bad-policy")
+    with pytest.warns(PluginWarning):
+        assert "xnnpack" not in edgeplug.backends()
+    with pytest.raises(PluginConflictError) as err:
+        edgeplug.get_backend("xnnpack")
+    msg = str(err.value)
+    assert "the rms_norm fusion policy from plugin 'bad-policy' (registered in code) cannot be emitted" in msg
+    assert message in msg and "edgeplug.plugins.unregister('bad-policy')" in msg
+
+
 # -- loud misuse (issue 11) -----------------------------------------------------------
 
 

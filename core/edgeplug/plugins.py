@@ -246,6 +246,27 @@ def _failure(exc: BaseException, package: Optional[str] = None) -> str:
     return f"{type(exc).__name__}: {exc}{_where(exc, package)}"
 
 
+def _policy_problem(c: Contribution) -> Optional[str]:
+    """Why a fusion policy's target cannot be emitted, for targets resolvable at load (no ``load_target``).
+
+    A policy with ``load_target`` (a custom-op library, often slow to import)
+    is checked by the conformance suite and when a program is fused.
+    """
+    policy = c.record
+    if getattr(policy, "load_target", None) is not None:
+        return None
+    from edgeplug.fusion.target import PolicyTargetError, check_policy
+
+    try:
+        check_policy(policy)
+    except PolicyTargetError as exc:
+        return (
+            f"the {getattr(policy, 'pattern', '')} fusion policy from {_who(c.plugin)} cannot be emitted: {exc}; "
+            "fix the plugin's FusionPolicy"
+        )
+    return None
+
+
 def order_passes(passes: list[Contribution]) -> list[Contribution]:
     """Passes of one backend in run order: every before/after constraint holds, then (order, as yielded).
 
@@ -518,6 +539,10 @@ class PluginManager:
                 state.conflicts[rec.backend] = BackendProblem(
                     rec.backend, f"{what}: from {_who(first.plugin)} and from {_who(c.plugin)}", (first.plugin, c.plugin)
                 )
+        for c in keep:
+            problem = _policy_problem(c) if isinstance(c.record, FusionPolicy) else None
+            if problem is not None and c.record.backend not in state.conflicts:
+                state.conflicts[c.record.backend] = BackendProblem(c.record.backend, problem, (c.plugin,))
         for name in specs:
             if name in state.conflicts:
                 continue
