@@ -702,3 +702,11 @@ def test_plugins_command_names_the_conflict_on_the_contested_backend_only(cli, f
     assert "backend 'vulkan' is registered twice" in rows["vulkanclone"]["trouble"]["vulkan"]
     assert "backend 'vulkan' is registered twice" in rows["vulkan"]["trouble"]["vulkan"]
     assert rows["webgpu"]["trouble"] == {} and rows["webgpu"]["entry_point"] == "webgpu = edgeplug_webgpu.hooks"
+
+
+def test_backends_command_fails_when_every_plugin_is_skipped(cli, monkeypatch):
+    monkeypatch.setenv("EDGEPLUG_PLUGINS", "nothing-by-this-name")
+    code, out, err = cli("backends")
+    assert code == 1
+    assert "no backend is available: every plugin is skipped (see above)" in err
+    assert "skipped plugin 'xnnpack' (edgeplug-xnnpack): not in EDGEPLUG_PLUGINS=nothing-by-this-name" in err

@@ -48,7 +48,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     if m.problems() or m.conflicts():
         _err("no backend is available: every installed plugin that registers one failed (see above)")
     elif m.skipped():
-        _err(f"no backend is available: every plugin is skipped (see above)")
+        _err("no backend is available: every plugin is skipped (see above)")
     else:
         _err("no backends installed: install a backend plugin, e.g. pip install edgeplug-xnnpack (or -vulkan, -webgpu, -qnn, -samsung)")
     return 1
