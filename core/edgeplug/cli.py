@@ -132,10 +132,35 @@ def _default_output(spec: str, backend: str) -> Path:
     return Path(f"{Path(spec).stem.replace(':', '_')}-{backend}.pte")
 
 
+def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
+    """What can be refused before a minute is spent on export: the SDK, the flags, every output path."""
+    from edgeplug.outputs import check_output_paths
+
+    if not args.dry_run:
+        backend.require_available()
+    if args.calibration and not args.quantize:
+        raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
+    out = Path(args.output) if args.output else _default_output(args.model, backend.name)
+    check_output_paths({"the .pte": None if args.dry_run else out, "the report": args.report})  # a dry run writes no .pte
+    return out
+
+
+def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: bool) -> None:
+    from edgeplug.outputs import write_file
+
+    try:
+        if args.dry_run or failed:
+            if args.report:
+                write_file(args.report, result.report.to_json())
+        else:
+            result.save(out, report=args.report)
+    except OSError as exc:
+        raise EdgeplugError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was written") from exc
+
+
 def cmd_lower(args: argparse.Namespace) -> int:
     from edgeplug.backend import get_backend
     from edgeplug.examples import load_model
-    from edgeplug.outputs import check_output_paths, write_file
     from edgeplug.pipeline import lower
 
     start = time.perf_counter()
@@ -145,40 +170,24 @@ def cmd_lower(args: argparse.Namespace) -> int:
             print(f"{time.perf_counter() - start:7.1f}s {msg}", file=sys.stderr, flush=True)
 
     backend = get_backend(args.backend)
-    if not args.dry_run:
-        backend.require_available()  # fail before spending a minute on export
-    out = Path(args.output) if args.output else _default_output(args.model, backend.name)
-    # every target is checked before any work; a dry run writes no .pte
-    check_output_paths({"the .pte": None if args.dry_run else out, "the report": args.report})
-    if args.dry_run and args.report:
-        check_output_paths({"the .pte": out, "the report": args.report})
+    out = _check_before_work(args, backend)
     model, inputs, label = load_model(args.model, progress=progress)
     if args.quantize:  # the backend's own quantizer, before lowering (edgeplug.quantization)
         from edgeplug.quantization import load_calibration, quantize
 
         calibration = load_calibration(args.calibration) if args.calibration else None
         model = quantize(model, inputs, backend, args.quantize, calibration, progress=progress)
-    elif args.calibration:
-        raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
     result = lower(
         model, inputs, backend, verify=args.verify, dry_run=args.dry_run, model_name=label,
         progress=progress, tolerance=args.tolerance,
     )
-    report = result.report
-    v = report.verification
+    report, v = result.report, result.report.verification
     failed = v is not None and not v.passed
     if args.dry_run and args.output:
         report.notes.append(f"--dry-run: {out} was not written")
     elif failed:
         report.notes.append(f"verification failed: {out} was not written")
-    try:
-        if args.dry_run or failed:
-            if args.report:
-                write_file(args.report, report.to_json())
-        else:
-            result.save(out, report=args.report)
-    except OSError as exc:
-        raise EdgeplugError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was written") from exc
+    _write_outputs(args, result, out, failed)
     print(report.to_table())
     if args.report:
         print(f"wrote report {args.report}")

@@ -128,13 +128,20 @@ def write_files(files: Mapping[os.PathLike | str, Data]) -> None:
     temporaries: list[Path] = []
     try:
         with _signals_interrupt():
+            current = targets[0][0] if targets else None
             try:
                 for path, data in targets:
+                    current = path
                     path.parent.mkdir(parents=True, exist_ok=True)
                     temporaries.append(_temporary(path))
                     _write_temporary(temporaries[-1], path, data)
                 for tmp, (path, _) in zip(temporaries, targets):
+                    current = path
                     os.replace(tmp, path)
+            except OSError as exc:  # named by its target, not by the temporary
+                for tmp in temporaries:
+                    tmp.unlink(missing_ok=True)
+                raise OSError(exc.errno, exc.strerror or str(exc), str(current)) from exc
             except BaseException:
                 for tmp in temporaries:
                     tmp.unlink(missing_ok=True)

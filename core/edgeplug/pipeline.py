@@ -563,6 +563,8 @@ def verify(
         from edgeplug.quantization import verify_quantized
 
         return verify_quantized(result, backend, result.exported_program, tolerance)
+    if reference is None and result.reference is None:
+        raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
     method = backend.spec.verify_method
     if method == "pte":
         run = _run_pte(result)
