@@ -85,8 +85,8 @@ def test_accepted_case_becomes_one_fused_op(programs, backend, case):
 
     # fp32 upcasts stay outside the fused op unless the kernel accumulates in fp32
     upcast = case.name in ("fp16_upcast", "fp16_gemma_upcast", "bf16_gemma_after_cast")
-    # the cast back follows the norm
-    absorbed = policy.fp32_accumulation and case.name in ("fp16_upcast", "bf16_gemma_after_cast")
+    # the cast back follows the norm (and the backend delegates the op in fp16; in bf16 none does)
+    absorbed = policy.fp32_accumulation and case.name == "fp16_upcast"
     expected_dtype = torch.float32 if upcast and not absorbed else case.dtype
     assert x.meta["val"].dtype == expected_dtype
     assert node.meta["val"].dtype == expected_dtype
@@ -369,3 +369,79 @@ def test_every_norm_has_a_record_even_when_nothing_matches_it(backend):
     for r in records:
         assert r.outcome == "rejected" and "is the inverse RMS of a mean" in r.reason and "left as it is" in r.reason
     assert str(fused_ep.graph_module.graph) == str(ep.graph_module.graph)
+
+
+class _Bf16Norms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter((1 + 0.1 * torch.randn(D, generator=torch.Generator().manual_seed(3))).to(torch.bfloat16))
+
+    def forward(self, x):
+        def norm(t):
+            return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+        # computed in bf16; and in an fp32 upcast, cast back before the weight
+        return norm(x) * self.w, norm(x.float()).to(x.dtype) * self.w
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fused_op_the_backend_would_not_delegate_is_not_created(backend):
+    from executorch.exir import to_edge
+
+    x = torch.randn(2, 8, D).to(torch.bfloat16)
+    ep = to_edge(torch.export.export(_Bf16Norms(), (x,))).exported_program()
+    policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
+    fused_ep, (in_bf16, upcast) = edgeplug.fuse(ep, backend)
+    # no backend here delegates its fused op in bf16: refused with the backend's own reason
+    assert in_bf16.outcome == "rejected", in_bf16
+    assert f"the {backend} backend would not delegate {policy.target} in bfloat16" in in_bf16.reason
+    assert "so it is not created" in in_bf16.reason
+    # the fp32 math of the upcast norm is fused in fp32 (webgpu: outside the casts, not absorbed)
+    assert upcast.outcome in ("fused", "folded_weight"), upcast
+    (node,) = [n for n in fused_ep.graph_module.graph.nodes if is_op(n, TARGET[policy.target])]
+    assert node.meta["val"].dtype == torch.float32
+    with torch.no_grad():
+        for got, want in zip(fused_ep.module()(x), ep.module()(x)):
+            torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    # fuse_program with the policy alone (no backend, no support check) fuses what it matches
+    from edgeplug.fusion import fuse_program
+
+    _, unchecked = fuse_program(ep, policy)
+    assert unchecked[0].outcome == "fused"
+
+
+def test_policy_check_names_what_to_fix():
+    from edgeplug.fusion import PolicyTargetError, check_policy
+
+    good = edgeplug.get_backend("vulkan").fusion_policy("rms_norm")
+    check_policy(good)
+    assert good.emits == "et_vk.rms_norm(input, weight, eps)"
+    with pytest.raises(PolicyTargetError, match=r"not a registered operator.*give load_target"):
+        check_policy(good.model_copy(update={"target": "mylib.rms_norm", "load_target": None}))
+    aten_layout = good.model_copy(update={"arguments": ("input", "normalized_shape", "weight", "eps")})
+    with pytest.raises(PolicyTargetError, match=r"does not take the policy's arguments.*FusionPolicy.arguments"):
+        check_policy(aten_layout)
+    swapped = good.model_copy(update={"arguments": ("input", "eps", "weight")})
+    with pytest.raises(PolicyTargetError, match=r"'weight' .* is Tensor, but the policy passes the eps.*FusionPolicy.arguments"):
+        check_policy(swapped)
+    with pytest.raises(ValueError, match="must name input, weight and eps once each"):
+        FusionPolicy(backend="vulkan", target="aten.rms_norm", arguments=("input", "eps"))
+
+
+@pytest.mark.slow
+def test_bf16_norm_lowers_and_serializes_for_webgpu():
+    """Issue 15: a bf16 et_vk.rms_norm the partitioner refuses used to die at serialization."""
+
+    class Norm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.RMSNorm(D, eps=1e-6).to(torch.bfloat16)
+
+        def forward(self, x):
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return h * self.norm.weight
+
+    result = edgeplug.lower(Norm().eval(), (torch.randn(2, 8, D).to(torch.bfloat16),), "webgpu")
+    (record,) = result.report.fusions
+    assert record.outcome == "rejected" and "would not delegate et_vk.rms_norm in bfloat16" in record.reason
+    assert "et_vk" not in str(result.edge.exported_program().graph_module.code)

@@ -23,14 +23,15 @@ registry (after the policy's ``load_target``), so a plugin can emit any op.
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch.export import ExportedProgram
 
 from edgeplug.errors import EdgeplugError
-from edgeplug.fusion.apply import Veto, decide_all, fuse_matches
+from edgeplug.fusion.apply import decide_all, fuse_matches
 from edgeplug.fusion.decide import Decision, decide
+from edgeplug.fusion.delegation import Veto, delegation_veto
 from edgeplug.fusion.target import FusedOp, PolicyTargetError, check_policy, resolve_target
 from edgeplug.records import FusionPolicy, FusionRecord
 
@@ -53,13 +54,20 @@ def fuse_program(
     """
     if policy is None:
         return ep, []
+    return _fuse(ep, _resolved(policy, ep.dialect), veto)
+
+
+def _resolved(policy: FusionPolicy, dialect: Optional[str]) -> FusedOp:
     try:
-        fused = resolve_target(policy, ep.dialect)
+        return resolve_target(policy, dialect)
     except PolicyTargetError as exc:
         raise EdgeplugError(
             f"the {policy.pattern} fusion policy of backend {policy.backend!r} names target {policy.target!r}, "
             f"which cannot be emitted: {exc}. Fix the plugin's edgeplug_fusion_policies."
         ) from exc
+
+
+def _fuse(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto]) -> tuple[ExportedProgram, list[FusionRecord]]:
     ep = copy_program(ep)
     records = fuse_matches(ep, fused, veto)
     ep.graph_module.graph.lint()
@@ -67,9 +75,17 @@ def fuse_program(
     return ep, records
 
 
-def fuse_for_backend(ep: ExportedProgram, backend) -> tuple[ExportedProgram, list[FusionRecord]]:
-    """``fuse_program`` under ``backend``'s rms_norm policy (what ``edgeplug.fuse`` runs)."""
-    return fuse_program(ep, backend.fusion_policy("rms_norm"))
+def fuse_for_backend(ep: ExportedProgram, backend: Any) -> tuple[ExportedProgram, list[FusionRecord]]:
+    """``fuse_program`` under ``backend``'s rms_norm policy, only where the backend delegates the fused op.
+
+    What ``edgeplug.fuse`` runs: a fusion the backend's support check would
+    refuse (e.g. ``et_vk.rms_norm`` in bf16) is not made, and its record says why.
+    """
+    policy = backend.fusion_policy("rms_norm")
+    if policy is None:
+        return ep, []
+    fused = _resolved(policy, ep.dialect)
+    return _fuse(ep, fused, delegation_veto(backend, fused))
 
 
 def copy_program(ep: ExportedProgram) -> ExportedProgram:
@@ -93,6 +109,7 @@ __all__ = [
     "copy_program",
     "decide",
     "decide_all",
+    "delegation_veto",
     "fuse_for_backend",
     "fuse_program",
     "resolve_target",

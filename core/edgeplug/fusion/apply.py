@@ -18,6 +18,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from edgeplug.fusion.decide import Decision, decide
+from edgeplug.fusion.delegation import Veto
 from edgeplug.fusion.target import FusedOp
 from edgeplug.graph import analyze_constants, fold_constants, reserve_node_names
 from edgeplug.graph.constants import ancestors, remove_dead
@@ -27,8 +28,6 @@ from edgeplug.patterns.base import describe, dtype, dtype_name, shape
 from edgeplug.records import FusionPolicy, FusionRecord
 
 Node = torch.fx.Node
-#: what may veto a decision: returns why the fused op would not be delegated ("" if it would be)
-Veto = Callable[[Decision], str]
 
 
 def fuse_matches(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = None) -> list[FusionRecord]:
@@ -59,14 +58,23 @@ def decide_all(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = None)
     for node in ep.graph_module.graph.nodes:
         m = match_rms_norm(node, ep, analysis=analysis)
         if m:
-            d = decide(m, fused)
-            why = veto(d) if veto is not None and d.outcome != "rejected" else ""
-            items.append(Decision(m, "rejected", reason=why) if why else d)
+            items.append(_decide_vetoed(m, fused, veto))
             accounted.update(m.nodes)
         elif m.candidate:
             items.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
             accounted.add(node)
     return items + _unaccounted_norms(ep, accounted)
+
+
+def _decide_vetoed(m: Any, fused: FusedOp, veto: Optional[Veto]) -> Decision:
+    """``decide``, then the veto; an fp32 upcast the veto refuses inside the op stays outside instead."""
+    d = decide(m, fused)
+    why = veto(d) if veto is not None and d.outcome != "rejected" else ""
+    if why and d.absorb_upcast:
+        outside = decide(m, fused, absorb_upcast=False)
+        if not veto(outside):
+            return outside
+    return Decision(m, "rejected", reason=why) if why else d
 
 
 def _unaccounted_norms(ep: ExportedProgram, accounted: set[Node]) -> list[FusionRecord]:

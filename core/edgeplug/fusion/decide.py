@@ -60,10 +60,14 @@ class Decision:
         return (self.match.weight, self.match.dim, self.input_dtype)
 
 
-def decide(m: RmsNormMatch, fused: FusedOp) -> Decision:
-    """The decision for ``m`` under ``fused.policy``; see the module docstring."""
+def decide(m: RmsNormMatch, fused: FusedOp, *, absorb_upcast: bool = True) -> Decision:
+    """The decision for ``m`` under ``fused.policy``; see the module docstring.
+
+    ``absorb_upcast=False`` keeps an fp32 upcast outside the fused op even
+    where the policy's kernel accumulates in fp32 (it may take fp32 only).
+    """
     p = fused.policy
-    absorb = p.fp32_accumulation and m.upcast is not None and m.cast_back is not None
+    absorb = absorb_upcast and p.fp32_accumulation and m.upcast is not None and m.cast_back is not None
     d = Decision(m, "fused", "none", absorb_upcast=absorb)
     if m.scale_mul is not None:
         return _unit_weight(d, p, m.scale_reason, ": the norm is fused alone and the multiply stays")

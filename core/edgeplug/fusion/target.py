@@ -67,7 +67,7 @@ def _check_schema(policy: FusionPolicy, op: torch._ops.OpOverload) -> bool:
     """The schema takes the policy's arguments in order; returns whether its weight is optional."""
     schema = op._schema.arguments
     if len(policy.arguments) > len(schema) or any(not a.has_default_value() for a in schema[len(policy.arguments) :]):
-        raise PolicyTargetError(f"{op._schema} does not take the policy's arguments {policy.emits}")
+        raise PolicyTargetError(f"{op._schema} does not take the policy's arguments {policy.emits}; fix FusionPolicy.arguments")
     weight_optional = False
     for role, arg in zip(policy.arguments, schema):
         if str(arg.type) not in _ARGUMENT_TYPES[role]:
