@@ -8,7 +8,8 @@ Llama-style decoder, 65 RMSNorms). For each backend and its scheme:
   norms recomposed, prepare, calibrate on the example inputs, convert);
 - quantized lowering: ``edgeplug.lower(quantized, inputs, backend)``;
 
-each as seconds and as a ratio to the float lowering, after a one-layer
+each as wall seconds and as a ratio to the float lowering (and the process's
+CPU seconds, the fairer measure on a shared machine), after a one-layer
 warm-up of both paths (imports and first calls excluded), one run each (a
 32-layer lowering takes minutes). A backend that cannot
 serialize here (qnn and samsung without their SDKs) is lowered as a dry run,
@@ -33,9 +34,16 @@ import torch
 SCHEMES = {"qnn": "8a8w", "samsung": "a8w8", "xnnpack": "8a8w", "vulkan": "w8", "webgpu": "w8"}
 
 
-def _timed(fn) -> tuple[Any, float]:
-    t = time.perf_counter()
+#: CPU seconds of this process per measured call, beside the wall times (on a shared machine
+#: the wall clock also counts the time other processes held the CPU)
+CPU: dict[str, float] = {}
+
+
+def _timed(fn, label: str = "") -> tuple[Any, float]:
+    t, c = time.perf_counter(), time.process_time()
     value = fn()
+    if label:
+        CPU[label] = time.process_time() - c
     return value, time.perf_counter() - t
 
 
@@ -50,9 +58,9 @@ def measure(backend: str, layers: int) -> dict[str, Any]:
     edgeplug.lower(edgeplug.quantize(small, small_inputs, backend, scheme), small_inputs, backend, dry_run=dry_run)
     edgeplug.lower(small, small_inputs, backend, dry_run=dry_run)
     model, inputs = tiny_llama(layers=layers)
-    flt, float_s = _timed(lambda: edgeplug.lower(model, inputs, backend, dry_run=dry_run))
-    quantized, quantize_s = _timed(lambda: edgeplug.quantize(model, inputs, backend, scheme))
-    qnt, lower_q_s = _timed(lambda: edgeplug.lower(quantized, inputs, backend, dry_run=dry_run))
+    flt, float_s = _timed(lambda: edgeplug.lower(model, inputs, backend, dry_run=dry_run), "float_lower")
+    quantized, quantize_s = _timed(lambda: edgeplug.quantize(model, inputs, backend, scheme), "quantize")
+    qnt, lower_q_s = _timed(lambda: edgeplug.lower(quantized, inputs, backend, dry_run=dry_run), "quantized_lower")
     q_stages = {s.stage: round(s.seconds, 2) for s in qnt.report.stages if s.stage.startswith("quantize: ")}
     return {
         "backend": backend,
@@ -64,6 +72,9 @@ def measure(backend: str, layers: int) -> dict[str, Any]:
         "quantize_vs_float": quantize_s / float_s,
         "quantized_lower_vs_float": lower_q_s / float_s,
         "total_vs_float": (quantize_s + lower_q_s) / float_s,
+        "cpu_s": dict(CPU),
+        "cpu_quantize_vs_float": CPU["quantize"] / CPU["float_lower"],
+        "cpu_quantized_lower_vs_float": CPU["quantized_lower"] / CPU["float_lower"],
         "quantize_stages": q_stages,
         "norms_recomposed": len(qnt.report.quantization.norms),
         "float_partitions": len(flt.report.partitions),
@@ -97,7 +108,8 @@ def main() -> None:
             f"(x{f['quantize_vs_float']:.2f}), quantized lower {f['quantized_lower_s']:.1f} s "
             f"(x{f['quantized_lower_vs_float']:.2f}); together x{f['total_vs_float']:.2f}; partitions "
             f"{f['float_partitions']} -> {f['quantized_partitions']}, CPU nodes {f['float_cpu_nodes']} -> "
-            f"{f['quantized_cpu_nodes']}",
+            f"{f['quantized_cpu_nodes']}; CPU time: quantize x{f['cpu_quantize_vs_float']:.2f}, quantized lower "
+            f"x{f['cpu_quantized_lower_vs_float']:.2f}",
             flush=True,
         )
         if args.json:
