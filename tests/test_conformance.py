@@ -118,6 +118,24 @@ def test_suite_fails_a_fusion_policy_naming_no_operator(edgeplug_register):
 # -- a third party runs the suite ----------------------------------------------------
 
 
+def test_suite_fails_a_kernel_for_an_op_that_does_not_exist(edgeplug_register):
+    class Ghost:
+        @edgeplug.hookimpl
+        def edgeplug_backends(self):
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+            yield _spec(partitioner=XnnpackPartitioner)
+
+        @edgeplug.hookimpl
+        def edgeplug_kernels(self):
+            # a namespace no library registered at load: accepted then, refused by the suite
+            yield edgeplug.Kernel(backend="sloppy", op="my_npu_ops.gelu.default", impl=print, device="cpu")
+
+    edgeplug_register(Ghost(), name="ghost")
+    with pytest.raises(AssertionError, match=r"kernel op 'my_npu_ops.gelu.default' of backend 'sloppy' is not a registered operator"):
+        conformance.test_kernels_name_registered_ops(edgeplug.get_backend("sloppy"))
+
+
 def test_plugin_author_runs_the_suite_with_pyargs(tmp_path):
     """`pytest --pyargs edgeplug.testing.conformance --edgeplug-backend B` in the author's project."""
     env = dict(os.environ, PYTHONPATH=str(FIXTURES / "good"))

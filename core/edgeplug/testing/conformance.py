@@ -17,6 +17,7 @@ __all__ = [
     "test_records_validate_and_name_a_backend",
     "test_skip_table_holds_real_operator_overloads",
     "test_fusion_policy",
+    "test_kernels_name_registered_ops",
     "test_llama_lowers",
     "test_unavailable_backend_refuses_with_what_to_install",
     "test_kept_whole_ops_are_not_left_on_cpu",
@@ -131,6 +132,30 @@ def test_fusion_policy(edgeplug_backend):
             check_policy(policy)  # runs the policy's load_target
         except PolicyTargetError as exc:
             raise AssertionError(f"fusion policy {policy.emits} of {edgeplug_backend.name!r}: {exc}") from None
+
+
+def test_kernels_name_registered_ops(edgeplug_backend):
+    """Every kernel's op (namespace.name.overload) is a registered operator once the backend's libraries load."""
+    import torch
+
+    from edgeplug.records import resolve_op_name
+
+    kernels = edgeplug_backend.kernels
+    if not kernels:
+        pytest.skip(f"backend {edgeplug_backend.name!r} registers no kernels")
+    edgeplug_backend.make_partitioner()  # importing the partitioner may register custom ops
+    for policy in edgeplug_backend.fusion_policies:
+        if getattr(policy, "load_target", None) is not None:
+            policy.load_target()
+    registered = set(torch._C._dispatch_get_all_op_names())
+    for kernel in kernels:
+        resolve_op_name(kernel.op)  # the format, and a close match where the namespace is known
+        ns, name, overload = kernel.op.split(".")
+        qualified = f"{ns}::{name}" + ("" if overload == "default" else f".{overload}")
+        assert qualified in registered, (
+            f"kernel op {kernel.op!r} of backend {edgeplug_backend.name!r} is not a registered operator, "
+            "so no node ever calls it; check the name against str(node.target) of the delegate's nodes"
+        )
 
 
 def _lowered(edgeplug_lowering, backend):
