@@ -31,7 +31,8 @@ Node = torch.fx.Node
 
 
 def fuse_matches(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = None) -> list[FusionRecord]:
-    """Fuse every RMSNorm of ``ep`` in place; one record per candidate, in graph order."""
+    """Fuse every RMSNorm of ``ep`` in place; one record per candidate (matches in graph order, then
+    the norms nothing matched)."""
     reserve_node_names(ep.graph_module)
     items = decide_all(ep, fused, veto)
     ops = _GraphOps(ep)
