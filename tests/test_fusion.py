@@ -445,3 +445,23 @@ def test_bf16_norm_lowers_and_serializes_for_webgpu():
     (record,) = result.report.fusions
     assert record.outcome == "rejected" and "would not delegate et_vk.rms_norm in bfloat16" in record.reason
     assert "et_vk" not in str(result.edge.exported_program().graph_module.code)
+
+
+@pytest.mark.parametrize("backend", ["qnn", "vulkan"])
+def test_fuse_program_runs_on_the_aten_program(backend):
+    """What quantization does before prepare_pt2e: the policy-level fuser on torch.export's program."""
+    from edgeplug.fusion import fuse_program
+
+    names = ("rsqrt", "gemma_one_plus_w", "runtime_scale", "pow_tensor_exponent")
+    bundle = Bundle([c for c in ACCEPTED if c.name in names])
+    with torch.no_grad():
+        ep = torch.export.export(bundle, bundle.inputs())
+    assert ep.dialect != "EDGE"
+    policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
+    fused_ep, records = fuse_program(ep, policy)
+    by_case = dict(zip([c.name for c in bundle.cases], records))
+    assert [by_case[n].outcome for n in names] == ["fused", "folded_weight", "fused_unit_weight", "fused"]
+    assert len([n for n in fused_ep.graph.nodes if is_op(n, TARGET[policy.target])]) == len(names)
+    with torch.no_grad():
+        for case, want, got in zip(bundle.cases, bundle(*bundle.inputs()), fused_ep.module()(*bundle.inputs())):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=case.name)
