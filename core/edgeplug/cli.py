@@ -316,6 +316,11 @@ def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        from edgeplug.failures import root_cause
+
+        partial = getattr(root_cause(exc), "partial_fx_graph", None)
+        if partial:
+            print(f"the graph torch.export had captured when it failed:\n{partial}", file=sys.stderr)
     stage = getattr(exc, "lowering_stage", None)
     if stage and not message.startswith("stage "):
         message = f"stage {stage!r}: {message}"

@@ -199,6 +199,8 @@ def stage_failure(exc: BaseException, stage: str, backend: Any) -> LoweringError
         )
     elif who.startswith("plugin"):
         msg += ". This is a bug in the plugin; report it to its maintainers"
+    elif who == "edgeplug itself":
+        msg += ". This is a bug in edgeplug; please report it with the traceback --debug prints"
     err = LoweringError(msg)
     err.lowering_stage = stage
     err.at_fault = who

@@ -211,10 +211,17 @@ def _run_eager(job: Lowering, module: torch.nn.Module) -> Reference:
 
 
 def _export(job: Lowering) -> None:
+    import io
+    import sys
+
     job.reference = _run_eager(job, _copy_model(job.source))
     model = _copy_model(job.source)
-    with torch.no_grad():
+    # torch.export prints the partial graph of a failed export to stderr; the error carries it
+    # (``partial_fx_graph``, shown with --debug), so the user's terminal ends in one error line
+    printed = io.StringIO()
+    with torch.no_grad(), contextlib.redirect_stderr(printed):
         job.ep = torch.export.export(model, copy.deepcopy(job.inputs))
+    sys.stderr.write(printed.getvalue())  # what a successful export printed still reaches the user
 
 
 def _program_reference(job: Lowering) -> None:
