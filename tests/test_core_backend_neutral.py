@@ -94,11 +94,7 @@ def violations(path: Path, rel: str = "") -> list[str]:
 
 
 #: modules that still carry a backend, each with where it belongs; xfail until moved
-IN_PROGRESS = {
-    "fusion.py": "fusion's Vulkan targets, imports and pattern switch move to the vulkan plugin",
-    "runtime/host.py": "host verification follows Vulkan's preprocess by name: belongs to the vulkan plugin",
-    "runtime/vulkan.py": "Vulkan's preprocess of constants (VulkanConstants) in the core: belongs to the vulkan plugin",
-}
+IN_PROGRESS: dict[str, str] = {}
 
 MODULES = sorted(CORE.rglob("*.py"))
 

@@ -99,6 +99,16 @@ class BackendSpec(_Record):
     #: the CPU, and whether a fused op would be delegated. None: the core
     #: learns support only from what the partitioner tags.
     support_check: Optional[Callable[[Any, Any], Callable[[Any], Any]]] = None
+    #: For host verification (``verify_method="kernels"``): what the delegate's
+    #: preprocess does to constants before it stores them (e.g. batch norms
+    #: folded into a convolution, zero points dropped).
+    #: ``delegate_constants(original_program, named_data)`` returns an object
+    #: with ``graph_module`` (the graph to interpret), ``resolve(name, tensor)``
+    #: (``(key or None, value, what)`` for a constant the named data lacks, or
+    #: None), ``counts`` (a Counter of what each rule did) and ``read`` (how
+    #: many constants it read from named data). None: constants are stored as
+    #: the graph holds them.
+    delegate_constants: Optional[Callable[[Any, Any], Any]] = None
 
     @model_validator(mode="before")
     @classmethod

@@ -9,10 +9,11 @@ interprets the delegate's partition (``LoweredBackendModule.original_module``):
   constant the named data lacks fails loud instead of computing with zeros.
   0-d constants, which the Vulkan serializer turns into scalar values rather
   than named data, are taken from the program and counted in the note;
-- for a Vulkan delegate, constants are looked for as executorch's Vulkan
-  preprocess stores them (``edgeplug.runtime.vulkan``): batch norms folded
-  into their convolution, 4-bit weights packed, all-zero zero points of
-  symmetric weights dropped; the note counts each;
+- where the backend's ``BackendSpec.delegate_constants`` says how its
+  delegate's preprocess changes constants before storing them (the vulkan
+  plugin's: batch norms folded into their convolution, 4-bit weights packed,
+  all-zero zero points of symmetric weights dropped), constants are looked
+  for as that preprocess stores them; the note counts each;
 - each op the backend has a kernel for runs that kernel (on the wgpu adapter
   for ``device="wgpu"`` kernels), after the kernel's ``checks(OpCall)``, which
   holds the backend runtime's contract (e.g. Vulkan's prepacked weight);
@@ -147,7 +148,7 @@ class _Session:
         self.no_device: Optional[str] = None
         self.fell_back: Counter = Counter()
         self.mutated_buffers: dict[str, torch.Tensor] = {}
-        #: what the backend's preprocess did to constants that verification followed (runtime/vulkan.py)
+        #: what the backend's preprocess did to constants that verification followed (BackendSpec.delegate_constants)
         self.preprocess: Counter = Counter()
 
     def gpu(self) -> Optional[GpuDevice]:
@@ -163,10 +164,9 @@ class _Session:
         oe = lowered.original_module
         named = _NamedData(lowered)
         gm, preprocess = oe.graph_module, None
-        if lowered.backend_id == "VulkanBackend":  # constants as the Vulkan preprocess stores them
-            from edgeplug.runtime.vulkan import VulkanConstants
-
-            preprocess = VulkanConstants(oe, named)
+        rules = self.backend.spec.delegate_constants
+        if rules is not None:  # constants as the delegate's preprocess stores them
+            preprocess = rules(oe, named)
             gm = preprocess.graph_module
         # inputs the graph no longer reads (a folded batch norm's tensors) need no bytes
         unread = {n.name for n in gm.graph.nodes if n.op == "placeholder" and not n.users}
@@ -356,7 +356,7 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
         parts.append(f"{sum(top.values())} top-level CPU ops ran with torch")
     parts.append(f"{session.named} constants read from named data" + (f", {session.inline} 0-d constants inline" if session.inline else ""))
     if session.preprocess:
-        parts.append("as the Vulkan preprocess stores them: " + ", ".join(f"{n} {what}" for what, n in sorted(session.preprocess.items())))
+        parts.append(f"as the {backend.name} delegate's preprocess stores them: " + ", ".join(f"{n} {what}" for what, n in sorted(session.preprocess.items())))
     return LoweredRun(
         outputs=outputs,
         adapter=adapter,

@@ -19,6 +19,12 @@ from edgeplug import BackendSpec, FusionPolicy, KeepWhole, QuantScheme
 from edgeplug_vulkan.fusion import load_et_vk_ops, without_executorch_vulkan_pattern
 from edgeplug_vulkan.support import support_check
 
+
+def delegate_constants(original: Any, named: Any) -> Any:
+    from edgeplug_vulkan.preprocess import VulkanConstants
+
+    return VulkanConstants(original, named)
+
 #: the delegate's serialized id (WebGPUPartitioner tags partitions for it too)
 BACKEND_ID = "VulkanBackend"
 
@@ -38,6 +44,7 @@ def backend_spec(backend: str, *, description: str, partitioner: Callable[[], An
         verify_method="kernels",
         lowering_context=lowering_context,
         support_check=support_check,
+        delegate_constants=delegate_constants,
     )
 
 
