@@ -69,12 +69,10 @@ SELECTED = {
     ("llama", "bf16", "webgpu"): "slow",
 }
 #: open defects of issue 15, (example, dtype, backend) -> item; the test fails once they are fixed
-KNOWN = {
-    ("llama", "bf16", "webgpu"): "issue 15 item 1: bf16 webgpu fuses an et_vk.rms_norm the partitioner refuses",
-    ("llama-kv", "bf16", "webgpu"): "issue 15 item 1: bf16 webgpu fuses an et_vk.rms_norm the partitioner refuses",
-    ("qwen3", "bf16", "webgpu"): "issue 15 item 1: bf16 webgpu fuses an et_vk.rms_norm the partitioner refuses",
-    ("lfm2", "bf16", "webgpu"): "issue 15 item 1: bf16 webgpu fuses an et_vk.rms_norm the partitioner refuses",
-}
+#: (example, dtype, backend) -> the open defect that makes it fail; xfail(strict) so a fix shows.
+#: Empty: bf16 webgpu (issue 15 item 1) lowers since fusion asks the backend's support check and
+#: keeps an fp32 upcast outside the fused op when only the upcast is refused.
+KNOWN: dict[tuple[str, str, str], str] = {}
 
 
 def _cases():
