@@ -111,14 +111,40 @@ def test_a_filter_may_give_its_reason_and_partitioner_reasons_survive(edgeplug_r
     assert reasons["aten.mul.Tensor"] == f"refused by filter {RANK!r}: rank 4 > 3"
 
 
+def _xnnpack_partitioner():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
+
+
+class _FilteredXnnpack:
+    """A third party's backend over XnnpackPartitioner with both filters and no passes.
+
+    (The xnnpack plugin's own pass turns llama's division by a power of two into
+    a multiply, which would leave the div filter nothing to refuse.)
+    """
+
+    @edgeplug.hookimpl
+    def edgeplug_backends(self):
+        yield edgeplug.BackendSpec(
+            backend="xnnpack-filtered", description="XNNPACK with two filters", backend_id="XnnpackBackend",
+            partitioner=_xnnpack_partitioner, verify_method="pte",
+        )
+
+    @edgeplug.hookimpl
+    def edgeplug_partitioner_filters(self):
+        yield PartitionerFilter(backend="xnnpack-filtered", name=NO_DIV, fn=no_div)
+        yield PartitionerFilter(backend="xnnpack-filtered", name=RANK, fn=rank_at_most_3)
+
+
 @pytest.mark.slow
 def test_llama_lowers_and_verifies_with_both_filters(edgeplug_register):
     _xnnpack_or_skip()
     from edgeplug.examples import load_model
 
-    edgeplug_register(_Filters(), name="test-filters")
+    edgeplug_register(_FilteredXnnpack(), name="test-filtered-xnnpack")
     model, inputs, _ = load_model("llama")
-    rep = edgeplug.lower(model, inputs, "xnnpack", verify=True).report
+    rep = edgeplug.lower(model, inputs, "xnnpack-filtered", verify=True).report
     assert rep.verification.max_abs_diff <= 1e-4, rep.to_table()
     delegated = {op for p in rep.partitions for op in p.ops}
     assert "aten.div.Tensor" not in delegated and rep.partitions
