@@ -232,28 +232,12 @@ def quantize(
 
     b = get_backend(backend) if isinstance(backend, str) else backend
     rec = quant_scheme(b, scheme)  # before any work: an unknown scheme fails at once
-    say = progress or (lambda msg: None)
     example_inputs = tuple(example_inputs)
     info = QuantizationInfo(
         backend=b.name, scheme=rec.scheme, description=rec.description, activation_bits=rec.activation_bits,
         weight_bits=rec.weight_bits, per_channel=rec.per_channel, distribution=b.distribution,
     )
-
-    def timed(stage: str, fn: Callable[[], Any]) -> Any:
-        say(f"[{b.name}] quantize {rec.scheme}: {stage} ...")
-        t = time.perf_counter()
-        try:
-            value = fn()
-        except EdgeplugError:
-            raise
-        except Exception as exc:
-            raise QuantizationError(
-                f"quantizing for backend {b.name!r} with scheme {rec.scheme!r} failed at {stage!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        info.stages.append((stage, time.perf_counter() - t))
-        return value
-
+    timed = _QuantizeStages(b.name, rec.scheme, info, progress)
     if isinstance(model, ExportedProgram):
         ep = model
     else:
@@ -262,21 +246,46 @@ def quantize(
     ep, info.fusions = timed("recompose norms", lambda: recompose_norms(ep, b))
     quantizer = timed("build quantizer", lambda: make_quantizer(b, rec.scheme))
     prepared = timed("prepare", lambda: prepare_pt2e(ep.module(), quantizer))
-
-    def calibrate() -> None:
-        with torch.no_grad():
-            for batch in _batches(calibration, example_inputs):
-                args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-                prepared(*args)
-                info.calibration_batches += 1
-        if info.calibration_batches == 0:
-            raise QuantizationError("the calibration data is empty: give at least one input tuple")
-
-    timed("calibrate", calibrate)
+    timed("calibrate", lambda: _calibrate(prepared, calibration, example_inputs, info))
     converted = timed("convert", lambda: convert_pt2e(prepared))
     info.example_inputs, info.float_outputs = example_inputs, _float_outputs(model, example_inputs)
     converted.meta[META_KEY] = info
     return converted
+
+
+class _QuantizeStages:
+    """Runs one quantize stage: says it, times it into ``info.stages``, names it when it fails."""
+
+    def __init__(self, backend: str, scheme: str, info: Any, progress: Optional[Progress]) -> None:
+        self.backend, self.scheme, self.info = backend, scheme, info
+        self.say = progress or (lambda msg: None)
+
+    def __call__(self, stage: str, fn: Callable[[], Any]) -> Any:
+        self.say(f"[{self.backend}] quantize {self.scheme}: {stage} ...")
+        t = time.perf_counter()
+        try:
+            value = fn()
+        except EdgeplugError:
+            raise
+        except Exception as exc:
+            raise QuantizationError(
+                f"quantizing for backend {self.backend!r} with scheme {self.scheme!r} failed at {stage!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self.info.stages.append((stage, time.perf_counter() - t))
+        return value
+
+
+def _calibrate(prepared: Any, calibration: Any, example_inputs: tuple, info: Any) -> None:
+    import torch
+
+    with torch.no_grad():
+        for batch in _batches(calibration, example_inputs):
+            args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+            prepared(*args)
+            info.calibration_batches += 1
+    if info.calibration_batches == 0:
+        raise QuantizationError("the calibration data is empty: give at least one input tuple")
 
 
 def _float_outputs(model: Any, inputs: tuple) -> list[Any]:
