@@ -183,32 +183,7 @@ class _Session:
                 continue
             if kind not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
                 raise VerificationError(f"delegate {name!r}: input {spec.arg.name!r} of kind {kind} cannot run on the host")
-            tensor = _program_constant(oe, spec)
-            found = named.resolve(tensor)
-            rule = None
-            if found is None and preprocess is not None:
-                rule = preprocess.resolve(spec.arg.name, tensor)
-            if found is not None:
-                keys[spec.arg.name], value = found
-                self.named += 1
-            elif spec.arg.name in unread:
-                value = None  # never read: nothing to check
-            elif rule is not None:
-                key, value, _ = rule
-                if key is not None:
-                    keys[spec.arg.name] = key
-                    self.named += 1
-            elif tensor.dim() == 0:
-                value = tensor.detach()  # serialized as a scalar value, not as named data
-                self.inline += 1
-            else:
-                raise VerificationError(
-                    f"delegate {name!r} ({lowered.backend_id}): constant {spec.arg.name!r} ({spec.target}, shape "
-                    f"{tuple(tensor.shape)}, {str(tensor.dtype).replace('torch.', '')}) is not in the delegate's named "
-                    f"data ({len(named.entries)} entries), so the .pte carries no bytes for it and the runtime "
-                    "would compute with missing data. Check the backend's serializer (constants must be stored "
-                    "under the sha256 of their bytes)"
-                )
+            value = self._constant(name, lowered, spec, named, preprocess, unread, keys)
             constants[spec.arg.name] = spec.target
             values.append(value)
         if user:
@@ -230,6 +205,34 @@ class _Session:
             if spec.kind.name == "BUFFER_MUTATION":
                 self.mutated_buffers[str(spec.target)] = value
         return tuple(o for o, spec in zip(out, specs) if spec.kind.name != "BUFFER_MUTATION")
+
+    def _constant(self, name: str, lowered: Any, spec: Any, named: _NamedData, preprocess: Any, unread: set, keys: dict) -> Any:
+        """One constant input of a delegate, read back from what the .pte stores (never zeros for a missing one)."""
+        tensor = _program_constant(lowered.original_module, spec)
+        found = named.resolve(tensor)
+        if found is not None:
+            keys[spec.arg.name], value = found
+            self.named += 1
+            return value
+        if spec.arg.name in unread:
+            return None  # never read: nothing to check
+        rule = preprocess.resolve(spec.arg.name, tensor) if preprocess is not None else None
+        if rule is not None:
+            key, value, _ = rule
+            if key is not None:
+                keys[spec.arg.name] = key
+                self.named += 1
+            return value
+        if tensor.dim() == 0:
+            self.inline += 1
+            return tensor.detach()  # serialized as a scalar value, not as named data
+        raise VerificationError(
+            f"delegate {name!r} ({lowered.backend_id}): constant {spec.arg.name!r} ({spec.target}, shape "
+            f"{tuple(tensor.shape)}, {str(tensor.dtype).replace('torch.', '')}) is not in the delegate's named "
+            f"data ({len(named.entries)} entries), so the .pte carries no bytes for it and the runtime "
+            "would compute with missing data. Check the backend's serializer (constants must be stored "
+            "under the sha256 of their bytes)"
+        )
 
     def run_op(self, delegate: str, node: Node, args: tuple, kwargs: dict, constants: Mapping[str, str], keys: Mapping[str, str]) -> Any:
         op = self.op_name(node.target)
@@ -340,14 +343,27 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
 
     session.gpu()  # name the adapter even when no op needed it
     adapter = session.device.summary if session.device is not None else f"none ({session.no_device})"
+    return LoweredRun(
+        outputs=outputs,
+        adapter=adapter,
+        note=_describe_run(session, backend.name),
+        placements=session.placements,
+        constants_from_named_data=session.named,
+        scalar_constants_inline=session.inline,
+        mutated_buffers=session.mutated_buffers,
+    )
+
+
+def _describe_run(session: _Session, backend: str) -> str:
+    """The verification note: where each op ran and where the constants came from."""
     on_adapter = session.placements["adapter"]
     reference = session.placements["torch (reference)"]
     top = session.placements["top-level (torch)"]
     parts = []
     if on_adapter:
-        parts.append(f"{backend.name} kernels ran {_short(on_adapter)} on the adapter")
+        parts.append(f"{backend} kernels ran {_short(on_adapter)} on the adapter")
     else:
-        parts.append(f"no delegate op has a {backend.name} kernel, nothing ran on the adapter")
+        parts.append(f"no delegate op has a {backend} kernel, nothing ran on the adapter")
     if session.fell_back:
         parts.append(f"no wgpu adapter ({session.no_device}): {_short(session.fell_back)} ran with torch reference kernels instead")
     if reference:
@@ -356,13 +372,5 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
         parts.append(f"{sum(top.values())} top-level CPU ops ran with torch")
     parts.append(f"{session.named} constants read from named data" + (f", {session.inline} 0-d constants inline" if session.inline else ""))
     if session.preprocess:
-        parts.append(f"as the {backend.name} delegate's preprocess stores them: " + ", ".join(f"{n} {what}" for what, n in sorted(session.preprocess.items())))
-    return LoweredRun(
-        outputs=outputs,
-        adapter=adapter,
-        note="; ".join(parts),
-        placements=session.placements,
-        constants_from_named_data=session.named,
-        scalar_constants_inline=session.inline,
-        mutated_buffers=session.mutated_buffers,
-    )
+        parts.append(f"as the {backend} delegate's preprocess stores them: " + ", ".join(f"{n} {what}" for what, n in sorted(session.preprocess.items())))
+    return "; ".join(parts)
