@@ -491,23 +491,12 @@ def describe_quantization(report: Any, model: Any, backend: Any) -> None:
 
 def load_calibration(spec: str) -> list[tuple]:
     """``FILE.py:ATTR`` -> a list of input tuples: ATTR is such an iterable, or a callable returning one."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     if ":" not in spec:
         raise QuantizationError(f"--calibration {spec!r}: expected FILE.py:ATTR")
-    path_s, attr = spec.rsplit(":", 1)
-    path = Path(path_s)
-    if not path.is_file():
-        raise QuantizationError(f"calibration file {path_s!r} does not exist")
-    name = f"_edgeplug_calibration_{path.stem}"
-    loader = importlib.util.spec_from_file_location(name, path)
-    if loader is None or loader.loader is None:
-        raise QuantizationError(f"cannot import {path_s!r} as a Python file")
-    module = importlib.util.module_from_spec(loader)
+    from edgeplug.examples import import_user_file
+
+    module, attr, path_s = import_user_file(spec, "calibration file", error=QuantizationError)
     try:
-        loader.loader.exec_module(module)
         value = getattr(module, attr)
         data = value() if callable(value) else value
         batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in data]

@@ -72,6 +72,44 @@ def _describe_exit(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def import_user_file(
+    spec: str,
+    what: str,
+    *,
+    error: type[Exception] = EdgeplugError,
+    progress: Optional[Callable[[str], None]] = None,
+    then: str = "",
+) -> tuple[Any, str, str]:
+    """Execute the file of ``FILE.py:ATTR`` as ``python FILE.py`` would; returns ``(module, ATTR, FILE.py)``.
+
+    The file's folder goes on ``sys.path`` (sibling imports work); a failed
+    import, ``sys.exit()`` included, raises ``error`` naming the file and
+    leaves no half-imported module behind. ``what`` names the file in
+    messages ("model file", "calibration file").
+    """
+    path_s, attr = spec.rsplit(":", 1)
+    path = Path(path_s)
+    if not path.is_file():
+        raise error(f"{what} {path_s!r} does not exist")
+    mod_name = "_edgeplug_user_" + ("" if what == "model file" else what.split()[0] + "_") + path.stem
+    loader = importlib.util.spec_from_file_location(mod_name, path)
+    if loader is None or loader.loader is None:
+        raise error(f"cannot import {path_s!r} as a Python file")
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[mod_name] = module
+    if progress is not None:
+        progress(f"executing {path_s} (a {what} is run as Python code)" + (", then " + then.format(attr=attr) if then else ""))
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # sibling imports work, as under `python FILE.py`
+    try:
+        loader.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(mod_name, None)  # no half-imported module left behind
+        raise error(f"importing {path_s} failed: {_describe_exit(exc)}") from exc
+    return module, attr, path_s
+
+
 def load_model(spec: str, progress: Optional[Callable[[str], None]] = None) -> tuple[Any, tuple[Any, ...], str]:
     """Resolve an example name or ``FILE.py:ATTR`` to ``(model, inputs, label)``.
 
@@ -81,26 +119,7 @@ def load_model(spec: str, progress: Optional[Callable[[str], None]] = None) -> t
     if spec in EXAMPLES:
         return (*_check_contract(EXAMPLES[spec][0](), spec), spec)
     if ":" in spec:
-        path_s, attr = spec.rsplit(":", 1)
-        path = Path(path_s)
-        if not path.is_file():
-            raise EdgeplugError(f"model file {path_s!r} does not exist")
-        mod_name = f"_edgeplug_user_{path.stem}"
-        loader = importlib.util.spec_from_file_location(mod_name, path)
-        if loader is None or loader.loader is None:
-            raise EdgeplugError(f"cannot import {path_s!r} as a Python file")
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[mod_name] = module
-        if progress is not None:
-            progress(f"executing {path_s} (a model file is run as Python code), then calling {attr}()")
-        folder = str(path.resolve().parent)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)  # sibling imports work, as under `python FILE.py`
-        try:
-            loader.loader.exec_module(module)
-        except (Exception, SystemExit) as exc:
-            sys.modules.pop(mod_name, None)  # no half-imported module left behind
-            raise EdgeplugError(f"importing {path_s} failed: {_describe_exit(exc)}") from exc
+        module, attr, path_s = import_user_file(spec, "model file", progress=progress, then=f"calling {{attr}}()")
         fn = getattr(module, attr, None)
         if fn is None or not callable(fn):
             raise EdgeplugError(
