@@ -37,10 +37,10 @@ bench: setup
 	  --sizes 1x4096,64x4096,1024x4096,4096x4096,4096x1024,4096x5000 --torch-threads 1
 
 # The model zoo: transformers architectures x every backend against stock (docs/zoo.md),
-# then executorch's own example models (the whole set: EDGEPLUG_ZOO=1)
+# then executorch's own example models and every quantize scheme x example (the whole sets: EDGEPLUG_ZOO=1)
 zoo: setup
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/zoo.py --jobs 2 --layers 1
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_quantize_verify.py
 
 clean:
 	rm -rf $(VENV) out

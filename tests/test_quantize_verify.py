@@ -4,6 +4,8 @@ batch norms folded into their convolution), and never a missing constant as zero
 
 from __future__ import annotations
 
+import os
+
 import json
 
 import pytest
@@ -167,9 +169,22 @@ ALL_SCHEMES = [
 ]
 
 
+#: `make test` runs llama under every scheme and gemma-block under one scheme per kind of quantizer
+#: (activations + weights, weight-only 4-bit, a dry-run table); `make zoo` (EDGEPLUG_ZOO=1) runs all.
+GEMMA_IN_MAKE_TEST = {("xnnpack", "8a8w"), ("vulkan", "w4"), ("qnn", "8a8w")}
+
+
+def _example_cases():
+    for backend, scheme in ALL_SCHEMES:
+        for example in ("llama", "gemma-block"):
+            marks = []
+            if example == "gemma-block" and (backend, scheme) not in GEMMA_IN_MAKE_TEST and os.environ.get("EDGEPLUG_ZOO") != "1":
+                marks.append(pytest.mark.skip(reason="the whole matrix runs in `make zoo` (EDGEPLUG_ZOO=1)"))
+            yield pytest.param(example, backend, scheme, marks=marks, id=f"{backend}-{scheme}-{example}")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("example", ["llama", "gemma-block"])
-@pytest.mark.parametrize("backend,scheme", ALL_SCHEMES)
+@pytest.mark.parametrize("example,backend,scheme", list(_example_cases()))
 def test_examples_quantize_lower_and_verify(example, backend, scheme):
     """Issue 10's bar: every scheme of every backend; qnn and samsung (no SDK here) as dry runs."""
     model, inputs, _ = load_model(example)
