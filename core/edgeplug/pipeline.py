@@ -35,7 +35,7 @@ from torch.export import ExportedProgram
 
 from edgeplug.backend import Backend, get_backend
 from edgeplug.errors import EdgeplugError, LoweringError, VerificationError
-from edgeplug.records import FusionRecord
+from edgeplug.records import FusionRecord, TransformRecord
 from edgeplug.report import CpuNode, LoweringReport, PartitionSummary, StageTiming, Verification
 
 Progress = Callable[[str], None]
@@ -176,6 +176,7 @@ class Lowering:
     reference: Optional[Reference] = None
     partitioner: Any = None
     fusions: list[FusionRecord] = field(default_factory=list)
+    transforms: list[TransformRecord] = field(default_factory=list)
     edge: Any = None
     report: Optional[LoweringReport] = None
     result: Optional[LoweringResult] = None
@@ -241,7 +242,7 @@ def _edge_stage(job: Lowering) -> Any:
     """The pass executorch runs between to_edge and partitioning: the backend's edge passes, then fusion."""
     from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 
-    from edgeplug.graph import run_passes
+    from edgeplug.graph import recording, run_passes
     from edgeplug.graph.passes import core_pass
 
     def fusion(ep: ExportedProgram) -> ExportedProgram:
@@ -253,7 +254,9 @@ def _edge_stage(job: Lowering) -> Any:
             job.clock.enter("edge passes + fusion")
             # the core's fusion goes through the runner too: names reserved, graphs linted
             passes = [*job.backend.passes_for("edge"), core_pass("fuse", fusion)]
-            ep = run_passes(exported_program, passes, backend=job.backend)
+            with recording() as log:
+                ep = run_passes(exported_program, passes, backend=job.backend)
+            job.transforms = list(log)
             job.clock.enter("partition + delegate")
             return ExportedProgramPassResult(ep, True)
 
@@ -423,6 +426,7 @@ def _describe(job: Lowering) -> LoweringReport:
         cpu_ops=dict(Counter(c.op for c in cpu)),
         cpu_nodes=cpu,
         fusions=job.fusions,
+        transforms=job.transforms,
         kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],
         decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
         notes=_foreign_passes(job),

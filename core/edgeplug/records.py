@@ -109,6 +109,10 @@ class BackendSpec(_Record):
     #: many constants it read from named data). None: constants are stored as
     #: the graph holds them.
     delegate_constants: Optional[Callable[[Any, Any], Any]] = None
+    #: Constant folding (``edgeplug.graph.fold``): the largest constant, in
+    #: bytes, that folding a constant-only subgraph may create for this
+    #: backend; 0 turns the core's constant folding off.
+    constant_fold_budget: int = Field(default=1 << 20, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -372,6 +376,30 @@ class FusionRecord(BaseModel):
     reason: str = ""
     eps: Optional[float] = None
     weight: Optional[str] = None
+
+
+TransformKind = Literal["fold", "rewrite"]
+
+
+class TransformRecord(BaseModel):
+    """One change a graph transform made to the program (the report's ``transforms``).
+
+    ``fold``: a constant-only subgraph evaluated at AOT into one constant
+    (``node`` is the node it replaced, ``removed`` the nodes that went with
+    it, ``bytes_added`` the constant's size). ``rewrite``: an exact
+    canonicalizing rewrite (``node`` replaced by ``added`` nodes).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    transform: str
+    kind: TransformKind
+    node: str
+    op: str
+    removed: int = 1
+    added: int = 0
+    bytes_added: int = 0
+    detail: str = ""
 
 
 #: hook name -> the record type it yields

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
-from edgeplug.records import FusionRecord
+from edgeplug.records import FusionRecord, TransformRecord
 from edgeplug.quantization import QuantizationSummary
 
 
@@ -103,6 +103,8 @@ class LoweringReport(BaseModel):
     #: skip-table ops the backend would not take at that node, so they were decomposed
     decomposed_instead: list[CpuNode] = Field(default_factory=list)
     fusions: list[FusionRecord] = Field(default_factory=list)
+    #: What constant folding and canonicalizing rewrites changed, in order.
+    transforms: list[TransformRecord] = Field(default_factory=list)
     output_path: Optional[str] = None
     output_bytes: Optional[int] = None
     verification: Optional[Verification] = None
@@ -176,6 +178,9 @@ class LoweringReport(BaseModel):
             eps = f" eps={f.eps:g}" if f.eps is not None else ""
             weight = f" weight={f.weight}" if f.weight else ""
             add(f"  {f.pattern:<9} {f.anchor:<28} {f.outcome}{eps}{weight}{extra}")
+        if self.transforms:
+            add("")
+            lines.extend(_transform_lines(self.transforms))
         if self.verification is not None:
             v = self.verification
             add("")
@@ -193,3 +198,19 @@ class LoweringReport(BaseModel):
         for n in self.notes:
             add(f"note: {n}")
         return "\n".join(lines)
+
+
+def _transform_lines(records: list[TransformRecord]) -> list[str]:
+    """One line per transform (what it did, summed), then one per change."""
+    lines = []
+    by_name: dict[str, list[TransformRecord]] = {}
+    for r in records:
+        by_name.setdefault(r.transform, []).append(r)
+    for name, rs in by_name.items():
+        removed, added, size = sum(r.removed for r in rs), sum(r.added for r in rs), sum(r.bytes_added for r in rs)
+        extra = f", {size:,} bytes of constants added" if size else ""
+        lines.append(f"{name} ({rs[0].kind}): {len(rs)} changes, {removed} nodes removed, {added} added{extra}")
+        for r in rs:
+            detail = f": {r.detail}" if r.detail else ""
+            lines.append(f"  {r.op:<40} {r.node}{detail}")
+    return lines

@@ -6,6 +6,8 @@
 - ``constant_only_nodes`` / ``weight_source`` / ``fold_constant(s)``: what is
   known at AOT, where a weight comes from, and turning a computed constant
   into a real constant of the program.
+- ``note`` / ``recording``: how a transform records what it changed
+  (``TransformRecord``, the report's ``transforms``).
 """
 
 from edgeplug.graph.constants import (
@@ -20,6 +22,7 @@ from edgeplug.graph.constants import (
 from edgeplug.graph.names import NameReservationError, reserve_node_names
 from edgeplug.graph.passes import run_passes
 from edgeplug.graph.scalars import resolve_scalar
+from edgeplug.graph.transforms import note, recording
 
 __all__ = [
     "ConstantAnalysis",
@@ -29,6 +32,8 @@ __all__ = [
     "constant_only_nodes",
     "fold_constant",
     "fold_constants",
+    "note",
+    "recording",
     "reserve_node_names",
     "resolve_scalar",
     "run_passes",
