@@ -9,7 +9,9 @@ writes through a view) and an op that draws from an RNG.
 
 ``weight_source(node, ep)`` names where an operand comes from, which is what a
 fusion policy decides on; ``fold_constant(ep, node)`` turns a computed
-constant into a real lifted constant of the program.
+constant into a real lifted constant of the program; ``lift_constant(ep,
+value)`` adds a tensor as a new lifted constant (what folding and the
+canonicalizing rewrites both use).
 """
 
 from __future__ import annotations
@@ -382,9 +384,26 @@ def _foldable(node: torch.fx.Node, source: WeightSource, dequantize: bool = Fals
 
 def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: torch.Tensor) -> torch.fx.Node:
     """Make ``value`` (what ``node`` computes) a lifted constant and remove what only fed ``node``."""
-    graph = ep.graph_module.graph
     subgraph = ancestors(node)
+    new = lift_constant(ep, value, name_hint, like=node)
+    replace_uses(ep, node, new)
+    remove_dead(ep, subgraph)
+    return new
 
+
+def lift_constant(
+    ep: ExportedProgram, value: torch.Tensor, name_hint: str = "constant", *, like: Optional[torch.fx.Node] = None
+) -> torch.fx.Node:
+    """Add ``value`` to ``ep`` as a new lifted constant and return its placeholder (no uses yet).
+
+    The placeholder goes after the program's other constant inputs, its
+    ``CONSTANT_TENSOR`` input spec at the same index of the graph signature,
+    and the tensor into ``ep.constants`` under a unique name derived from
+    ``name_hint``. ``like``: a node whose fake mode and provenance the
+    placeholder shares. Works in place on aten and edge dialect programs;
+    the caller lints and recompiles.
+    """
+    graph = ep.graph_module.graph
     sig = ep.graph_signature
     taken_targets = set(ep.state_dict) | set(ep.constants) | {s.target for s in sig.input_specs if s.target}
     target = _unique(name_hint, taken_targets)
@@ -404,14 +423,12 @@ def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: t
         new = graph.placeholder(ph_name)
     if new.name != ph_name:  # fx picked another name: keep the signature in step
         ph_name = new.name
-    new.meta["val"] = _fake(node, value)
-    if "stack_trace" in node.meta:
-        new.meta["stack_trace"] = node.meta["stack_trace"]
+    value = value.detach().contiguous()
+    new.meta["val"] = _fake(like if like is not None else new, value)
+    if like is not None and "stack_trace" in like.meta:
+        new.meta["stack_trace"] = like.meta["stack_trace"]
     sig.input_specs.insert(index, InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph_name), target=target, persistent=None))
     ep.constants[target] = value
-
-    replace_uses(ep, node, new)
-    remove_dead(ep, subgraph)
     return new
 
 
