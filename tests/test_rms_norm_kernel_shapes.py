@@ -5,8 +5,9 @@ paths of the shaders on the adapter (llvmpipe in CI, 8-wide subgroups): rows
 spanning several subgroups (then one barrier), several rows per subgroup
 (shuffles confined to the row), several rows per workgroup with the last
 workgroup partly past the end, the shared-memory tree used where an adapter
-has no subgroups, rows read twice (nothing kept in registers) and rows longer
-than the registers hold. Each is compared with a float64 reference, in fp32
+has no subgroups, rows read twice (nothing kept in registers), rows longer
+than the registers hold, and registers loaded straight (few units) or behind
+branches (more). Each is compared with a float64 reference, in fp32
 and fp16, after zeroing y so an unwritten element cannot pass.
 """
 
@@ -19,7 +20,7 @@ import torch
 
 from edgeplug.errors import KernelError
 from edgeplug.runtime import get_device
-from edgeplug.runtime.rms_norm import MAX_ITEMS, WorkgroupShape, choose_shape
+from edgeplug.runtime.rms_norm import MAX_ITEMS, STRAIGHT_LOADS_MAX_ITEMS, WorkgroupShape, choose_shape
 
 KERNELS = {
     "webgpu": importlib.import_module("edgeplug_webgpu.kernels.rms_norm"),
@@ -63,6 +64,10 @@ def shapes(sg: int):
         ("row spans 4 subgroups", 5, 4 * sg * 4 * 3, dict(workgroup_size=4 * sg, items=3)),
         ("row spans 2 subgroups, 2 rows per workgroup", 7, 2 * sg * 4 * 2, dict(workgroup_size=4 * sg, rows_per_workgroup=2, items=2)),
         ("4 rows per subgroup, last workgroup partial", 13, 36, dict(workgroup_size=sg, rows_per_workgroup=4)),
+        ("guarded loads, 2 rows per workgroup, last workgroup partial", 5, 4 * sg * 7 + 12,
+         dict(workgroup_size=2 * sg, rows_per_workgroup=2, items=STRAIGHT_LOADS_MAX_ITEMS + 3)),
+        ("straight loads, last workgroup partial, row shorter than the registers", 5, 4 * sg * 3 + 4,
+         dict(workgroup_size=2 * sg, rows_per_workgroup=2, items=STRAIGHT_LOADS_MAX_ITEMS)),
         ("one invocation per row", 9, 20, dict(workgroup_size=8, rows_per_workgroup=8)),
         ("shared-memory tree", 6, 1000, dict(workgroup_size=4 * sg, subgroups=False)),
         ("shared-memory tree, 2 rows per workgroup", 5, 260, dict(workgroup_size=2 * sg, rows_per_workgroup=2, subgroups=False)),
@@ -132,12 +137,12 @@ def test_default_shapes_on_a_gpu(units, expected):
     assert choose_shape(GpuLike(), units, where="test") == expected
 
 
-def test_fp16_rows_use_at_most_128_invocations_and_8_units_each_from_64_mib():
-    # 8192 halves = 1024 units: 128 invocations x 8 units (fp32's rule would give 256 x 4)
-    assert choose_shape(GpuLike(), 1024, where="test", dtype=torch.float16) == WorkgroupShape(128, 128, 8, True)
-    # 4096 halves = 512 units: 128 x 4 below 64 MiB of x, 64 x 8 (two rows per workgroup) from there
-    assert choose_shape(GpuLike(), 512, where="test", dtype=torch.float16, total_rows=4096) == WorkgroupShape(128, 128, 4, True)
-    assert choose_shape(GpuLike(), 512, where="test", dtype=torch.float16, total_rows=8192) == WorkgroupShape(128, 64, 8, True)
+def test_fp16_rows_get_the_fp32_rule_and_few_units_load_straight():
+    # 8192 halves = 1024 units: 256 invocations x 4 units, as for 4096 floats
+    shape = choose_shape(GpuLike(), 1024, where="test")
+    assert shape == WorkgroupShape(256, 256, 4, True) and shape.straight_loads
+    assert not WorkgroupShape(128, 128, STRAIGHT_LOADS_MAX_ITEMS + 1, True).straight_loads
+    assert not WorkgroupShape(128, 128, 0, True).straight_loads  # nothing in registers: nothing to load early
 
 
 def test_cpu_adapters_get_one_subgroup_per_workgroup(device):

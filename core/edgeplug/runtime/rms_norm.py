@@ -16,7 +16,9 @@ true width) and the padding is dropped on read-back.
 Workgroup shape (``WorkgroupShape``, the same for both kernels): a workgroup
 of ``invocations`` normalises ``rows = invocations / row_invocations`` rows;
 each invocation keeps ``items`` units of its row in registers, so a row that
-fits (``row_invocations * items`` units) is read from memory once. The
+fits (``row_invocations * items`` units) is read from memory once; with few
+units (``WorkgroupShape.straight_loads``) it loads them and their weights
+without branches, before the reduction. The
 partial sums of a row are added with subgroup shuffles where the adapter has
 subgroups (then one barrier when a row spans several subgroups), else with a
 tree in workgroup memory.
@@ -46,21 +48,22 @@ OP = "et_vk.rms_norm.default"
 DEFAULT_EPS = float(torch.finfo(torch.float32).eps)
 #: bytes per storage unit (a vec4 of fp32 or 8 packed fp16): one 16-byte load
 UNIT_BYTES = 16
-#: default shape on a GPU: a row's invocations cover it in about ITEMS_TARGET units each, at most
-#: MAX_ROW_INVOCATIONS per row; narrow rows share a workgroup of WORKGROUP_TARGET invocations.
-#: Tuned on an H200 (docs/benchmarks.md): at 4096 fp32 (1024 units) 256 invocations x 4 units
-#: moved 4180 GB/s at 1024 rows where 128 x 8 moved 3738 and 512 x 2 3755; at 8192 fp32,
-#: 512 x 4: 4047; at 4096 fp16 (512 units), 128 x 4 one row per workgroup: 2873 (two rows: 2826)
+#: default shape on a GPU, fp32 and fp16 alike: a row's invocations cover it in about ITEMS_TARGET
+#: units each, at most MAX_ROW_INVOCATIONS per row; narrow rows share a workgroup of
+#: WORKGROUP_TARGET invocations. Tuned on an H200 (docs/benchmarks.md): at 4096x4096 fp32,
+#: 256 x 4 units moved 0.90 of the copy bandwidth (WGSL and GLSL), 128 x 8 0.80 / 0.87; at
+#: 16384x8192 fp16, 256 x 4 moved 0.97 where the earlier fp16 default, 128 x 8, moved 0.95;
+#: at 4096x4096 fp16, 128 x 4 moved 0.85 / 0.85 (0.79 / 0.72 with guarded loads).
 ITEMS_TARGET = 4
 MAX_ROW_INVOCATIONS = 512
 WORKGROUP_TARGET = 128
-#: fp16 rows use at most 128 invocations (more units each): at 32768x8192 fp16 on the H200 the
-#: GLSL kernel moved 4051 GB/s with 128 x 8 units and 3269 with 256 x 4 (WGSL: 4065 and 4057)
-MAX_ROW_INVOCATIONS_FP16 = 128
-#: and from 64 MiB of x up, 8 units per invocation: at 16384x4096 fp16, 64 x 8 moved 3906 (GLSL) and
-#: 3903 (WGSL) GB/s where 128 x 4 moved 3617 and 3933; below, more invocations fill the GPU better
-#: (4096x4096: 128 x 4 moved 3338 / 3030, 64 x 8 3023 / 3179)
-ITEMS_TARGET_FP16_LARGE, FP16_LARGE_BYTES = 8, 64 * 2**20
+#: up to this many units in registers, an invocation loads its units of x and of the weight
+#: unconditionally before the reduction (addresses clamped into the buffers, units past the row
+#: zeroed with a select), so all its loads are in flight at once and the weight's latency is not
+#: paid after the reduction. With more units, the extra registers cost more than they give (the
+#: GLSL kernel at 8 units: 0.74-0.88 of copy against 0.87-0.96 with guarded loads), so loads are
+#: guarded by branches and the weight is read when y is written.
+STRAIGHT_LOADS_MAX_ITEMS = 5
 #: units one invocation keeps in registers at most; the rest of a wider row is read twice
 MAX_ITEMS = 16
 
@@ -90,6 +93,11 @@ class WorkgroupShape:
     def rows(self) -> int:
         """Rows per workgroup."""
         return self.invocations // self.row_invocations
+
+    @property
+    def straight_loads(self) -> bool:
+        """Registers loaded without branches, the weight with x (``0 < items <= STRAIGHT_LOADS_MAX_ITEMS``)."""
+        return 0 < self.items <= STRAIGHT_LOADS_MAX_ITEMS
 
     def tag(self) -> str:
         """Short name for labels and benchmark tables, e.g. ``256x1 i4 sg``."""
@@ -178,16 +186,12 @@ def choose_shape(
     rows_per_workgroup: Optional[int] = None,
     items: Optional[int] = None,
     subgroups: Optional[bool] = None,
-    dtype: torch.dtype = torch.float32,
-    total_rows: int = 1,
 ) -> WorkgroupShape:
-    """The workgroup shape for ``total_rows`` rows of ``units`` 16-byte units of ``dtype``; any argument given overrides the default.
+    """The workgroup shape for rows of ``units`` 16-byte units (fp32 or fp16); any argument given overrides the default.
 
     Default on a GPU: ``row_invocations`` the power of two giving each invocation
-    about ``ITEMS_TARGET`` units (at most ``MAX_ROW_INVOCATIONS``; for fp16 at most
-    ``MAX_ROW_INVOCATIONS_FP16``, with ``ITEMS_TARGET_FP16_LARGE`` units from
-    ``FP16_LARGE_BYTES`` of x), rows packed into workgroups of ``WORKGROUP_TARGET``
-    invocations, every unit of a row in registers up to ``MAX_ITEMS``; on a CPU adapter
+    about ``ITEMS_TARGET`` units (at most ``MAX_ROW_INVOCATIONS``), rows packed into
+    workgroups of ``WORKGROUP_TARGET`` invocations, every unit of a row in registers up to ``MAX_ITEMS``; on a CPU adapter
     (llvmpipe) one subgroup per workgroup, since its subgroup is one SIMD loop
     and wider groups only add barrier cost. ``workgroup_size`` alone means one
     row per workgroup.
@@ -213,11 +217,7 @@ def choose_shape(
             raise KernelError(f"{where}: rows_per_workgroup {rows} exceeds workgroup_size {wg}")
         per_row = wg // rows
     else:
-        fp16 = dtype == torch.float16
-        most = MAX_ROW_INVOCATIONS_FP16 if fp16 else MAX_ROW_INVOCATIONS
-        large = total_rows * units * UNIT_BYTES >= FP16_LARGE_BYTES
-        per_unit = ITEMS_TARGET_FP16_LARGE if fp16 and large else ITEMS_TARGET
-        per_row = min(_floor_pow2(units // per_unit), most, cap)
+        per_row = min(_floor_pow2(units // ITEMS_TARGET), MAX_ROW_INVOCATIONS, cap)
         target = WORKGROUP_TARGET
         if device.adapter_type == "CPU" and sg:
             # llvmpipe runs a subgroup as one SIMD loop: wider groups only add barrier cost
@@ -322,7 +322,7 @@ def prepare(
     units = args.units
     layout = choose_shape(
         device, units, where=where, workgroup_size=workgroup_size, rows_per_workgroup=rows_per_workgroup,
-        items=items, subgroups=subgroups, dtype=dtype, total_rows=args.rows,
+        items=items, subgroups=subgroups,
     )
     if args.rows == 0:
         return PreparedRmsNorm(device, None, None, (0, 0, 0), None, shape, dtype, layout.invocations, layout=layout)

@@ -6,6 +6,7 @@
 //   ITEMS      16-byte units of its row each invocation keeps in registers (0..16; 0: read twice)
 //   HALF       1: fp16 storage, 8 halves packed in a uvec4; 0: fp32, a vec4
 //   SUBGROUP   1: reduce with subgroup shuffles; 0: a tree in shared memory
+//   STRAIGHT   1: load the registers without branches, the weight with x (WorkgroupShape.straight_loads)
 // The buffer layout and parameter block are edgeplug.runtime.rms_norm's; the
 // algorithm is the WebGPU plugin's WGSL kernel, line for line.
 
@@ -52,8 +53,15 @@ UNIT scaled(UNIT u, UNIT g, float s) { return u * s * g; }
 #endif
 
 // unit k of this invocation's part of the row: loaded into v<k>, summed, scaled and stored
+#if STRAIGHT
+// few units: every load without a branch, the weight's (g<k>) with x's, addresses clamped into
+// the buffers and units past the row zeroed, so all of an invocation's loads are in flight at once
+#define LOAD(k) uint i##k = t + k * uint(T); UNIT v##k = mix(UNIT(0), x[min(base + i##k, last)], bvec4(valid && i##k < p.units)); UNIT g##k = w[min(i##k, p.units - 1u)]; acc += sum_sq(v##k);
+#define STORE(k) if (i##k < p.units) { y[base + i##k] = scaled(v##k, g##k, scale); }
+#else
 #define LOAD(k) uint i##k = t + k * uint(T); UNIT v##k = (valid && i##k < p.units) ? x[base + i##k] : UNIT(0); acc += sum_sq(v##k);
 #define STORE(k) if (i##k < p.units) { y[base + i##k] = scaled(v##k, w[i##k], scale); }
+#endif
 
 void main() {
     // workgroups past the per-dimension dispatch limit arrive in gl_WorkGroupID.y
@@ -64,6 +72,7 @@ void main() {
     // no early return: every invocation must reach the barriers
     bool valid = row < p.rows;
     uint base = row * p.units;
+    uint last = p.rows * p.units - 1u;  // x's last unit: where straight loads clamp to
     // the register-cached part, one named variable per unit (a local array would go to local memory)
     float acc = 0.0;
 #if ITEMS > 0

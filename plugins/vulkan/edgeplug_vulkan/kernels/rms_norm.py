@@ -49,6 +49,7 @@ def glsl_source(dtype: torch.dtype, shape: Optional[WorkgroupShape] = None) -> s
         f"#define ITEMS {shape.items}\n"
         f"#define HALF {int(dtype == torch.float16)}\n"
         f"#define SUBGROUP {int(shape.subgroups)}\n"
+        f"#define STRAIGHT {int(shape.straight_loads)}\n"
         "#line 1\n"
     )
     return header + SHADER.read_text()

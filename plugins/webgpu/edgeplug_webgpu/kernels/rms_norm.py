@@ -4,8 +4,9 @@ The workgroup shape comes from ``edgeplug.runtime.rms_norm.choose_shape`` (the
 Vulkan plugin's GLSL kernel uses the same): a workgroup normalises
 ``rows`` rows with ``row_invocations`` invocations each. Every invocation
 loads up to ``items`` 16-byte units of its row into registers (consecutive
-invocations read consecutive units, so loads coalesce), sums their squares in
-fp32, the row's partial sums are added with ``subgroupShuffleXor`` where the
+invocations read consecutive units, so loads coalesce; with few units, without
+branches and together with the weight's: ``WorkgroupShape.straight_loads``),
+sums their squares in fp32, the row's partial sums are added with ``subgroupShuffleXor`` where the
 adapter has subgroups (plus one barrier when a row spans several subgroups)
 or with a tree in workgroup memory where it has not, and each invocation
 scales its registers and writes them. Storage is f32 (``vec4<f32>`` units) or
@@ -116,6 +117,7 @@ fn main(
     // no early return: every invocation must reach the barriers
     let valid = row < p.rows;
     let base = row * p.units;
+    let last = p.rows * p.units - 1u;  // x's last unit: where straight loads clamp to
     var acc = 0.0;
 LOADS
     // the part of a row past the registers is read twice
@@ -134,17 +136,31 @@ STORES
 """
 
 
-def _unrolled(items: int) -> tuple[str, str]:
-    """The register-cached part, one named variable per unit (a local array would go to local memory)."""
+def _unrolled(items: int, straight: bool) -> tuple[str, str]:
+    """The register-cached part, one named variable per unit (a local array would go to local memory).
+
+    ``straight`` (``WorkgroupShape.straight_loads``): every load without a branch, the
+    weight's with x's, addresses clamped into the buffers and units past the row zeroed.
+    """
     loads, stores = [], []
     for k in range(items):
-        loads.append(
-            f"    let i{k} = t + {k}u * T;\n"
-            f"    var v{k} = Unit();\n"
-            f"    if (valid && i{k} < p.units) {{\n        v{k} = x[base + i{k}];\n    }}\n"
-            f"    acc += sum_sq(v{k});"
-        )
-        stores.append(f"        if (i{k} < p.units) {{\n            y[base + i{k}] = scaled(v{k}, w[i{k}], scale);\n        }}")
+        if straight:
+            loads.append(
+                f"    let i{k} = t + {k}u * T;\n"
+                f"    let v{k} = select(Unit(), x[min(base + i{k}, last)], valid && i{k} < p.units);\n"
+                f"    let g{k} = w[min(i{k}, p.units - 1u)];\n"
+                f"    acc += sum_sq(v{k});"
+            )
+            weight = f"g{k}"
+        else:
+            loads.append(
+                f"    let i{k} = t + {k}u * T;\n"
+                f"    var v{k} = Unit();\n"
+                f"    if (valid && i{k} < p.units) {{\n        v{k} = x[base + i{k}];\n    }}\n"
+                f"    acc += sum_sq(v{k});"
+            )
+            weight = f"w[i{k}]"
+        stores.append(f"        if (i{k} < p.units) {{\n            y[base + i{k}] = scaled(v{k}, {weight}, scale);\n        }}")
     return "\n".join(loads), "\n".join(stores)
 
 
@@ -159,7 +175,7 @@ def wgsl_source(dtype: torch.dtype, shape: Optional[WorkgroupShape] = None) -> s
         f"const ITEMS: u32 = {shape.items}u;\n"
     )
     args = "@builtin(subgroup_size) sg: u32,\n    @builtin(subgroup_invocation_id) sl: u32," if shape.subgroups else ""
-    loads, stores = _unrolled(shape.items)
+    loads, stores = _unrolled(shape.items, shape.straight_loads)
     body = (
         _BODY.replace("SUBGROUP_ARGS", args).replace("REDUCE", _REDUCE[shape.subgroups].rstrip("\n"))
         .replace("LOADS", loads).replace("STORES", stores)
