@@ -34,29 +34,39 @@ def support_check(partitioner: Any, gm: Optional[Any] = None) -> Callable[[Any],
 
     vk = getattr(partitioner, "_vulkan_partitioner", partitioner)
     options = vk.options
-    fusable = []
-    if gm is not None:
-        import executorch.backends.vulkan.patterns as vk_patterns
+    built: list[Any] = []
 
-        fusable = vk_patterns.get_all_fusable_subgraphs(gm)
-    ops = VulkanSupportedOperators(
-        _texture_limits(options, vk_utils),
-        options.get("buffer_limit", vk_utils.DEFAULT_BUFFER_LIMIT),
-        require_dynamic_shape=options.get("require_dynamic_shapes", False),
-        skip_bool_tensors=options.get("skip_bool_tensors", False),
-        operator_blocklist=vk.operator_blocklist,
-        operator_allowlist=vk.operator_allowlist,
-        fusable_subgraphs=fusable,
-        nn_module_blocklist=vk.nn_module_blocklist,
-        nn_module_allowlist=vk.nn_module_allowlist,
-    )
+    def operators() -> Any:
+        # built on first use: matching executorch's fusable patterns costs as much as the
+        # partitioner's own pass over the graph, and a graph with every node taken asks nothing
+        if built:
+            return built[0]
+        fusable = []
+        if gm is not None:
+            import executorch.backends.vulkan.patterns as vk_patterns
+
+            fusable = vk_patterns.get_all_fusable_subgraphs(gm)
+        ops = VulkanSupportedOperators(
+            _texture_limits(options, vk_utils),
+            options.get("buffer_limit", vk_utils.DEFAULT_BUFFER_LIMIT),
+            require_dynamic_shape=options.get("require_dynamic_shapes", False),
+            skip_bool_tensors=options.get("skip_bool_tensors", False),
+            operator_blocklist=vk.operator_blocklist,
+            operator_allowlist=vk.operator_allowlist,
+            fusable_subgraphs=fusable,
+            nn_module_blocklist=vk.nn_module_blocklist,
+            nn_module_allowlist=vk.nn_module_allowlist,
+        )
+        # log_skip is where Vulkan states its reason; keep it instead of logging it
+        ops.log_skip = lambda node, reason: last.__setitem__("reason", str(reason))
+        built.append(ops)
+        return ops
+
     last: dict[str, str] = {}
-    # log_skip is where Vulkan states its reason; keep it instead of logging it
-    ops.log_skip = lambda node, reason: last.__setitem__("reason", str(reason))
 
     def check(node: Any) -> Verdict:
         last.clear()
-        if ops.is_node_supported({}, node):
+        if operators().is_node_supported({}, node):
             return TAKEN
         return Verdict(False, f"Vulkan: {last.get('reason', 'not supported')}")
 
