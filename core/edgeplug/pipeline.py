@@ -239,11 +239,16 @@ def _export_passes(job: Lowering) -> None:
 
 
 def _edge_stage(job: Lowering) -> Any:
-    """The pass executorch runs between to_edge and partitioning: the backend's edge passes, then fusion."""
+    """The pass executorch runs between to_edge and partitioning: constant folding, the backend's
+    edge passes, then fusion."""
     from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 
     from edgeplug.graph import recording, run_passes
+    from edgeplug.graph.fold import fold_constant_subgraphs
     from edgeplug.graph.passes import core_pass
+
+    def constant_fold(ep: ExportedProgram) -> None:
+        fold_constant_subgraphs(ep, budget=job.backend.spec.constant_fold_budget)
 
     def fusion(ep: ExportedProgram) -> ExportedProgram:
         out, job.fusions = fuse(ep, job.backend)
@@ -252,8 +257,8 @@ def _edge_stage(job: Lowering) -> Any:
     class EdgeplugEdgeStage(ExportedProgramPassBase):
         def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
             job.clock.enter("edge passes + fusion")
-            # the core's fusion goes through the runner too: names reserved, graphs linted
-            passes = [*job.backend.passes_for("edge"), core_pass("fuse", fusion)]
+            # the core's folding and fusion go through the runner too: names reserved, graphs linted
+            passes = [core_pass("constant fold", constant_fold), *job.backend.passes_for("edge"), core_pass("fuse", fusion)]
             with recording() as log:
                 ep = run_passes(exported_program, passes, backend=job.backend)
             job.transforms = list(log)
