@@ -9,6 +9,8 @@ are session-scoped and only built when a test asks for them.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 #: folders each holding installed test distributions (*.dist-info + modules)
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ZOO_PATH = REPO / "bench" / "zoo.py"
 
 
 @pytest.fixture
@@ -80,3 +83,15 @@ def llama_edge(llama_exported):
     from executorch.exir import EdgeCompileConfig, to_edge
 
     return to_edge(llama_exported, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """bench/zoo.py as a module (bench/ is not a package): its tiny transformers models and stock lowering."""
+    name = "edgeplug_bench_zoo"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ZOO_PATH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses resolve their module by name
+        spec.loader.exec_module(module)
+    return sys.modules[name]

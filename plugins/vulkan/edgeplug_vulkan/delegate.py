@@ -6,7 +6,8 @@ itself, not from its own choices: the ops the delegate keeps whole, how
 per-node support check, the scope that keeps executorch's own RMSNorm
 pattern out, and the weight-only quantization schemes of ``VulkanQuantizer``.
 A plugin's hooks.py yields these with its backend name and adds what is its
-own (partitioner, description, kernels, whether its kernel accumulates in fp32).
+own (partitioner, description, kernels, whether its kernel accumulates in fp32),
+and the core's canonicalizing rewrites the delegate's ops call for.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Iterator
 
-from edgeplug import BackendSpec, FusionPolicy, KeepWhole, QuantScheme
+from edgeplug import BackendSpec, FusionPolicy, KeepWhole, PassSpec, QuantScheme
 
 from edgeplug_vulkan.fusion import load_et_vk_ops, without_executorch_vulkan_pattern
 from edgeplug_vulkan.support import support_check
@@ -54,6 +55,16 @@ def keep_whole(backend: str) -> KeepWhole:
 
     aten = torch.ops.aten
     return KeepWhole(backend=backend, ops=(aten.hardswish.default, aten.upsample_nearest2d.vec, aten.pixel_shuffle.default))
+
+
+def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
+    """The core's exact rewrites into ops the delegate implements (``edgeplug.graph.canonical``).
+
+    It has ``mul.Tensor`` (``add``, ``sub``, ``div``) for fp16 and fp32 but no ``.Scalar`` form.
+    """
+    from edgeplug.graph.canonical import FLOATS, rewrite_pass
+
+    yield rewrite_pass("scalar_to_tensor", backend=backend, dtypes=FLOATS)
 
 
 def rms_norm_policy(backend: str, *, fp32_accumulation: bool) -> FusionPolicy:

@@ -32,6 +32,11 @@ def edgeplug_keep_whole():
 
 
 @edgeplug.hookimpl
+def edgeplug_passes():
+    yield from delegate.canonical_rewrites(BACKEND)
+
+
+@edgeplug.hookimpl
 def edgeplug_fusion_policies():
     yield delegate.rms_norm_policy(BACKEND, fp32_accumulation=False)
 

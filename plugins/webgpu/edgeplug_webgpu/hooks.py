@@ -34,6 +34,11 @@ def edgeplug_keep_whole():
 
 
 @edgeplug.hookimpl
+def edgeplug_passes():
+    yield from delegate.canonical_rewrites(BACKEND)
+
+
+@edgeplug.hookimpl
 def edgeplug_fusion_policies():
     # our WGSL kernel accumulates in fp32 whatever the storage dtype
     yield delegate.rms_norm_policy(BACKEND, fp32_accumulation=True)

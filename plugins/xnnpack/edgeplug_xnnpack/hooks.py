@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import edgeplug
 from edgeplug import BackendSpec, PartitionerFilter, PassSpec
+from edgeplug.graph.canonical import FLOATS, rewrite_pass
 
 from edgeplug_xnnpack import filters, passes
 
@@ -47,6 +48,14 @@ def edgeplug_partitioner_filters():
 @edgeplug.hookimpl
 def edgeplug_passes():
     yield PassSpec(backend=BACKEND, stage="export", name=passes.NAME, fn=passes.div_by_power_of_two_to_mul)
+    # the core's exact rewrites into forms XNNPACK's partitioner takes (fp32 / fp16 ops)
+    yield rewrite_pass("drop_identity_copies", backend=BACKEND)
+    yield rewrite_pass("scalar_to_tensor", backend=BACKEND, dtypes=FLOATS)  # no mul.Scalar config
+    yield rewrite_pass("mean_at_rank", backend=BACKEND, rank=4, dims=(2, 3), dtypes=FLOATS)  # 4-d means only
+    yield rewrite_pass("unsqueeze_as_view", backend=BACKEND, except_trailing=True, dtypes=FLOATS)
+    yield rewrite_pass("squeeze_as_view", backend=BACKEND, dtypes=FLOATS)  # no squeeze config
+    # its cat takes two or more distinct inputs (its preprocess splits cats of more than 5)
+    yield rewrite_pass("expand_as_cat", backend=BACKEND, distinct_inputs=True, dtypes=FLOATS)
 
 
 def _symmetric_per_channel():

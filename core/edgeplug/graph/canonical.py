@@ -1,0 +1,490 @@
+"""Canonicalizing rewrites a backend chooses from.
+
+Each rewrite replaces an op a backend refuses by ops that compute the same
+values bit for bit and that the backend does take. A backend asks for the
+ones it wants through its ``edgeplug_passes`` hook::
+
+    from edgeplug.graph.canonical import rewrite_pass
+
+    @edgeplug.hookimpl
+    def edgeplug_passes():
+        yield rewrite_pass("mean_at_rank", backend="mybackend", rank=4, dims=(2, 3))
+        yield rewrite_pass("scalar_to_tensor", backend="mybackend")
+
+Every rewrite runs on an edge-dialect program (aten programs work too),
+changes it in place, leaves alone what it cannot prove equal (symbolic
+shapes, tensors that are not contiguous, dtypes outside ``dtypes``) and
+records each change with ``edgeplug.graph.note`` (the report's
+``transforms``). ``apply(ep, name, **params)`` runs one directly and
+returns its records.
+
+The rewrites (``REWRITES``; parameters with their defaults):
+
+- ``scalar_to_tensor(ops=("mul", "add", "sub", "div"), dtypes=None)``:
+  ``mul.Scalar(x, s)`` -> ``mul.Tensor(x, c)`` with ``c`` a 0-d constant of
+  ``x``'s dtype. Only where ``s`` is exactly representable in that dtype:
+  eager computes a scalar op in ``x``'s math type (float for half types),
+  so the constant then holds the same number the scalar did.
+- ``mean_at_rank(rank=4, dims=(2, 3), dtypes=FLOATS)``: a ``mean.dim`` over
+  the trailing dims of a contiguous tensor becomes view, a mean over the
+  backend's ``dims`` of a ``rank``-d tensor (kept), view. The elements each
+  mean reads, their order and their count are unchanged.
+- ``unsqueeze_as_view(except_trailing=False, dtypes=None)`` and
+  ``squeeze_as_view(dtypes=None)``: a ``view_copy`` to the same shape; on a
+  contiguous tensor adding or dropping a size-1 dim moves no element.
+- ``expand_as_cat(max_inputs=None, distinct_inputs=False, max_copies=64,
+  dtypes=FLOATS)``: an ``expand_copy`` that broadcasts size-1 dims becomes a
+  ``cat`` of copies along each (cats of at most ``max_inputs`` inputs;
+  ``distinct_inputs``: every cat reads two different nodes, the second a
+  same-shape ``view_copy``), after a view adding the leading dims it adds;
+  an expand to the shape it has is dropped. Copies are exact for every bit
+  pattern.
+- ``drop_identity_copies(ops=None)``: copies that change nothing (``alias_copy``,
+  an ``expand_copy`` or a dim-order-preserving clone to the same shape and
+  dtype) are replaced by what they copy (``edgeplug.graph.copies``).
+
+``FLOATS`` is float32 and float16: the dtypes XNNPACK's ops take by default.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import torch
+from torch.export import ExportedProgram
+
+from edgeplug.graph.constants import lift_constant
+from edgeplug.graph.copies import is_identity_copy
+from edgeplug.graph.names import reserve_node_names
+from edgeplug.graph.ops import is_written, op_name
+from edgeplug.graph.rewrite import copy_meta, fake_mode_of, replace_uses
+from edgeplug.graph.transforms import note
+from edgeplug.records import PassSpec, TransformRecord
+
+FLOATS: tuple[torch.dtype, ...] = (torch.float32, torch.float16)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _val(node: Any) -> Optional[torch.Tensor]:
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _static(*tensors: Optional[torch.Tensor]) -> bool:
+    """Every tensor is known and has only integer sizes (no symbolic dims)."""
+    return all(t is not None and all(type(d) is int for d in t.shape) for t in tensors)
+
+
+def _plain(t: Optional[torch.Tensor], dtypes: Optional[Sequence[torch.dtype]]) -> bool:
+    """A static, contiguous tensor of one of ``dtypes`` (any dtype when None)."""
+    return _static(t) and t.is_contiguous() and (dtypes is None or t.dtype in dtypes)
+
+
+class _Builder:
+    """Makes nodes in a program's dialect, with values computed in the graph's fake mode."""
+
+    def __init__(self, ep: ExportedProgram) -> None:
+        self.ep = ep
+        self.graph = ep.graph_module.graph
+        self.edge = getattr(ep, "dialect", None) == "EDGE"
+        self._mode: Any = None
+
+    def op(self, name: str, overload: str = "default") -> Any:
+        if self.edge:
+            from executorch.exir.dialects._ops import ops as exir_ops
+
+            return getattr(getattr(exir_ops.edge.aten, name), overload)
+        return getattr(getattr(torch.ops.aten, name), overload)
+
+    def call(self, origin: torch.fx.Node, name: str, args: tuple, overload: str = "default") -> torch.fx.Node:
+        """A node calling ``aten.<name>.<overload>(*args)`` before ``origin``, with its provenance."""
+        target = self.op(name, overload)
+        if self._mode is None:
+            self._mode = fake_mode_of(self.graph)
+        fake_args = torch.fx.node.map_arg(args, lambda n: n.meta["val"])
+        with self._mode:
+            val = getattr(getattr(torch.ops.aten, name), overload)(*fake_args)
+        with self.graph.inserting_before(origin):
+            node = self.graph.call_function(target, args)
+        node.meta["val"] = val
+        copy_meta(origin, node)
+        return node
+
+    def view(self, origin: torch.fx.Node, x: torch.fx.Node, shape: Sequence[int]) -> torch.fx.Node:
+        return self.call(origin, "view_copy", (x, [int(d) for d in shape]))
+
+    def replace(self, old: torch.fx.Node, new: torch.fx.Node) -> None:
+        replace_uses(self.ep, old, new)
+        self.graph.erase_node(old)
+
+
+def _record(name: str, node: torch.fx.Node, added: int, detail: str, bytes_added: int = 0) -> TransformRecord:
+    record = TransformRecord(
+        transform=name, kind="rewrite", node=node.name, op=op_name(node), removed=1, added=added,
+        bytes_added=bytes_added, detail=detail,
+    )
+    note(record)
+    return record
+
+
+def _nodes(ep: ExportedProgram, names: Iterable[str]) -> list[torch.fx.Node]:
+    wanted = set(names)
+    return [n for n in ep.graph_module.graph.nodes if n.op == "call_function" and op_name(n) in wanted]
+
+
+def _dtype_names(dtypes: Optional[Sequence[torch.dtype]]) -> str:
+    return "any dtype" if dtypes is None else ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+# -- scalar ops to tensor ops ----------------------------------------------------------
+
+_SCALAR_OPS = {"mul": "aten.mul.Scalar", "add": "aten.add.Scalar", "sub": "aten.sub.Scalar", "div": "aten.div.Scalar"}
+
+
+def _math_type(dtype: torch.dtype) -> torch.dtype:
+    """The type eager computes a float op of ``dtype`` in (``at::opmath_type``)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def representable(value: float, dtype: torch.dtype) -> bool:
+    """``value`` held in ``dtype`` is the number eager computes with for a scalar operand."""
+    math_type = _math_type(dtype)
+    exact = torch.tensor(value, dtype=math_type)
+    return bool(torch.equal(exact.to(dtype).to(math_type), exact)) or bool(math.isnan(value))
+
+
+def _scalar_operand(node: torch.fx.Node) -> Optional[float]:
+    """The scalar of ``op.Scalar(x, s)`` when ``alpha`` (add, sub) is 1, else None."""
+    if len(node.args) < 2 or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    s = node.args[1]
+    if isinstance(s, bool) or not isinstance(s, (int, float)):
+        return None
+    alpha = node.args[2] if len(node.args) > 2 else node.kwargs.get("alpha", 1)
+    if alpha != 1 or set(node.kwargs) - {"alpha"}:
+        return None
+    return s
+
+
+def scalar_to_tensor(
+    ep: ExportedProgram, *, ops: Sequence[str] = ("mul", "add", "sub", "div"), dtypes: Optional[Sequence[torch.dtype]] = None
+) -> list[TransformRecord]:
+    """``op.Scalar(x, s)`` -> ``op.Tensor(x, c)``, ``c`` a 0-d constant of ``x``'s dtype (see module doc)."""
+    unknown = set(ops) - set(_SCALAR_OPS)
+    if unknown:
+        raise ValueError(f"scalar_to_tensor: unknown ops {sorted(unknown)}; it rewrites {sorted(_SCALAR_OPS)}")
+    build = _Builder(ep)
+    constants: dict[tuple[torch.dtype, str], torch.fx.Node] = {}
+    records = []
+    for node in _nodes(ep, (_SCALAR_OPS[o] for o in ops)):
+        x, out, s = _val(node.args[0]), _val(node), _scalar_operand(node)
+        if s is None or x is None or out is None or not x.dtype.is_floating_point or out.dtype != x.dtype:
+            continue
+        if (dtypes is not None and x.dtype not in dtypes) or not representable(s, x.dtype):
+            continue
+        key = (x.dtype, repr(float(s)))
+        fresh = key not in constants
+        if fresh:
+            value = torch.tensor(s, dtype=x.dtype)
+            constants[key] = lift_constant(ep, value, f"scalar_{node.name}", like=node.args[0])
+        base = op_name(node).split(".")[1]
+        new = build.call(node, base, (node.args[0], constants[key]), "Tensor")
+        build.replace(node, new)
+        records.append(_record(
+            "scalar_to_tensor", node, 2 if fresh else 1,
+            f"{base}.Tensor with a 0-d {str(x.dtype).replace('torch.', '')} constant {s!r}"
+            + ("" if fresh else " (shared)"),
+            x.element_size() if fresh else 0,
+        ))
+    return records
+
+
+# -- mean at the backend's rank --------------------------------------------------------
+
+
+def _fold_dims(shape: Sequence[int], slots: int, pad_front: bool) -> Optional[list[int]]:
+    """``shape`` as ``slots`` dims: merge the leading ones, or pad with 1s (front or back)."""
+    shape = list(shape)
+    if len(shape) > slots:
+        if slots == 0:
+            return None
+        cut = len(shape) - slots + 1
+        shape = [math.prod(shape[:cut]), *shape[cut:]]
+    pad = [1] * (slots - len(shape))
+    return pad + shape if pad_front else shape + pad
+
+
+def _check_rank_dims(rank: int, dims: Sequence[int]) -> tuple[int, ...]:
+    if rank < 1:
+        raise ValueError(f"mean_at_rank: rank must be at least 1, got {rank}")
+    norm = sorted(d % rank for d in dims) if dims else []
+    if not norm or norm != list(range(rank - len(norm), rank)):
+        raise ValueError(
+            f"mean_at_rank: dims {tuple(dims)} must be the trailing dims of rank {rank} (e.g. (2, 3) for rank 4)"
+        )
+    return tuple(norm)
+
+
+def mean_at_rank(
+    ep: ExportedProgram, *, rank: int = 4, dims: Sequence[int] = (2, 3), dtypes: Optional[Sequence[torch.dtype]] = FLOATS
+) -> list[TransformRecord]:
+    """A trailing-dims ``mean.dim`` as view -> ``mean(dims, keepdim)`` at ``rank`` -> view (see module doc)."""
+    target = _check_rank_dims(rank, dims)
+    build = _Builder(ep)
+    records = []
+    for node in _nodes(ep, ["aten.mean.dim"]):
+        x_node = node.args[0]
+        x, out = _val(x_node), _val(node)
+        if not _plain(x, dtypes) or not _static(out) or node.kwargs.get("dtype") is not None or x.numel() == 0:
+            continue
+        reduced = sorted({d % x.dim() for d in node.args[1]}) if x.dim() and node.args[1] else None
+        if not reduced or reduced != list(range(x.dim() - len(reduced), x.dim())):
+            continue  # not the trailing dims (or every dim, written [] or None)
+        keepdim = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
+        if x.dim() == rank and tuple(reduced) == target and keepdim:
+            continue  # already what the backend takes
+        cut = x.dim() - len(reduced)
+        kept = _fold_dims(x.shape[:cut], rank - len(target), pad_front=True)
+        red = _fold_dims(x.shape[cut:], len(target), pad_front=False)
+        if kept is None or red is None:
+            continue
+        wide = build.view(node, x_node, kept + red)
+        mean = build.call(node, "mean", (wide, list(target), True), "dim")
+        back = build.view(node, mean, out.shape)
+        build.replace(node, back)
+        records.append(_record(
+            "mean_at_rank", node, 3,
+            f"mean over {list(target)} of a {rank}-d view {kept + red} of {list(x.shape)}, viewed back to {list(out.shape)}",
+        ))
+    return records
+
+
+# -- unsqueeze / squeeze as a view -----------------------------------------------------
+
+
+def _as_view(
+    ep: ExportedProgram, name: str, ops: Sequence[str], dtypes: Optional[Sequence[torch.dtype]],
+    skip: Callable[[torch.fx.Node, torch.Tensor], bool] = lambda node, x: False,
+) -> list[TransformRecord]:
+    build = _Builder(ep)
+    records = []
+    for node in _nodes(ep, ops):
+        x_node = node.args[0]
+        x, out = _val(x_node), _val(node)
+        if not _plain(x, dtypes) or not _static(out) or out.dtype != x.dtype or skip(node, x):
+            continue
+        build.replace(node, build.view(node, x_node, out.shape))
+        records.append(_record(name, node, 1, f"view_copy {list(x.shape)} -> {list(out.shape)}"))
+    return records
+
+
+def unsqueeze_as_view(
+    ep: ExportedProgram, *, except_trailing: bool = False, dtypes: Optional[Sequence[torch.dtype]] = None
+) -> list[TransformRecord]:
+    """``unsqueeze_copy`` -> ``view_copy``; ``except_trailing`` leaves an unsqueeze of the last dim alone."""
+
+    def trailing(node: torch.fx.Node, x: torch.Tensor) -> bool:
+        return except_trailing and node.args[1] in (-1, x.dim())
+
+    return _as_view(ep, "unsqueeze_as_view", ["aten.unsqueeze_copy.default"], dtypes, trailing)
+
+
+def squeeze_as_view(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = None) -> list[TransformRecord]:
+    """``squeeze_copy`` (every overload) -> ``view_copy``."""
+    ops = ["aten.squeeze_copy.default", "aten.squeeze_copy.dim", "aten.squeeze_copy.dims"]
+    return _as_view(ep, "squeeze_as_view", ops, dtypes)
+
+
+# -- expand as cat ---------------------------------------------------------------------
+
+
+def _copies(
+    build: _Builder, origin: torch.fx.Node, src: torch.fx.Node, n: int, dim: int, max_inputs: Optional[int], distinct: bool
+) -> tuple[torch.fx.Node, int]:
+    """``n`` copies of ``src`` along ``dim`` as cats of at most ``max_inputs`` inputs; (result, nodes made).
+
+    ``distinct``: each cat reads at least two different nodes (``src`` and a
+    same-shape ``view_copy`` of it), for a backend that counts distinct inputs.
+    """
+    if n == 1:
+        return src, 0
+    twin, made = src, 0
+    if distinct:
+        twin, made = build.view(origin, src, _val(src).shape), 1
+    width = n if max_inputs is None else min(n, max_inputs)
+    block = build.call(origin, "cat", ([src] + [twin] * (width - 1), dim))
+    made += 1
+    if width == n:
+        return block, made
+    q, r = divmod(n, width)
+    blocks, more = _copies(build, origin, block, q, dim, max_inputs, distinct)
+    made += more
+    if r == 0:
+        return blocks, made
+    return build.call(origin, "cat", ([blocks] + [src] * r, dim)), made + 1
+
+
+def expand_as_cat(
+    ep: ExportedProgram,
+    *,
+    max_inputs: Optional[int] = None,
+    distinct_inputs: bool = False,
+    max_copies: int = 64,
+    dtypes: Optional[Sequence[torch.dtype]] = FLOATS,
+) -> list[TransformRecord]:
+    """``expand_copy`` of size-1 dims -> view (new leading dims) and cats of copies (see module doc)."""
+    if max_inputs is not None and max_inputs < 2:
+        raise ValueError(f"expand_as_cat: max_inputs must be at least 2 (or None), got {max_inputs}")
+    build = _Builder(ep)
+    records = []
+    for node in _nodes(ep, ["aten.expand_copy.default"]):
+        x_node = node.args[0]
+        x, out = _val(x_node), _val(node)
+        if not _plain(x, dtypes) or not _static(out) or out.dtype != x.dtype:
+            continue
+        lead = out.dim() - x.dim()
+        shape = [1] * lead + list(x.shape)
+        grow = [(i, k) for i, (s, k) in enumerate(zip(shape, out.shape)) if s != k]
+        if any(shape[i] != 1 for i, _ in grow) or any(k > max_copies for _, k in grow):
+            continue
+        if not grow and not lead:
+            if any(u.op == "output" for u in node.users):
+                continue  # an output must not alias its input
+            build.replace(node, x_node)
+            records.append(_record("expand_as_cat", node, 0, f"expand to the shape it has {list(x.shape)}: dropped"))
+            continue
+        cur, added = x_node, 0
+        if lead:
+            cur, added = build.view(node, x_node, shape), 1
+        for i, k in grow:
+            cur, made = _copies(build, node, cur, k, i, max_inputs, distinct_inputs)
+            added += made
+        build.replace(node, cur)
+        what = ", ".join(f"{k} copies along dim {i}" for i, k in grow)
+        records.append(_record("expand_as_cat", node, added, f"{list(x.shape)} -> {list(out.shape)}: cat of {what}"))
+    return records
+
+
+# -- copies that change nothing --------------------------------------------------------
+
+
+def drop_identity_copies(ep: ExportedProgram, *, ops: Optional[Sequence[str]] = None) -> list[TransformRecord]:
+    """Copies that change nothing replaced by what they copy; ``ops``: op names to consider (all when None).
+
+    A copy whose value is a program output stays (an output must not alias an input or another output).
+    """
+    build = _Builder(ep)
+    wanted = set(ops) if ops is not None else None
+    records = []
+    for node in list(ep.graph_module.graph.nodes):
+        if node.op != "call_function" or (wanted is not None and op_name(node) not in wanted):
+            continue
+        if not is_identity_copy(node) or any(u.op == "output" for u in node.users):
+            continue
+        if is_written(node) or is_written(node.args[0]):
+            continue  # one of them is changed in place: the two values differ afterwards
+        source = node.args[0]
+        build.replace(node, source)
+        records.append(_record("drop_identity_copies", node, 0, f"copies {source.name} unchanged"))
+    return records
+
+
+# -- the registry and the pass factory -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A named rewrite: ``fn(ep, **params) -> list[TransformRecord]``, changing ``ep`` in place."""
+
+    name: str
+    fn: Callable[..., list[TransformRecord]]
+
+    def check(self, params: dict[str, Any]) -> None:
+        """Raise TypeError naming the rewrite when ``params`` are not its parameters."""
+        try:
+            inspect.signature(self.fn).bind(None, **params)
+        except TypeError as exc:
+            accepted = [p for p in inspect.signature(self.fn).parameters if p != "ep"]
+            raise TypeError(f"rewrite {self.name!r} takes {accepted}, got {sorted(params)}: {exc}") from None
+
+
+REWRITES: dict[str, Rewrite] = {
+    r.name: r
+    for r in (
+        Rewrite("scalar_to_tensor", scalar_to_tensor),
+        Rewrite("mean_at_rank", mean_at_rank),
+        Rewrite("unsqueeze_as_view", unsqueeze_as_view),
+        Rewrite("squeeze_as_view", squeeze_as_view),
+        Rewrite("expand_as_cat", expand_as_cat),
+        Rewrite("drop_identity_copies", drop_identity_copies),
+    )
+}
+
+
+def _rewrite(name: str) -> Rewrite:
+    try:
+        return REWRITES[name]
+    except KeyError:
+        raise ValueError(f"no canonicalizing rewrite {name!r}; the core has {sorted(REWRITES)}") from None
+
+
+def apply(ep: ExportedProgram, name: str, **params: Any) -> list[TransformRecord]:
+    """Run the rewrite ``name`` on ``ep`` in place (names reserved, graph linted and recompiled); its records."""
+    rewrite = _rewrite(name)
+    rewrite.check(params)
+    reserve_node_names(ep)
+    records = rewrite.fn(ep, **params)
+    if records:
+        ep.graph_module.graph.lint()
+        ep.graph_module.recompile()
+    return records
+
+
+def _run_in_pass(fn: Callable[..., Any], params: dict[str, Any], ep: ExportedProgram) -> None:
+    fn(ep, **params)  # the pass runner reserves names, lints and recompiles
+    return None
+
+
+def rewrite_pass(
+    name: str,
+    *,
+    backend: str,
+    order: int = 0,
+    before: Union[str, Sequence[str]] = (),
+    after: Union[str, Sequence[str]] = (),
+    **params: Any,
+) -> PassSpec:
+    """The edge-stage ``PassSpec`` that runs the core's rewrite ``name`` for ``backend`` with ``params``.
+
+    The pass is named ``name``; ``order``, ``before`` and ``after`` place it
+    among the backend's other edge passes. Unknown names and parameters
+    raise here, when the plugin declares the pass.
+    """
+    rewrite = _rewrite(name)
+    rewrite.check(params)
+    return PassSpec(
+        backend=backend, stage="edge", name=name, fn=functools.partial(_run_in_pass, rewrite.fn, dict(params)),
+        order=order, before=before, after=after,
+    )
+
+
+__all__ = [
+    "FLOATS",
+    "REWRITES",
+    "Rewrite",
+    "apply",
+    "drop_identity_copies",
+    "expand_as_cat",
+    "mean_at_rank",
+    "representable",
+    "rewrite_pass",
+    "scalar_to_tensor",
+    "squeeze_as_view",
+    "unsqueeze_as_view",
+]

@@ -1,0 +1,422 @@
+"""The core's canonicalizing rewrites (edgeplug.graph.canonical), on real exported programs.
+
+Per rewrite: the graph after it (what is gone, what took its place, and that
+executorch's own XNNPACK / Vulkan checks take the result), bitwise-equal
+outputs before and after in fp32 and bf16, records that match the graph, and
+what it must leave alone (symbolic dims, ranks and dims it does not handle,
+dtypes it was not asked for, non-contiguous tensors, scalars a dtype cannot
+hold). Then the declarations: a third party's backend choosing rewrites
+through the passes hook, and the xnnpack / vulkan plugins' own.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pytest
+import torch
+from torch import nn
+
+import edgeplug
+from edgeplug.graph import canonical, recording
+from edgeplug.graph.ops import op_name
+
+DTYPES = [torch.float32, torch.bfloat16]
+#: each rewrite with the parameters it is tested under (every dtype: exactness is checked in bf16 too)
+REWRITES = {
+    "scalar_to_tensor": {"dtypes": None},
+    "mean_at_rank": {"rank": 4, "dims": (2, 3), "dtypes": None},
+    "unsqueeze_as_view": {"except_trailing": True},
+    "squeeze_as_view": {},
+    "expand_as_cat": {"distinct_inputs": True, "dtypes": None},
+    "drop_identity_copies": {},
+}
+
+
+class Block(nn.Module):
+    """One of each op the rewrites take: an RMSNorm's rank-3 mean, key/value heads repeated the
+    way transformers does it (unsqueeze, expand, reshape), scalar ops, a squeeze."""
+
+    def __init__(self, scale: float = 0.5) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        heads = n.view(b, s, 2, d // 2).transpose(1, 2)
+        kv = heads[:, :, None].expand(b, 2, 3, s, d // 2).reshape(b, 6, s, d // 2)
+        kv = torch.ops.aten.mul.Scalar(kv, self.scale)
+        kv = torch.ops.aten.sub.Scalar(kv, 0.25)
+        return kv.squeeze(0)
+
+
+def _edge(model: nn.Module, inputs: tuple, dynamic_shapes=None):
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
+    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+
+
+def _block_inputs(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor]:
+    return (torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(0)).to(dtype),)
+
+
+@pytest.fixture(scope="session")
+def block_edge():
+    """dtype -> (the Block's edge program, its inputs)."""
+    return {d: (_edge(Block().to(d), _block_inputs(d)), _block_inputs(d)) for d in DTYPES}
+
+
+@pytest.fixture(scope="session")
+def decoder(zoo):
+    """dtype -> (bench/zoo.py's one-layer transformers Llama as an edge program, its inputs)."""
+    pytest.importorskip("transformers")
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    out = {}
+    for dtype in DTYPES:
+        model, inputs = zoo.build("llama", 1)
+        with torch.no_grad():
+            ep = torch.export.export(model.to(dtype), inputs)
+        out[dtype] = (to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program(), inputs)
+    return out
+
+
+def _ops(ep) -> Counter:
+    return Counter(op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function")
+
+
+def _applied(ep, name: str, **params):
+    """(a rewritten copy of ``ep``, the records returned, the records noted)."""
+    after = copy.deepcopy(ep)
+    with recording() as log:
+        records = canonical.apply(after, name, **params)
+    return after, records, log
+
+
+def _run(ep, inputs) -> torch.Tensor:
+    with torch.no_grad():
+        return ep.module()(*inputs)
+
+
+def _node_count(ep) -> int:
+    return sum(1 for n in ep.graph_module.graph.nodes if n.op in ("call_function", "placeholder"))
+
+
+# -- every rewrite: exact, recorded as it changed the graph ----------------------------------
+
+
+#: the programs holding each rewrite's op (the block has no identity copy, the decoder no squeeze)
+CASES = [
+    (name, program)
+    for name in REWRITES
+    for program in ("block", "decoder")
+    if (name, program) not in {("drop_identity_copies", "block"), ("squeeze_as_view", "decoder")}
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name, program", CASES)
+def test_rewrite_is_bitwise_exact_and_its_records_match_the_graph(name, program, dtype, block_edge, decoder):
+    ep, inputs = (block_edge if program == "block" else decoder)[dtype]
+    after, records, log = _applied(ep, name, **REWRITES[name])
+    assert records, f"{name} changed nothing in the {program}"
+    assert records == log  # returned and noted alike
+    assert torch.equal(_run(after, inputs), _run(ep, inputs))
+    names = {n.name for n in after.graph_module.graph.nodes}
+    before_ops = {n.name: op_name(n) for n in ep.graph_module.graph.nodes}
+    for r in records:
+        assert (r.transform, r.kind) == (name, "rewrite")
+        assert r.node not in names and before_ops[r.node] == r.op
+    assert _node_count(after) - _node_count(ep) == sum(r.added - r.removed for r in records)
+
+
+# -- what each leaves in the graph, and that the backend takes it -----------------------------
+
+
+def _xnnpack_takes(node, ep) -> bool:
+    """executorch's XNNPACK partitioner config for ``node``'s op accepts it."""
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+
+    configs = {c.target_name: c for c in (cls() for cls in ALL_PARTITIONER_CONFIGS) if hasattr(c, "target_name")}
+    config = configs.get(op_name(node).removeprefix("aten."))
+    return config is not None and config.check_constraints(node, ep)
+
+
+def _calls(ep, name: str) -> list:
+    return [n for n in ep.graph_module.graph.nodes if n.op == "call_function" and op_name(n) == name]
+
+
+def test_scalar_ops_become_tensor_ops_on_a_0d_constant_of_the_input_dtype(block_edge, decoder):
+    for ep, _ in (block_edge[torch.float32], decoder[torch.float32]):
+        assert _ops(ep)["aten.mul.Scalar"]
+        after, records, _ = _applied(ep, "scalar_to_tensor")
+        ops = _ops(after)
+        assert not any(op.endswith(".Scalar") and op.split(".")[1] in ("mul", "add", "sub", "div") for op in ops)
+        constants = {s.arg.name: after.constants[s.target] for s in after.graph_signature.input_specs if s.target in after.constants}
+        for r in records:
+            value = float(r.detail.split("constant ")[1].split(" ")[0])
+            users = [n for n in after.graph_module.graph.nodes if n.op == "call_function"
+                     and any(a.name in constants and constants[a.name].ndim == 0 and constants[a.name].item() == value
+                             for a in n.all_input_nodes)]
+            assert users and all(op_name(n) == r.op.replace(".Scalar", ".Tensor") for n in users)
+            assert all(_xnnpack_takes(n, after) for n in users)
+    # one constant per value and dtype: the decoder's two 0.5 scalings share theirs
+    _, records, _ = _applied(decoder[torch.float32][0], "scalar_to_tensor")
+    assert [r.added for r in records] == [2, 1] and records[0].bytes_added == 4
+
+
+def test_the_vulkan_delegate_takes_the_tensor_form(block_edge):
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+    from edgeplug_vulkan.support import support_check
+
+    ep, _ = block_edge[torch.float32]
+    check = support_check(VulkanPartitioner())
+    assert not check(_calls(ep, "aten.mul.Scalar")[0])
+    after, _, _ = _applied(ep, "scalar_to_tensor", dtypes=canonical.FLOATS)
+    assert all(check(n) for n in _calls(after, "aten.mul.Tensor") + _calls(after, "aten.sub.Tensor"))
+
+
+def test_mean_is_raised_to_rank_4_over_the_innermost_dims(decoder):
+    ep, _ = decoder[torch.float32]
+    means = _calls(ep, "aten.mean.dim")
+    assert means and not any(_xnnpack_takes(n, ep) for n in means)
+    after, records, _ = _applied(ep, "mean_at_rank", rank=4, dims=(2, 3))
+    assert len(records) == len(means) == len(_calls(after, "aten.mean.dim"))
+    for node in _calls(after, "aten.mean.dim"):
+        assert node.args[0].meta["val"].shape == (1, 8, 64, 1) and list(node.args[1]) == [2, 3] and node.args[2]
+        assert _xnnpack_takes(node, after)
+        (back,) = node.users
+        assert op_name(back) == "aten.view_copy.default" and back.meta["val"].shape == (1, 8, 1)
+
+
+@pytest.mark.parametrize(
+    "shape, dims, keepdim, view",
+    [
+        ((5, 7), [-1], False, [1, 5, 7, 1]),  # pads the kept dims in front, the reduced behind
+        ((2, 3, 4, 5, 6), [-2, -1], True, [6, 4, 5, 6]),  # merges the leading kept dims
+        ((2, 3, 4, 5), [1, 2, 3], True, [1, 2, 12, 5]),  # merges the leading reduced dims
+    ],
+)
+def test_mean_at_rank_fits_other_ranks_into_the_backend_rank(shape, dims, keepdim, view):
+    class Mean(nn.Module):
+        def forward(self, x):
+            return x.mean(dims, keepdim=keepdim) * 2
+
+    for dtype in DTYPES:
+        inputs = (torch.randn(shape).to(dtype),)
+        ep = _edge(Mean(), inputs)
+        after, records, _ = _applied(ep, "mean_at_rank", dtypes=None)
+        assert len(records) == 1 and torch.equal(_run(after, inputs), _run(ep, inputs))
+        (mean,) = _calls(after, "aten.mean.dim")
+        assert list(mean.args[0].meta["val"].shape) == view
+
+
+def test_unsqueeze_and_squeeze_become_views(block_edge):
+    ep, _ = block_edge[torch.float32]
+    (unsqueeze,) = _calls(ep, "aten.unsqueeze_copy.default")
+    assert not _xnnpack_takes(unsqueeze, ep)  # not on the trailing dim
+    after, records, _ = _applied(ep, "unsqueeze_as_view")
+    assert not _calls(after, "aten.unsqueeze_copy.default") and "[1, 2, 8, 16] -> [1, 2, 1, 8, 16]" in records[0].detail
+    after, _, _ = _applied(after, "squeeze_as_view")
+    assert not [op for op in _ops(after) if op.startswith("aten.squeeze_copy")]
+    assert all(_xnnpack_takes(n, after) for n in _calls(after, "aten.view_copy.default"))
+
+
+def test_unsqueeze_of_the_trailing_dim_is_left_when_asked():
+    class Trailing(nn.Module):
+        def forward(self, x):
+            return x.unsqueeze(-1).unsqueeze(0) + 1
+
+    ep = _edge(Trailing(), (torch.randn(3, 4),))
+    after, records, _ = _applied(ep, "unsqueeze_as_view", except_trailing=True)
+    assert [r.detail for r in records] == ["view_copy [3, 4, 1] -> [1, 3, 4, 1]"]
+    (kept,) = _calls(after, "aten.unsqueeze_copy.default")
+    assert _xnnpack_takes(kept, after)
+
+
+def test_key_value_heads_repeat_as_a_cat_of_distinct_inputs(block_edge, decoder):
+    for ep, _ in (block_edge[torch.float32], decoder[torch.float32]):
+        after, records, _ = _applied(ep, "expand_as_cat", distinct_inputs=True)
+        # the decoder's mask and positions (bool, int64) are constant folding's
+        assert all(not n.meta["val"].is_floating_point() for n in _calls(after, "aten.expand_copy.default"))
+        cats = [n for n in _calls(after, "aten.cat.default") if n.name not in {c.name for c in _calls(ep, "aten.cat.default")}]
+        assert cats and all(len(set(c.args[0])) >= 2 and _xnnpack_takes(c, after) for c in cats)
+    # without distinct inputs XNNPACK counts one input and refuses the cat
+    after, _, _ = _applied(block_edge[torch.float32][0], "expand_as_cat")
+    (cat,) = _calls(after, "aten.cat.default")
+    assert len(set(cat.args[0])) == 1 and not _xnnpack_takes(cat, after)
+
+
+@pytest.mark.parametrize("copies, max_inputs", [(3, None), (7, 2), (12, 5), (5, 5)])
+def test_expand_as_cat_keeps_each_cat_within_its_input_limit(copies, max_inputs):
+    class Expand(nn.Module):
+        def forward(self, x):
+            return x.expand(2, copies, 3, 4) + 1
+
+    for dtype in DTYPES:
+        inputs = (torch.randn(3, 1, 1, 4).to(dtype)[:1],)
+        ep = _edge(Expand(), inputs)
+        after, records, _ = _applied(ep, "expand_as_cat", max_inputs=max_inputs, distinct_inputs=True, dtypes=None)
+        assert len(records) == 1 and torch.equal(_run(after, inputs), _run(ep, inputs))
+        cats = _calls(after, "aten.cat.default")
+        assert cats and all(2 <= len(set(c.args[0])) and (max_inputs is None or len(c.args[0]) <= max_inputs) for c in cats)
+
+
+def test_identity_copies_are_dropped(decoder):
+    ep, _ = decoder[torch.float32]
+    assert _ops(ep)["aten.alias_copy.default"]
+    after, records, _ = _applied(ep, "drop_identity_copies")
+    assert not _ops(after)["aten.alias_copy.default"]
+    assert {r.op for r in records} >= {"aten.alias_copy.default", "aten.expand_copy.default"}
+
+
+# -- what each must leave alone ----------------------------------------------------------------
+
+
+def _untouched(ep, name: str, **params) -> None:
+    after, records, log = _applied(ep, name, **params)
+    assert records == [] and log == []
+    assert _ops(after) == _ops(ep)
+
+
+@pytest.fixture(scope="session")
+def dynamic_block():
+    """The Block exported with a symbolic sequence length."""
+    seq = torch.export.Dim("seq", min=2, max=64)
+    return _edge(Block(), _block_inputs(), dynamic_shapes={"x": {1: seq}})
+
+
+@pytest.mark.parametrize("name", ["mean_at_rank", "unsqueeze_as_view", "squeeze_as_view", "expand_as_cat"])
+def test_symbolic_dims_are_left_alone(name, dynamic_block):
+    _untouched(dynamic_block, name)
+
+
+def test_scalar_to_tensor_holds_for_any_sequence_length(dynamic_block):
+    inputs = (torch.randn(1, 13, 32),)
+    after, records, _ = _applied(dynamic_block, "scalar_to_tensor")
+    assert records and torch.equal(_run(after, inputs), _run(dynamic_block, inputs))
+
+
+@pytest.mark.parametrize("name", ["scalar_to_tensor", "mean_at_rank", "expand_as_cat"])
+def test_dtypes_the_backend_lacks_are_left_alone(name, block_edge):
+    _untouched(block_edge[torch.bfloat16][0], name, dtypes=canonical.FLOATS)
+
+
+def test_scalars_a_dtype_cannot_hold_are_left_alone(block_edge):
+    class Scaled(nn.Module):
+        def forward(self, x):
+            return torch.ops.aten.mul.Scalar(x, 0.1) + torch.ops.aten.add.Scalar(x, 3, 2)
+
+    inputs = (torch.randn(4, 4).to(torch.bfloat16),)
+    _untouched(_edge(Scaled(), inputs), "scalar_to_tensor")  # 0.1 is no bf16 number; alpha 2
+    inputs = (torch.randn(4, 4),)
+    ep = _edge(Scaled(), inputs)
+    after, records, _ = _applied(ep, "scalar_to_tensor")  # fp32 holds 0.1 as eager does; alpha 2 stays
+    assert [r.op for r in records] == ["aten.mul.Scalar"] and _ops(after)["aten.add.Scalar"] == 1
+    assert torch.equal(_run(after, inputs), _run(ep, inputs))
+
+
+def test_means_the_rewrite_cannot_map_are_left_alone():
+    class Means(nn.Module):
+        def forward(self, x, y):
+            # not the trailing dims; already 4-d over (2, 3) with keepdim; an explicit dtype
+            return x.mean(1, keepdim=True), y.mean((2, 3), keepdim=True), x.mean(-1, dtype=torch.float32)
+
+    _untouched(_edge(Means(), (torch.randn(2, 3, 4), torch.randn(1, 2, 3, 4))), "mean_at_rank")
+
+
+def test_non_contiguous_tensors_are_left_alone():
+    class Unsqueeze(nn.Module):
+        def forward(self, x):
+            return x.unsqueeze(1), x.expand(2, 3, 4, 5).mean((2, 3), keepdim=False)
+
+    x = torch.randn(1, 3, 4, 5).to(memory_format=torch.channels_last)
+    ep = _edge(Unsqueeze(), (x,))
+    assert not ep.graph_module.graph.find_nodes(op="placeholder")[0].meta["val"].is_contiguous()
+    for name in ("unsqueeze_as_view", "expand_as_cat"):
+        _untouched(ep, name)
+
+
+def test_declaring_an_unknown_rewrite_or_parameter_fails_at_once():
+    with pytest.raises(ValueError, match="no canonicalizing rewrite 'mean_to_rank'.*mean_at_rank"):
+        canonical.rewrite_pass("mean_to_rank", backend="x")
+    with pytest.raises(TypeError, match="rewrite 'mean_at_rank' takes \\['rank', 'dims', 'dtypes'\\]"):
+        canonical.rewrite_pass("mean_at_rank", backend="x", ranks=4)
+    with pytest.raises(ValueError, match="trailing dims of rank 4"):
+        canonical.apply(torch.export.export(nn.Identity(), (torch.randn(1),)), "mean_at_rank", dims=(1, 2))
+
+
+# -- declared by plugins -------------------------------------------------------------------------
+
+
+def _xnnpack_partitioner():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
+
+
+class PlainXnnpack:
+    """A third party's backend over executorch's XNNPACK partitioner, with no passes of its own."""
+
+    @edgeplug.hookimpl
+    def edgeplug_backends(self):
+        yield edgeplug.BackendSpec(
+            backend="plain-xnnpack", description="XNNPACK, no rewrites", backend_id="XnnpackBackend",
+            partitioner=_xnnpack_partitioner, verify_method="pte",
+        )
+
+
+class ItsRewrites:
+    """Another plugin adding the core's rewrites to that backend through the passes hook."""
+
+    @edgeplug.hookimpl
+    def edgeplug_passes(self):
+        yield canonical.rewrite_pass("mean_at_rank", backend="plain-xnnpack", rank=4, dims=(2, 3))
+        yield canonical.rewrite_pass("unsqueeze_as_view", backend="plain-xnnpack", except_trailing=True)
+        yield canonical.rewrite_pass("squeeze_as_view", backend="plain-xnnpack")
+        yield canonical.rewrite_pass("expand_as_cat", backend="plain-xnnpack", distinct_inputs=True)
+        yield canonical.rewrite_pass("scalar_to_tensor", backend="plain-xnnpack", after="expand_as_cat")
+
+
+def test_a_third_party_backend_chooses_rewrites_through_the_passes_hook(edgeplug_register):
+    model, inputs = Block(), _block_inputs()
+    edgeplug_register(PlainXnnpack(), "plain-xnnpack")
+    plain = edgeplug.lower(model, inputs, "plain-xnnpack").report
+    edgeplug_register(ItsRewrites(), "plain-xnnpack-rewrites")
+    result = edgeplug.lower(model, inputs, "plain-xnnpack")
+    report = result.report
+    for op in ("aten.mean.dim", "aten.unsqueeze_copy.default", "aten.expand_copy.default", "aten.mul.Scalar",
+               "aten.squeeze_copy.dims"):
+        assert plain.cpu_ops.get(op) and not report.cpu_ops.get(op), op
+    assert sum(report.cpu_ops.values()) == 0 < sum(plain.cpu_ops.values())
+    assert len(report.partitions) == 1
+    assert Counter(t.transform for t in report.transforms) == {
+        "mean_at_rank": 1, "unsqueeze_as_view": 1, "squeeze_as_view": 1, "expand_as_cat": 1, "scalar_to_tensor": 2,
+    }
+    assert edgeplug.verify(result, "plain-xnnpack").max_abs_diff <= 1e-5
+
+
+def test_the_vulkan_delegate_backends_declare_scalar_to_tensor():
+    for backend in ("vulkan", "webgpu"):
+        if backend not in edgeplug.backends():
+            continue
+        assert "scalar_to_tensor" in [p.name for p in edgeplug.get_backend(backend).passes_for("edge")]
+
+
+def test_xnnpack_lowers_a_decoder_with_no_norm_op_and_no_rewritten_op_on_the_cpu(zoo):
+    pytest.importorskip("transformers")
+    if "xnnpack" not in edgeplug.backends():
+        pytest.skip("the xnnpack plugin is not installed")
+    _, ep, inputs, _ = zoo.exported("llama", 1)
+    result = edgeplug.lower(ep, inputs, "xnnpack")
+    cpu = result.report.cpu_ops
+    for op in ("aten.mean.dim", "aten.rsqrt.default", "aten.mul.Scalar", "aten.unsqueeze_copy.default",
+               "aten.expand_copy.default", "aten.alias_copy.default"):
+        assert not cpu.get(op), (op, cpu)
+    done = {t.transform for t in result.report.transforms}
+    assert done >= {"mean_at_rank", "scalar_to_tensor", "unsqueeze_as_view", "expand_as_cat", "drop_identity_copies"}
+    assert edgeplug.verify(result, "xnnpack").max_abs_diff <= 1e-4
