@@ -24,7 +24,7 @@ demo: setup
 	$(BIN)/edgeplug lower llama --backend vulkan -o out/llama-vulkan.pte --report out/llama-vulkan.json
 
 test: setup
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider tests plugins
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests plugins
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" tests plugins
@@ -40,7 +40,7 @@ bench: setup
 # then executorch's own example models and every quantize scheme x example (the whole sets: EDGEPLUG_ZOO=1)
 zoo: setup
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/zoo.py --jobs 2 --layers 1
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_quantize_verify.py
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_bf16_rms_norm.py tests/test_quantize_verify.py
 
 clean:
 	rm -rf $(VENV) out

@@ -388,6 +388,9 @@ class TransformRecord(BaseModel):
     (``node`` is the node it replaced, ``removed`` the nodes that went with
     it, ``bytes_added`` the constant's size). ``rewrite``: an exact
     canonicalizing rewrite (``node`` replaced by ``added`` nodes).
+    ``outcome="refused"``: the transform looked at ``node`` and left it as it
+    was (``detail`` says why: over the fold budget, evaluation failed, ...);
+    such a record changes nothing (``removed``, ``added``, ``bytes_added`` 0).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -396,10 +399,17 @@ class TransformRecord(BaseModel):
     kind: TransformKind
     node: str
     op: str
+    outcome: Literal["applied", "refused"] = "applied"
     removed: int = 1
     added: int = 0
     bytes_added: int = 0
     detail: str = ""
+
+    @model_validator(mode="after")
+    def _refusal_changes_nothing(self) -> "TransformRecord":
+        if self.outcome == "refused" and (self.removed or self.added or self.bytes_added):
+            raise ValueError("a refused transform record changes nothing: give removed=0, added=0, bytes_added=0")
+        return self
 
 
 #: hook name -> the record type it yields

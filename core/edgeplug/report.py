@@ -201,16 +201,20 @@ class LoweringReport(BaseModel):
 
 
 def _transform_lines(records: list[TransformRecord]) -> list[str]:
-    """One line per transform (what it did, summed), then one per change."""
+    """Per transform: one line for what it did (summed), then one per record."""
     lines = []
     by_name: dict[str, list[TransformRecord]] = {}
     for r in records:
         by_name.setdefault(r.transform, []).append(r)
     for name, rs in by_name.items():
-        removed, added, size = sum(r.removed for r in rs), sum(r.added for r in rs), sum(r.bytes_added for r in rs)
+        done = [r for r in rs if r.outcome == "applied"]
+        removed, added, size = sum(r.removed for r in done), sum(r.added for r in done), sum(r.bytes_added for r in done)
         extra = f", {size:,} bytes of constants added" if size else ""
-        lines.append(f"{name} ({rs[0].kind}): {len(rs)} changes, {removed} nodes removed, {added} added{extra}")
+        refused = len(rs) - len(done)
+        left = f"; {refused} left as they were" if refused else ""
+        lines.append(f"{name} ({rs[0].kind}): {len(done)} applied, {removed} nodes removed, {added} added{extra}{left}")
         for r in rs:
             detail = f": {r.detail}" if r.detail else ""
-            lines.append(f"  {r.op:<40} {r.node}{detail}")
+            mark = "left " if r.outcome == "refused" else ""
+            lines.append(f"  {mark}{r.op:<40} {r.node}{detail}")
     return lines
