@@ -243,6 +243,28 @@ def test_over_budget_stays_with_its_note_and_what_it_reads_folds():
     assert whole.removed and whole.bytes_added == 16 * 8 * 8 * 4
 
 
+class Twice(nn.Module):
+    """Two layers building the same table, as each decoder layer builds its mask and rotary tables."""
+
+    def forward(self, x, y):
+        return x * torch.arange(8).float().cos() + y * torch.arange(8).float().cos()
+
+
+def test_identical_folds_share_one_constant():
+    ep = _edge(torch.export.export(Twice(), (torch.randn(8), torch.randn(8))))
+    inputs = (torch.randn(8), torch.randn(8))
+    expected = ep.module()(*inputs)
+    constants = set(ep.constants)
+    first, second = fold_constant_subgraphs(ep)
+    check_program(ep)
+    [added] = set(ep.constants) - constants
+    assert first.bytes_added == 32 and second.bytes_added == 0 and first.node in second.detail
+    [ph] = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name.endswith(added)]
+    assert sorted(op_name(u) for u in ph.users) == ["aten.mul.Tensor"] * 2
+    assert "aten.cos.default" not in _ops(ep)
+    assert torch.equal(ep.module()(*inputs), expected)
+
+
 class Bf16(nn.Module):
     def forward(self, x):
         return x + torch.arange(8, dtype=torch.bfloat16).exp() / 3

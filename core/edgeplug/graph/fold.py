@@ -40,13 +40,16 @@ the frontier in its place, when:
   records: recorded with the cause, ``removed=0``.
 
 Values are computed by the program's own ops on CPU tensors, in the graph's
-dtypes (bf16 stays bf16). Everything is evaluated before the program
+dtypes (bf16 stays bf16). Folds whose values are identical (dtype, shape and
+bits: each layer of a decoder builds the same mask and rotary tables) share
+one constant. Everything is evaluated before the program
 changes: a refusal changes nothing. Each fold is one ``TransformRecord``
 (``transform="constant_fold"``, ``kind="fold"``): the node, its op, the
 nodes the fold removed (the folded node, what only it read, and placeholders
 left unused; a node several folds shared counts for the last, a check such as
 ``_assert_tensor_metadata`` of a value that goes for the first), and the
-constant's size in ``bytes_added``.
+constant's size in ``bytes_added`` (0 for a fold that reuses an identical
+constant: its detail names the fold that made it).
 """
 
 from __future__ import annotations
@@ -58,9 +61,18 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from edgeplug.graph.constants import ConstantAnalysis, _fold_one, _fold_values, analyze_constants, constant_placeholders
+from edgeplug.graph.constants import (
+    ConstantAnalysis,
+    _fold_one,
+    _fold_values,
+    analyze_constants,
+    ancestors,
+    constant_placeholders,
+    remove_dead,
+)
 from edgeplug.graph.copies import is_identity_copy
 from edgeplug.graph.ops import aliases_first_arg, aten_overload, base_name, is_qdq, op_name, op_schema
+from edgeplug.graph.rewrite import replace_uses
 from edgeplug.graph.transforms import note
 from edgeplug.records import TransformRecord
 
@@ -241,19 +253,27 @@ def _apply(ep: ExportedProgram, plan: _Plan, values: list[Any]) -> list[Transfor
     for check in plan.checks:  # the folded values have the shapes and dtypes the graph records
         graph.erase_node(check)
     records = []
+    made: list[tuple[torch.Tensor, torch.fx.Node, str]] = []  # (value, its placeholder, the node it replaced)
     for node, value in zip(plan.folds, values):
         name, op = node.name, op_name(node)
-        _fold_one(ep, node, f"folded_{name}", value)
-        size = value.numel() * value.element_size()
+        same = next(((ph, first) for v, ph, first in made if _identical(v, value)), None)
+        if same is None:
+            made.append((value, _fold_one(ep, node, f"folded_{name}", value), name))
+            size, detail = value.numel() * value.element_size(), f"{_describe(value)} constant"
+        else:  # each layer builds the same mask and rotary tables: one constant serves them all
+            subgraph = ancestors(node)
+            replace_uses(ep, node, same[0])
+            remove_dead(ep, subgraph)
+            size, detail = 0, f"{_describe(value)} constant, the one folded from {same[1]} (same bits)"
         records.append(
             TransformRecord(
                 transform=TRANSFORM,
                 kind="fold",
                 node=name,
                 op=op,
-                removed=before + 1 - len(graph.nodes),
+                removed=before + (1 if same is None else 0) - len(graph.nodes),
                 bytes_added=size,
-                detail=f"{_describe(value)} constant",
+                detail=detail,
             )
         )
         before = len(graph.nodes)
@@ -261,6 +281,13 @@ def _apply(ep: ExportedProgram, plan: _Plan, values: list[Any]) -> list[Transfor
         graph.lint()
         ep.graph_module.recompile()
     return records
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (NaNs and signed zeros included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def _kept_record(node: torch.fx.Node, why: str) -> TransformRecord:
