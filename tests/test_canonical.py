@@ -341,6 +341,18 @@ def test_non_contiguous_tensors_are_left_alone():
         _untouched(ep, name)
 
 
+def test_a_copy_that_is_a_program_output_stays():
+    class Outputs(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            return torch.ops.aten.alias(y), y.expand(3, 4)
+
+    ep = _edge(Outputs(), (torch.randn(3, 4),))
+    assert {"aten.alias_copy.default", "aten.expand_copy.default"} <= set(_ops(ep))
+    for name in ("drop_identity_copies", "expand_as_cat"):
+        _untouched(ep, name)
+
+
 def test_declaring_an_unknown_rewrite_or_parameter_fails_at_once():
     with pytest.raises(ValueError, match="no canonicalizing rewrite 'mean_to_rank'.*mean_at_rank"):
         canonical.rewrite_pass("mean_to_rank", backend="x")

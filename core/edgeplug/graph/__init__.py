@@ -8,6 +8,8 @@
   into a real constant of the program.
 - ``note`` / ``recording``: how a transform records what it changed
   (``TransformRecord``, the report's ``transforms``).
+- ``edgeplug.graph.canonical``: exact rewrites a backend chooses from
+  (``rewrite_pass(name, backend=..., **params)`` in its passes hook).
 """
 
 from edgeplug.graph.constants import (
