@@ -4,7 +4,20 @@ The models are executorch's (``executorch.examples.models``): the Llama
 transformer built from a tiny ``ModelArgs`` (no checkpoint, no params file,
 nothing downloaded) with and without its KV cache, the same transformer
 configured as Qwen3 (q/k norms before RoPE), LFM2's hybrid of short
-convolutions and attention, and MobileNet v2/v3 when torchvision is installed.
+convolutions and attention, and MobileNet v2/v3 when torchvision imports.
+
+torchvision does not import beside torch 2.13.0 (CPU) from PyPI: the only
+release pinned to torch 2.13.0, torchvision 0.28.0, is a CUDA build whose
+``torchvision/_C.so`` needs ``libc10_cuda.so``, so ``import torchvision`` ends
+in "operator torchvision::nms does not exist"; 0.29.x requires torch>=2.14
+(pip would replace torch with a CUDA build). So MobileNet is also tested
+through its building blocks, written here after torchvision's definitions
+(``mobilenet_v2-blocks``, ``mobilenet_v3-blocks``): conv + batch norm +
+relu6 (hardtanh), the inverted residual with its depthwise convolution, and
+V3's hardswish and squeeze-excitation (hardsigmoid gate), tiny and random,
+with batch-norm statistics far from the identity so a fold that is skipped
+or wrong shows in the numbers.
+
 Each is lowered as a user would, ``edgeplug.lower(model, inputs, backend,
 verify=True)`` (qnn and samsung as dry runs: their SDKs are absent), and
 compared with stock executorch (``to_edge_transform_and_lower`` with the
@@ -28,6 +41,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import edgeplug
 
@@ -58,7 +73,12 @@ EXAMPLES = {
     "lfm2": dict(norm_eps=1e-5, layer_types=["conv", "full_attention"]),
     "mobilenet_v2": None,
     "mobilenet_v3": None,
+    "mobilenet_v2-blocks": None,
+    "mobilenet_v3-blocks": None,
 }
+#: batch norms in each MobileNet-blocks model (each folded into its convolution on vulkan/webgpu)
+BLOCK_BATCH_NORMS = {"mobilenet_v2-blocks": 10, "mobilenet_v3-blocks": 10}
+BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
 
 #: cases that run without EDGEPLUG_ZOO=1: (example, dtype, backend) -> "default" or "slow"
 SELECTED = {
@@ -67,6 +87,7 @@ SELECTED = {
     ("llama", "fp32", "webgpu"): "slow",
     ("llama-kv", "fp32", "xnnpack"): "slow",
     ("llama", "bf16", "webgpu"): "slow",
+    ("mobilenet_v3-blocks", "fp32", "vulkan"): "slow",
 }
 #: open defects of issue 15, (example, dtype, backend) -> item; the test fails once they are fixed
 #: (example, dtype, backend) -> the open defect that makes it fail; xfail(strict) so a fix shows.
@@ -103,11 +124,20 @@ def zoo():
     return sys.modules[name]
 
 
+def _torchvision():
+    """torchvision, or a skip that says why it does not import here."""
+    try:
+        import torchvision
+    except Exception as exc:  # a CUDA build beside CPU torch raises RuntimeError, not ImportError
+        pytest.skip(
+            f"torchvision does not import here ({type(exc).__name__}: {exc}); executorch's MobileNet "
+            "examples are torchvision models: the mobilenet_*-blocks cases test their building blocks"
+        )
+    return torchvision
+
+
 def _mobilenet(version: str):
-    tv = pytest.importorskip(
-        "torchvision",
-        reason="torchvision is not installed here; executorch's MobileNet examples are torchvision models",
-    )
+    tv = _torchvision()
     # executorch's MV2Model/MV3Model load pretrained weights (a download): the same
     # torchvision architectures, randomly initialised, are what is lowered instead
     torch.manual_seed(0)
@@ -118,11 +148,96 @@ def _mobilenet(version: str):
     return model.eval(), (torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1)),)
 
 
+# -- MobileNet's building blocks (torchvision's MobileNetV2/V3, written small) -------------
+
+
+class ConvNormActivation(nn.Sequential):
+    """Convolution without bias, batch norm, then the activation (none for V2's linear bottleneck)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, groups: int = 1, activation=nn.ReLU6):
+        layers = [
+            nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
+        if activation is not None:
+            layers.append(activation())
+        super().__init__(*layers)
+
+
+class SqueezeExcitation(nn.Module):
+    """MobileNetV3's channel gate: global average, 1x1 squeeze, relu, 1x1 excite, hardsigmoid, scale."""
+
+    def __init__(self, channels: int, squeezed: int) -> None:
+        super().__init__()
+        self.squeeze = nn.Conv2d(channels, squeezed, 1)
+        self.excite = nn.Conv2d(squeezed, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = F.adaptive_avg_pool2d(x, 1)
+        return x * F.hardsigmoid(self.excite(F.relu(self.squeeze(gate))))
+
+
+class InvertedResidual(nn.Module):
+    """Expand (1x1), depthwise (k x k, one group per channel), optional SE, linear projection (1x1).
+
+    The input is added back when stride and width are kept, as in both MobileNets.
+    """
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int, kernel: int = 3, activation=nn.ReLU6, se: bool = False):
+        super().__init__()
+        hidden = cin * expand
+        layers = [ConvNormActivation(cin, hidden, 1, activation=activation)] if expand != 1 else []
+        layers.append(ConvNormActivation(hidden, hidden, kernel, stride, groups=hidden, activation=activation))
+        if se:
+            layers.append(SqueezeExcitation(hidden, max(8, hidden // 4)))
+        layers.append(ConvNormActivation(hidden, cout, 1, activation=None))
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        return x + y if self.residual else y
+
+
+def mobilenet_blocks(example: str) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """A tiny MobileNet of the example's version: stem, inverted residuals, head; random weights."""
+    torch.manual_seed(0)
+    if example == "mobilenet_v2-blocks":  # relu6 everywhere, t=1 then t=6 blocks, one with a residual
+        features = [
+            ConvNormActivation(3, 16, 3, 2),
+            InvertedResidual(16, 8, 1, 1),
+            InvertedResidual(8, 16, 2, 6),
+            InvertedResidual(16, 16, 1, 6),
+            ConvNormActivation(16, 64, 1),
+        ]
+        head = [nn.Dropout(0.2), nn.Linear(64, 10)]
+    else:  # hardswish, 5x5 depthwise, squeeze-excitation, hardswish in the classifier
+        hs = nn.Hardswish
+        features = [
+            ConvNormActivation(3, 16, 3, 2, activation=hs),
+            InvertedResidual(16, 16, 2, 1, activation=nn.ReLU, se=True),
+            InvertedResidual(16, 24, 1, 4, kernel=5, activation=hs, se=True),
+            InvertedResidual(24, 24, 1, 3, kernel=5, activation=hs, se=True),
+            ConvNormActivation(24, 96, 1, activation=hs),
+        ]
+        head = [nn.Linear(96, 64), hs(), nn.Dropout(0.2), nn.Linear(64, 10)]
+    model = nn.Sequential(*features, nn.AdaptiveAvgPool2d(1), nn.Flatten(1), *head)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # statistics far from the identity: an unfolded or wrongly folded norm shows
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.uniform_(-0.2, 0.2, generator=g)
+                m.running_mean.uniform_(-0.3, 0.3, generator=g)
+                m.running_var.uniform_(0.5, 2.0, generator=g)
+    return model.eval(), (torch.randn(1, 3, 32, 32, generator=g),)
+
+
 def build_example(example: str, dtype: torch.dtype):
     """executorch's example ``example``, tiny and random: (model, example inputs)."""
     overrides = EXAMPLES[example]
     if overrides is None:
-        model, inputs = _mobilenet(example)
+        model, inputs = mobilenet_blocks(example) if example in BLOCK_BATCH_NORMS else _mobilenet(example)
         return model.to(dtype), tuple(t.to(dtype) for t in inputs)
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
@@ -186,7 +301,16 @@ def test_example_lowers_like_stock_or_better(zoo, examples, example, dtype, back
     assert not report.kept_whole_on_cpu, table
 
     if dry:
-        assert report.dry_run and report.partitions, table
+        assert report.dry_run, table
+        refused_bf16 = [c for c in report.cpu_nodes if "does not support dtype torch.bfloat16" in c.reason]
+        # QNN's and Samsung's op builders have no bf16 tensor type (they map fp16 and fp32): a model that is
+        # bf16 throughout delegates nothing, and each node says which op and which dtype was refused
+        assert report.partitions or (dtype == "bf16" and refused_bf16 == report.cpu_nodes), table
+        if example in BLOCK_BATCH_NORMS and dtype == "fp32":
+            # QNN's and Samsung's op builders cover every op of these blocks (convolution, batch norm,
+            # hardtanh, relu, hardswish, hardsigmoid, mean, linear, add, mul, view): the real
+            # partitioners leave nothing on the CPU, and neither may the SDK-free tables
+            assert report.cpu_node_count == 0, table
         return
 
     # numbers against eager, within the report's tolerance for the dtype (fp32: 1e-4)
@@ -195,6 +319,10 @@ def test_example_lowers_like_stock_or_better(zoo, examples, example, dtype, back
     assert v.passed, "\n".join(v.failures()) + "\n" + table
     if dtype == "fp32":
         assert v.max_abs_diff <= 1e-4, table
+    if example in BLOCK_BATCH_NORMS and v.method == "kernels":
+        # host verification read each delegated batch norm as the Vulkan preprocess stores it: folded
+        delegated = report.delegated_ops.get(BATCH_NORM, 0)
+        assert delegated == 0 or f"{delegated} batch norms folded into their op" in v.note, (v.note, table)
 
     # against stock executorch, from the same exported program
     stock = _stock(zoo, ep, backend)
@@ -205,15 +333,34 @@ def test_example_lowers_like_stock_or_better(zoo, examples, example, dtype, back
 
 
 def test_mobilenet_needs_torchvision_or_skips_with_reason():
-    """The skip reason names what is missing; with torchvision present the model builds without a download."""
+    """The skip says why torchvision is unusable; with it working the model builds without a download."""
     try:
         import torchvision  # noqa: F401
-    except ImportError:
-        with pytest.raises(pytest.skip.Exception, match="torchvision is not installed"):
+    except Exception as exc:
+        with pytest.raises(pytest.skip.Exception, match=f"torchvision does not import here \\({type(exc).__name__}"):
             build_example("mobilenet_v2", torch.float32)
         return
     model, inputs = build_example("mobilenet_v2", torch.float32)
     assert model(*inputs).shape[0] == 1
+
+
+@pytest.mark.parametrize("example", sorted(BLOCK_BATCH_NORMS))
+def test_mobilenet_blocks_hold_what_mobilenet_is_made_of(example):
+    """The stand-ins export to MobileNet's ops: depthwise convolution, batch norm, relu6, and V3's gates."""
+    model, inputs = build_example(example, torch.float32)
+    ep = torch.export.export(model, inputs).run_decompositions({})
+    ops = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert ops.count(BATCH_NORM) == BLOCK_BATCH_NORMS[example], ops
+    # conv2d(input, weight, bias, stride, padding, dilation, groups): depthwise has a group per channel
+    convs = [n for n in ep.graph.nodes if n.target is torch.ops.aten.conv2d.default]
+    depthwise = [n for n in convs if len(n.args) > 6 and n.args[6] == n.args[0].meta["val"].shape[1] > 1]
+    assert depthwise, "no depthwise convolution (one group per input channel)"
+    assert any(list(n.args[3]) == [2, 2] for n in depthwise), "no strided depthwise convolution"
+    assert "aten.add.Tensor" in ops, "no residual connection"
+    if example == "mobilenet_v2-blocks":
+        assert "aten.hardtanh.default" in ops, "relu6 is hardtanh(0, 6) in the graph"
+    else:
+        assert {"aten.hardswish.default", "aten.hardsigmoid.default", "aten.adaptive_avg_pool2d.default"} <= set(ops), set(ops)
 
 
 def test_kv_cache_example_holds_a_dict_and_state():
