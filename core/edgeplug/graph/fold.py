@@ -35,9 +35,9 @@ the frontier in its place, when:
   parameter, buffer or constant, through any number of such ops): there is
   nothing to compute, and folding would store the leaf a second time;
 - its value is larger than the **budget** (``BackendSpec.constant_fold_budget``,
-  bytes; 0 turns folding off): recorded with its size, ``removed=0``;
+  bytes; 0 turns folding off): recorded (``outcome="refused"``) with its size;
 - **evaluating** it here fails, or gives another shape or dtype than the graph
-  records: recorded with the cause, ``removed=0``.
+  records: recorded (``outcome="refused"``) with the cause.
 
 Values are computed by the program's own ops on CPU tensors, in the graph's
 dtypes (bf16 stays bf16). Folds whose values are identical (dtype, shape and
@@ -291,7 +291,9 @@ def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _kept_record(node: torch.fx.Node, why: str) -> TransformRecord:
-    return TransformRecord(transform=TRANSFORM, kind="fold", node=node.name, op=op_name(node), removed=0, detail=why)
+    return TransformRecord(
+        transform=TRANSFORM, kind="fold", node=node.name, op=op_name(node), outcome="refused", removed=0, detail=why
+    )
 
 
 def _describe(t: torch.Tensor) -> str:
