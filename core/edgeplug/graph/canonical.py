@@ -138,10 +138,6 @@ def _nodes(ep: ExportedProgram, names: Iterable[str]) -> list[torch.fx.Node]:
     return [n for n in ep.graph_module.graph.nodes if n.op == "call_function" and op_name(n) in wanted]
 
 
-def _dtype_names(dtypes: Optional[Sequence[torch.dtype]]) -> str:
-    return "any dtype" if dtypes is None else ", ".join(str(d).replace("torch.", "") for d in dtypes)
-
-
 # -- scalar ops to tensor ops ----------------------------------------------------------
 
 _SCALAR_OPS = {"mul": "aten.mul.Scalar", "add": "aten.add.Scalar", "sub": "aten.sub.Scalar", "div": "aten.div.Scalar"}

@@ -1,8 +1,9 @@
 """A complete edgeplug backend: XNNPACK, the example for third-party authors.
 
 A ``BackendSpec`` naming an executorch partitioner, a partitioner filter that
-refuses with its own reason, an export-stage pass, and the backend's
-quantization scheme; an entry point in ``pyproject.toml`` makes it a plugin::
+refuses with its own reason, an export-stage pass, the core's exact rewrites
+into forms its partitioner takes (``edgeplug.graph.canonical``), and the
+backend's quantization scheme; an entry point in ``pyproject.toml`` makes it a plugin::
 
     [project.entry-points.edgeplug]
     xnnpack = "edgeplug_xnnpack.hooks"
