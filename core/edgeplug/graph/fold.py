@@ -18,9 +18,10 @@ Of those, a node is *foldable* unless:
 - it is a **quantize / dequantize / choose_qparams** op, or reads one: a
   quantized program keeps its q/dq pairs on weights;
 - any value it depends on has a **symbolic size**: its ``meta["val"]`` (and
-  those of the nodes it reads) must have concrete int shapes. (A symbolic
-  size is a node reading a user input, which the analysis already excludes;
-  the check keeps that true whatever the analysis does.)
+  those of the nodes it reads) must have concrete int shapes. A size taken
+  from a dynamic input dimension is a node reading that input, which the
+  analysis already excludes; a data-dependent size (``nonzero`` of a buffer,
+  an unbacked symbol) is constant-only, and this check is what keeps it;
 
 The foldable nodes that are folded are the *frontier*: a foldable node
 whose value is needed at run time, because a user is not folded with it (a
@@ -42,8 +43,8 @@ the frontier in its place, when:
 Values are computed by the program's own ops on CPU tensors, in the graph's
 dtypes (bf16 stays bf16). Folds whose values are identical (dtype, shape and
 bits: each layer of a decoder builds the same mask and rotary tables) share
-one constant. Everything is evaluated before the program
-changes: a refusal changes nothing. Each fold is one ``TransformRecord``
+one constant. Everything is evaluated before the program changes: a refusal
+changes nothing. Each fold is one ``TransformRecord``
 (``transform="constant_fold"``, ``kind="fold"``): the node, its op, the
 nodes the fold removed (the folded node, what only it read, and placeholders
 left unused; a node several folds shared counts for the last, a check such as
@@ -71,7 +72,7 @@ from edgeplug.graph.constants import (
     remove_dead,
 )
 from edgeplug.graph.copies import is_identity_copy
-from edgeplug.graph.ops import aliases_first_arg, aten_overload, base_name, is_qdq, op_name, op_schema
+from edgeplug.graph.ops import aliases_first_arg, aten_overload, base_name, is_qdq, op_name
 from edgeplug.graph.rewrite import replace_uses
 from edgeplug.graph.transforms import note
 from edgeplug.records import TransformRecord
@@ -150,9 +151,11 @@ def _foldable_nodes(ep: ExportedProgram, analysis: ConstantAnalysis) -> set[torc
 
 
 def _is_check(node: torch.fx.Node) -> bool:
-    """An op that only checks its operands (returns nothing, writes nothing): ``_assert_tensor_metadata``."""
-    schema = op_schema(node.target)
-    return bool(schema is not None and not schema.returns and not schema.is_mutable and not node.users)
+    """``_assert_tensor_metadata``: a check of dtype and device that ``_fold_values`` makes too.
+
+    (A check of values, ``_assert_async``, is no check: what it reads is folded and it stays.)
+    """
+    return base_name(node.target) == "_assert_tensor_metadata" and not node.users
 
 
 def _static(node: torch.fx.Node) -> bool:
