@@ -31,6 +31,7 @@ REWRITES = {
     "squeeze_as_view": {},
     "expand_as_cat": {"distinct_inputs": True, "dtypes": None},
     "drop_identity_copies": {},
+    "any_as_amax": {},
 }
 
 
@@ -108,12 +109,12 @@ def _node_count(ep) -> int:
 # -- every rewrite: exact, recorded as it changed the graph ----------------------------------
 
 
-#: the programs holding each rewrite's op (the block has no identity copy, the decoder no squeeze)
+#: the programs holding each rewrite's op (the block has no identity copy and no any, the decoder no squeeze)
 CASES = [
     (name, program)
     for name in REWRITES
     for program in ("block", "decoder")
-    if (name, program) not in {("drop_identity_copies", "block"), ("squeeze_as_view", "decoder")}
+    if (name, program) not in {("drop_identity_copies", "block"), ("squeeze_as_view", "decoder"), ("any_as_amax", "block")}
 ]
 
 
@@ -274,6 +275,36 @@ def test_identity_copies_are_dropped(decoder):
     assert {r.op for r in records} >= {"aten.alias_copy.default", "aten.expand_copy.default"}
 
 
+def test_any_becomes_a_float_max_the_vulkan_delegate_takes(decoder):
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+    from edgeplug_vulkan.support import support_check
+
+    check = support_check(VulkanPartitioner())
+    ep, _ = decoder[torch.float32]
+    (any_node,) = _calls(ep, "aten.any.dim")
+    assert not check(any_node)
+    after, records, _ = _applied(ep, "any_as_amax")
+    assert not _calls(after, "aten.any.dim") and records[0].bytes_added == 8
+    new = [n for n in after.graph_module.graph.nodes if n.op == "call_function" and n.name not in {m.name for m in ep.graph_module.graph.nodes}]
+    assert sorted(op_name(n) for n in new) == ["aten.amax.default", "aten.ne.Scalar", "aten.where.self"]
+    assert all(check(n) for n in new)
+
+
+def test_any_over_a_middle_dim_without_keepdim():
+    class Any(nn.Module):
+        def forward(self, x):
+            return x.gt(0.5).any(1), (x > 2).any(-1)  # the second is all False
+
+    inputs = (torch.rand(2, 5, 3),)
+    ep = _edge(Any(), inputs)
+    after, records, _ = _applied(ep, "any_as_amax")
+    assert len(records) == 2 and "viewed as [2, 3]" in records[0].detail
+    assert all(torch.equal(a, b) for a, b in zip(_run(after, inputs), _run(ep, inputs)))
+    (amax, _) = _calls(after, "aten.amax.default")
+    assert amax.args[2] is True  # reduced with keepdim, then viewed
+
+
 # -- what each must leave alone ----------------------------------------------------------------
 
 
@@ -293,6 +324,17 @@ def dynamic_block():
 @pytest.mark.parametrize("name", ["mean_at_rank", "unsqueeze_as_view", "squeeze_as_view", "expand_as_cat"])
 def test_symbolic_dims_are_left_alone(name, dynamic_block):
     _untouched(dynamic_block, name)
+
+
+def test_any_of_a_symbolic_or_non_bool_tensor_is_left_alone():
+    class Any(nn.Module):
+        def forward(self, x):
+            return x.gt(0).any(-1), torch.ops.aten.any.dim(x, 0)
+
+    ep = _edge(Any(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: torch.export.Dim("n", min=2, max=9)}})
+    _untouched(ep, "any_as_amax")
+    _, records, _ = _applied(_edge(Any(), (torch.randn(3, 4),)), "any_as_amax")
+    assert [r.node for r in records] == ["aten_any_dim"]  # the bool one; any of floats stays
 
 
 def test_scalar_to_tensor_holds_for_any_sequence_length(dynamic_block):
@@ -412,11 +454,11 @@ def test_a_third_party_backend_chooses_rewrites_through_the_passes_hook(edgeplug
     assert edgeplug.verify(result, "plain-xnnpack").max_abs_diff <= 1e-5
 
 
-def test_the_vulkan_delegate_backends_declare_scalar_to_tensor():
+def test_the_vulkan_delegate_backends_declare_scalar_to_tensor_and_any_as_amax():
     for backend in ("vulkan", "webgpu"):
         if backend not in edgeplug.backends():
             continue
-        assert "scalar_to_tensor" in [p.name for p in edgeplug.get_backend(backend).passes_for("edge")]
+        assert {"scalar_to_tensor", "any_as_amax"} <= {p.name for p in edgeplug.get_backend(backend).passes_for("edge")}
 
 
 def test_xnnpack_lowers_a_decoder_with_no_norm_op_and_no_rewritten_op_on_the_cpu(zoo):

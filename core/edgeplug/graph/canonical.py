@@ -39,6 +39,10 @@ The rewrites (``REWRITES``; parameters with their defaults):
   same-shape ``view_copy``), after a view adding the leading dims it adds;
   an expand to the shape it has is dropped. Copies are exact for every bit
   pattern.
+- ``any_as_amax(dtype=float32)``: ``any.dim(b, d)`` of a bool tensor
+  becomes ``ne(amax(where(b, 1, 0), [d]), 0)`` for a backend with float
+  reductions and no bool one: 1 and 0 are exact in every float dtype, and
+  the largest of them is 1 exactly when one element is true.
 - ``drop_identity_copies(ops=None)``: copies that change nothing (``alias_copy``,
   an ``expand_copy`` or a dim-order-preserving clone to the same shape and
   dtype) are replaced by what they copy (``edgeplug.graph.copies``).
@@ -61,7 +65,7 @@ from edgeplug.graph.constants import lift_constant
 from edgeplug.graph.copies import is_identity_copy
 from edgeplug.graph.names import reserve_node_names
 from edgeplug.graph.ops import is_written, op_name
-from edgeplug.graph.rewrite import copy_meta, fake_mode_of, replace_uses
+from edgeplug.graph.rewrite import copy_meta, detect_fake_mode, fake_mode_of, replace_uses
 from edgeplug.graph.transforms import note
 from edgeplug.records import PassSpec, TransformRecord
 
@@ -95,6 +99,11 @@ class _Builder:
         self.edge = getattr(ep, "dialect", None) == "EDGE"
         self._mode: Any = None
 
+    def _graph_mode(self) -> Any:
+        if self._mode is None:
+            self._mode = fake_mode_of(self.graph)
+        return self._mode
+
     def op(self, name: str, overload: str = "default") -> Any:
         if self.edge:
             from executorch.exir.dialects._ops import ops as exir_ops
@@ -105,10 +114,10 @@ class _Builder:
     def call(self, origin: torch.fx.Node, name: str, args: tuple, overload: str = "default") -> torch.fx.Node:
         """A node calling ``aten.<name>.<overload>(*args)`` before ``origin``, with its provenance."""
         target = self.op(name, overload)
-        if self._mode is None:
-            self._mode = fake_mode_of(self.graph)
-        fake_args = torch.fx.node.map_arg(args, lambda n: n.meta["val"])
-        with self._mode:
+        inputs: list[torch.fx.Node] = []
+        fake_args = torch.fx.node.map_arg(args, lambda n: inputs.append(n) or n.meta["val"])
+        # the inputs' own mode: after executorch's passes ops and placeholders may hold different ones
+        with detect_fake_mode(inputs) or self._graph_mode():
             val = getattr(getattr(torch.ops.aten, name), overload)(*fake_args)
         with self.graph.inserting_before(origin):
             node = self.graph.call_function(target, args)
@@ -367,6 +376,44 @@ def expand_as_cat(
     return records
 
 
+# -- any as a float max -----------------------------------------------------------------
+
+
+def any_as_amax(ep: ExportedProgram, *, dtype: torch.dtype = torch.float32) -> list[TransformRecord]:
+    """``any.dim(b, d, keepdim)`` -> ``ne.Scalar(amax(where(b, 1, 0), [d], keepdim), 0)`` (see module doc)."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"any_as_amax: dtype must be a floating dtype, got {dtype}")
+    build = _Builder(ep)
+    ones: list[torch.fx.Node] = []
+    records = []
+    for node in _nodes(ep, ["aten.any.dim"]):
+        b_node = node.args[0]
+        b, out = _val(b_node), _val(node)
+        if not _static(b, out) or b.dtype != torch.bool or out.dtype != torch.bool or b.dim() == 0:
+            continue
+        dim = node.args[1] % b.dim()
+        if b.shape[dim] == 0:
+            continue  # any over nothing is False; a max over nothing is an error
+        keepdim = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
+        if not ones:
+            ones += [lift_constant(ep, torch.tensor(v, dtype=dtype), f"any_{v:g}", like=b_node) for v in (1.0, 0.0)]
+            added_constants = 2
+        else:
+            added_constants = 0
+        as_float = build.call(node, "where", (b_node, *ones), "self")
+        largest = build.call(node, "amax", (as_float, [dim], True))  # keepdim: what more backends reduce with
+        if not keepdim:
+            largest = build.view(node, largest, out.shape)
+        build.replace(node, build.call(node, "ne", (largest, 0), "Scalar"))
+        records.append(_record(
+            "any_as_amax", node, (3 if keepdim else 4) + added_constants,
+            f"ne(amax(where(b, 1, 0), [{dim}], keepdim){'' if keepdim else ' viewed as ' + str(list(out.shape))}, 0)"
+            f" in {str(dtype).replace('torch.', '')}",
+            2 * torch.tensor(0, dtype=dtype).element_size() if added_constants else 0,
+        ))
+    return records
+
+
 # -- copies that change nothing --------------------------------------------------------
 
 
@@ -419,6 +466,7 @@ REWRITES: dict[str, Rewrite] = {
         Rewrite("squeeze_as_view", squeeze_as_view),
         Rewrite("expand_as_cat", expand_as_cat),
         Rewrite("drop_identity_copies", drop_identity_copies),
+        Rewrite("any_as_amax", any_as_amax),
     )
 }
 
@@ -474,6 +522,7 @@ __all__ = [
     "FLOATS",
     "REWRITES",
     "Rewrite",
+    "any_as_amax",
     "apply",
     "drop_identity_copies",
     "expand_as_cat",

@@ -242,6 +242,17 @@ def _fake(node: torch.fx.Node, value: torch.Tensor) -> Any:
     return mode.from_tensor(value, static_shapes=True)
 
 
+def _placeholder_fake_mode(graph: torch.fx.Graph) -> Any:
+    """The fake mode of the graph's inputs, or None. After executorch's passes a graph's op
+    values can come from another mode than its placeholders'; a new input must share theirs
+    (passes that gather the inputs' fake tensors assert they have one mode)."""
+    for node in graph.find_nodes(op="placeholder"):
+        mode = getattr(node.meta.get("val"), "fake_mode", None)
+        if mode is not None:
+            return mode
+    return None
+
+
 def fold_constant(ep: ExportedProgram, node: torch.fx.Node, name_hint: str = "folded") -> torch.fx.Node:
     """Evaluate the ``computed`` constant ``node`` at AOT and make it a lifted constant.
 
@@ -424,7 +435,8 @@ def lift_constant(
     if new.name != ph_name:  # fx picked another name: keep the signature in step
         ph_name = new.name
     value = value.detach().contiguous()
-    new.meta["val"] = _fake(like if like is not None else new, value)
+    mode = _placeholder_fake_mode(graph)
+    new.meta["val"] = mode.from_tensor(value, static_shapes=True) if mode is not None else _fake(like or new, value)
     if like is not None and "stack_trace" in like.meta:
         new.meta["stack_trace"] = like.meta["stack_trace"]
     sig.input_specs.insert(index, InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph_name), target=target, persistent=None))

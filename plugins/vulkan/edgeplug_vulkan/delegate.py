@@ -60,11 +60,13 @@ def keep_whole(backend: str) -> KeepWhole:
 def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
     """The core's exact rewrites into ops the delegate implements (``edgeplug.graph.canonical``).
 
-    It has ``mul.Tensor`` (``add``, ``sub``, ``div``) for fp16 and fp32 but no ``.Scalar`` form.
+    It has ``mul.Tensor`` (``add``, ``sub``, ``div``) for fp16 and fp32 but no ``.Scalar`` form,
+    and float reductions (``amax``) but no ``any`` (the safe softmax of SDPA's decomposition).
     """
     from edgeplug.graph.canonical import FLOATS, rewrite_pass
 
     yield rewrite_pass("scalar_to_tensor", backend=backend, dtypes=FLOATS)
+    yield rewrite_pass("any_as_amax", backend=backend)
 
 
 def rms_norm_policy(backend: str, *, fp32_accumulation: bool) -> FusionPolicy:
