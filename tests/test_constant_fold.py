@@ -386,3 +386,19 @@ def test_lower_folds_with_the_backend_budget(edgeplug_register):
     assert not [t for t in kept.report.transforms if t.transform == "constant_fold"]
     assert kept.report.cpu_ops.get("aten.cumsum.default") == 1
     assert kept.report.verification.passed
+
+
+class BigTable(nn.Module):
+    """A 2 MiB float table (from a 4 MiB int64 arange): over the default 1 MiB budget."""
+
+    def forward(self, x):
+        return x + torch.arange(512 * 1024).float()
+
+
+def test_the_report_names_what_the_budget_left():
+    result = edgeplug.lower(BigTable(), (torch.randn(512 * 1024),), "xnnpack", dry_run=True)
+    left = [t for t in result.report.transforms if t.transform == "constant_fold"]
+    assert left and all(t.outcome == "refused" for t in left)
+    table = result.report.to_table()
+    assert "0 applied" in table and f"{len(left)} left as they were" in table
+    assert "2,097,152 bytes, over the backend's constant_fold_budget of 1,048,576 bytes" in table
