@@ -6,6 +6,8 @@
 - ``constant_only_nodes`` / ``weight_source`` / ``fold_constant(s)``: what is
   known at AOT, where a weight comes from, and turning a computed constant
   into a real constant of the program.
+- ``edgeplug.graph.fold``: the core's constant folding
+  (``fold_constant_subgraphs(ep, budget=...)``), the first edge-stage pass.
 - ``note`` / ``recording``: how a transform records what it changed
   (``TransformRecord``, the report's ``transforms``).
 - ``edgeplug.graph.canonical``: exact rewrites a backend chooses from
