@@ -13,7 +13,8 @@ ones it wants through its ``edgeplug_passes`` hook::
 
 Every rewrite runs on an edge-dialect program (aten programs work too),
 changes it in place, leaves alone what it cannot prove equal (symbolic
-shapes, tensors that are not contiguous, dtypes outside ``dtypes``) and
+sizes wherever the result depends on a size, tensors that are not
+contiguous, dtypes outside ``dtypes``) and
 records each change with ``edgeplug.graph.note`` (the report's
 ``transforms``). ``apply(ep, name, **params)`` runs one directly and
 returns its records.
