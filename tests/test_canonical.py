@@ -474,3 +474,15 @@ def test_xnnpack_lowers_a_decoder_with_no_norm_op_and_no_rewritten_op_on_the_cpu
     done = {t.transform for t in result.report.transforms}
     assert done >= {"mean_at_rank", "scalar_to_tensor", "unsqueeze_as_view", "expand_as_cat", "drop_identity_copies"}
     assert edgeplug.verify(result, "xnnpack").max_abs_diff <= 1e-4
+
+
+@pytest.mark.parametrize("backend", ["qnn", "samsung"])
+def test_dry_run_backends_drop_the_copies_their_real_flow_drops_and_say_so(backend, zoo):
+    pytest.importorskip("transformers")
+    if backend not in edgeplug.backends():
+        pytest.skip(f"the {backend} plugin is not installed")
+    _, ep, inputs, _ = zoo.exported("llama", 1)
+    report = edgeplug.lower(ep, inputs, backend, dry_run=True).report
+    assert not report.cpu_ops.get("aten.alias_copy.default") and not report.cpu_ops.get("dim_order_ops._clone_dim_order.default")
+    dropped = [t for t in report.transforms if t.transform == "drop_identity_copies"]
+    assert {t.op for t in dropped} >= {"aten.alias_copy.default", "dim_order_ops._clone_dim_order.default"}

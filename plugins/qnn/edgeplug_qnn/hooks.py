@@ -50,12 +50,12 @@ def edgeplug_fusion_policies():
 @edgeplug.hookimpl
 def edgeplug_passes():
     from edgeplug_qnn import passes
-    from edgeplug.graph.copies import remove_identity_copies
+    from edgeplug.graph.canonical import rewrite_pass
 
     yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_autocast", fn=passes.decompose_autocast, order=10)
     yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_sdpa", fn=passes.decompose_sdpa, order=20)
-    # the real flow removes layout-only copies before partitioning; so does ours
-    yield edgeplug.PassSpec(backend="qnn", stage="edge", name="remove_identity_copies", fn=remove_identity_copies)
+    # the real flow removes layout-only copies before partitioning; so does ours (each one in the report)
+    yield rewrite_pass("drop_identity_copies", backend="qnn")
 
 
 @edgeplug.hookimpl

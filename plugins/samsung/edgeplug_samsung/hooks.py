@@ -43,12 +43,12 @@ def edgeplug_fusion_policies():
 @edgeplug.hookimpl
 def edgeplug_passes():
     from edgeplug_samsung import passes
-    from edgeplug.graph.copies import remove_identity_copies
+    from edgeplug.graph.canonical import rewrite_pass
 
     yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_roll", fn=passes.decompose_roll, order=10)
     yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_remainder", fn=passes.decompose_remainder, order=20)
-    # the real flow removes layout-only copies before partitioning; so does ours
-    yield edgeplug.PassSpec(backend="samsung", stage="edge", name="remove_identity_copies", fn=remove_identity_copies)
+    # the real flow removes layout-only copies before partitioning; so does ours (each one in the report)
+    yield rewrite_pass("drop_identity_copies", backend="samsung")
 
 
 def _enn_a8w8():
