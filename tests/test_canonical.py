@@ -32,6 +32,8 @@ REWRITES = {
     "expand_as_cat": {"distinct_inputs": True, "dtypes": None},
     "drop_identity_copies": {},
     "any_as_amax": {},
+    "split_as_slices": {"dtypes": None},
+    "select_as_slice": {"dtypes": None},
 }
 
 
@@ -53,6 +55,15 @@ class Block(nn.Module):
         return kv.squeeze(0)
 
 
+class Pieces(nn.Module):
+    """A fused projection split in pieces (phi3's qkv), a state-space scan's selects, a cat of one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = x.split([8, 16, 8], dim=-1)
+        steps = [x[:, i] * 2 for i in range(3)]
+        return torch.cat([q * v], dim=-1) + k[..., :8] + sum(steps)[:, None, :8]
+
+
 def _edge(model: nn.Module, inputs: tuple, dynamic_shapes=None):
     from executorch.exir import EdgeCompileConfig, to_edge
 
@@ -68,6 +79,12 @@ def _block_inputs(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor]:
 def block_edge():
     """dtype -> (the Block's edge program, its inputs)."""
     return {d: (_edge(Block().to(d), _block_inputs(d)), _block_inputs(d)) for d in DTYPES}
+
+
+@pytest.fixture(scope="session")
+def pieces_edge():
+    """dtype -> (the Pieces module's edge program, its inputs)."""
+    return {d: (_edge(Pieces(), _block_inputs(d)), _block_inputs(d)) for d in DTYPES}
 
 
 @pytest.fixture(scope="session")
@@ -109,19 +126,25 @@ def _node_count(ep) -> int:
 # -- every rewrite: exact, recorded as it changed the graph ----------------------------------
 
 
-#: the programs holding each rewrite's op (the block has no identity copy and no any, the decoder no squeeze)
-CASES = [
-    (name, program)
-    for name in REWRITES
-    for program in ("block", "decoder")
-    if (name, program) not in {("drop_identity_copies", "block"), ("squeeze_as_view", "decoder"), ("any_as_amax", "block")}
-]
+#: the programs holding each rewrite's op
+PROGRAMS = {
+    "scalar_to_tensor": ("block", "decoder"),
+    "mean_at_rank": ("block", "decoder"),
+    "unsqueeze_as_view": ("block", "decoder"),
+    "squeeze_as_view": ("block",),
+    "expand_as_cat": ("block", "decoder"),
+    "drop_identity_copies": ("decoder", "pieces"),
+    "any_as_amax": ("decoder",),
+    "split_as_slices": ("pieces",),
+    "select_as_slice": ("pieces",),
+}
+CASES = [(name, program) for name, programs in PROGRAMS.items() for program in programs]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name, program", CASES)
-def test_rewrite_is_bitwise_exact_and_its_records_match_the_graph(name, program, dtype, block_edge, decoder):
-    ep, inputs = (block_edge if program == "block" else decoder)[dtype]
+def test_rewrite_is_bitwise_exact_and_its_records_match_the_graph(name, program, dtype, block_edge, decoder, pieces_edge):
+    ep, inputs = {"block": block_edge, "decoder": decoder, "pieces": pieces_edge}[program][dtype]
     after, records, log = _applied(ep, name, **REWRITES[name])
     assert records, f"{name} changed nothing in the {program}"
     assert records == log  # returned and noted alike
@@ -265,6 +288,20 @@ def test_expand_as_cat_keeps_each_cat_within_its_input_limit(copies, max_inputs)
         assert len(records) == 1 and torch.equal(_run(after, inputs), _run(ep, inputs))
         cats = _calls(after, "aten.cat.default")
         assert cats and all(2 <= len(set(c.args[0])) and (max_inputs is None or len(c.args[0]) <= max_inputs) for c in cats)
+
+
+def test_splits_and_selects_become_slices_xnnpack_takes(pieces_edge):
+    ep, _ = pieces_edge[torch.float32]
+    after, _, _ = _applied(ep, "split_as_slices")
+    after, _, _ = _applied(after, "select_as_slice")
+    after, records, _ = _applied(after, "drop_identity_copies")
+    ops = _ops(after)
+    assert not ops["aten.split_with_sizes_copy.default"] and not ops["aten.select_copy.int"] and not ops["getitem"]
+    assert not ops["aten.cat.default"] and [r.op for r in records] == ["aten.cat.default"]  # the cat of one
+    slices = _calls(after, "aten.slice_copy.Tensor")
+    assert len(slices) == 3 + 3 + 2 and all(_xnnpack_takes(n, after) for n in slices)  # and the two it had
+    bounds = sorted((n.args[2], n.args[3]) for n in slices if n.args[1] == 2 and n.args[0].op == "placeholder")
+    assert bounds == [(0, 8), (8, 24), (24, 32)]
 
 
 def test_identity_copies_are_dropped(decoder):

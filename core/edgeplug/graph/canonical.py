@@ -40,13 +40,18 @@ The rewrites (``REWRITES``; parameters with their defaults):
   same-shape ``view_copy``), after a view adding the leading dims it adds;
   an expand to the shape it has is dropped. Copies are exact for every bit
   pattern.
+- ``split_as_slices(dtypes=FLOATS)`` and ``select_as_slice(dtypes=FLOATS)``:
+  each piece a ``split_with_sizes_copy`` / ``split_copy`` hands out becomes a
+  ``slice_copy`` of its range; ``select_copy(x, d, i)`` a ``slice_copy`` of
+  ``i:i+1`` viewed without ``d``. Both copy the same elements.
 - ``any_as_amax(dtype=float32)``: ``any.dim(b, d)`` of a bool tensor
   becomes ``ne(amax(where(b, 1, 0), [d]), 0)`` for a backend with float
   reductions and no bool one: 1 and 0 are exact in every float dtype, and
   the largest of them is 1 exactly when one element is true.
 - ``drop_identity_copies(ops=None)``: copies that change nothing (``alias_copy``,
   an ``expand_copy`` or a dim-order-preserving clone to the same shape and
-  dtype) are replaced by what they copy (``edgeplug.graph.copies``).
+  dtype, a ``cat`` of one tensor and empty ones) are replaced by what they
+  copy (``edgeplug.graph.copies``).
 
 ``FLOATS`` is float32 and float16: the dtypes XNNPACK's ops take by default.
 """
@@ -56,6 +61,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
@@ -134,9 +140,11 @@ class _Builder:
         self.graph.erase_node(old)
 
 
-def _record(name: str, node: torch.fx.Node, added: int, detail: str, bytes_added: int = 0) -> TransformRecord:
+def _record(
+    name: str, node: torch.fx.Node, added: int, detail: str, bytes_added: int = 0, removed: int = 1
+) -> TransformRecord:
     record = TransformRecord(
-        transform=name, kind="rewrite", node=node.name, op=op_name(node), removed=1, added=added,
+        transform=name, kind="rewrite", node=node.name, op=op_name(node), removed=removed, added=added,
         bytes_added=bytes_added, detail=detail,
     )
     note(record)
@@ -377,6 +385,58 @@ def expand_as_cat(
     return records
 
 
+# -- split and select as slices --------------------------------------------------------
+
+
+def split_as_slices(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = FLOATS) -> list[TransformRecord]:
+    """``split_with_sizes_copy`` / ``split_copy``: each piece taken becomes a ``slice_copy`` of its range."""
+    build = _Builder(ep)
+    records = []
+    for node in _nodes(ep, ["aten.split_with_sizes_copy.default", "aten.split_copy.Tensor"]):
+        x_node = node.args[0]
+        x = _val(x_node)
+        pieces = node.meta.get("val")
+        if not _static(x) or (dtypes is not None and x.dtype not in dtypes) or not isinstance(pieces, (list, tuple)):
+            continue
+        if not _static(*pieces) or not all(u.op == "call_function" and u.target is operator.getitem for u in node.users):
+            continue  # a user that takes the whole list, or symbolic sizes
+        dim = (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)) % x.dim()
+        starts = [sum(p.shape[dim] for p in pieces[:i]) for i in range(len(pieces))]
+        items = list(node.users)
+        for item in items:
+            i = item.args[1]
+            piece = build.call(item, "slice_copy", (x_node, dim, starts[i], starts[i] + pieces[i].shape[dim]), "Tensor")
+            build.replace(item, piece)
+        build.graph.erase_node(node)
+        records.append(_record(
+            "split_as_slices", node, len(items),
+            f"{len(items)} of {len(pieces)} pieces of {list(x.shape)} along dim {dim} as slices", removed=1 + len(items),
+        ))
+    return records
+
+
+def select_as_slice(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = FLOATS) -> list[TransformRecord]:
+    """``select_copy(x, d, i)`` -> ``slice_copy(x, d, i, i + 1)`` viewed without dim ``d``."""
+    build = _Builder(ep)
+    records = []
+    for node in _nodes(ep, ["aten.select_copy.int"]):
+        x_node = node.args[0]
+        x, out = _val(x_node), _val(node)
+        if not _static(x, out) or (dtypes is not None and x.dtype not in dtypes) or x.dim() == 0:
+            continue
+        dim = node.args[1] % x.dim()
+        index = node.args[2] % x.shape[dim] if x.shape[dim] else None
+        if index is None:
+            continue
+        piece = build.call(node, "slice_copy", (x_node, dim, index, index + 1), "Tensor")
+        if not piece.meta["val"].is_contiguous():
+            build.graph.erase_node(piece)
+            continue
+        build.replace(node, build.view(node, piece, out.shape))
+        records.append(_record("select_as_slice", node, 2, f"slice {index}:{index + 1} of dim {dim} of {list(x.shape)}, viewed as {list(out.shape)}"))
+    return records
+
+
 # -- any as a float max -----------------------------------------------------------------
 
 
@@ -418,10 +478,27 @@ def any_as_amax(ep: ExportedProgram, *, dtype: torch.dtype = torch.float32) -> l
 # -- copies that change nothing --------------------------------------------------------
 
 
+def _copied(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """What ``node`` copies unchanged: an identity copy's input, or a ``cat``'s one non-empty input
+    when that has the cat's shape and dtype (the others hold no element). Else None."""
+    if is_identity_copy(node):
+        return node.args[0]
+    if op_name(node) != "aten.cat.default" or not isinstance(node.args[0], (list, tuple)):
+        return None
+    out = _val(node)
+    full = [a for a in node.args[0] if _val(a) is None or _val(a).numel() != 0]
+    if len(full) != 1 or not isinstance(full[0], torch.fx.Node) or not _static(out, _val(full[0])):
+        return None
+    kept = _val(full[0])
+    same = tuple(kept.shape) == tuple(out.shape) and kept.dtype == out.dtype and kept.is_contiguous()
+    return full[0] if same else None
+
+
 def drop_identity_copies(ep: ExportedProgram, *, ops: Optional[Sequence[str]] = None) -> list[TransformRecord]:
     """Copies that change nothing replaced by what they copy; ``ops``: op names to consider (all when None).
 
-    A copy whose value is a program output stays (an output must not alias an input or another output).
+    An identity copy (``edgeplug.graph.copies``), or a ``cat`` of one tensor (and empty ones). A
+    copy whose value is a program output stays (an output must not alias an input or another output).
     """
     build = _Builder(ep)
     wanted = set(ops) if ops is not None else None
@@ -429,11 +506,11 @@ def drop_identity_copies(ep: ExportedProgram, *, ops: Optional[Sequence[str]] = 
     for node in list(ep.graph_module.graph.nodes):
         if node.op != "call_function" or (wanted is not None and op_name(node) not in wanted):
             continue
-        if not is_identity_copy(node) or any(u.op == "output" for u in node.users):
+        source = _copied(node)
+        if source is None or any(u.op == "output" for u in node.users):
             continue
-        if is_written(node) or is_written(node.args[0]):
+        if is_written(node) or is_written(source):
             continue  # one of them is changed in place: the two values differ afterwards
-        source = node.args[0]
         build.replace(node, source)
         records.append(_record("drop_identity_copies", node, 0, f"copies {source.name} unchanged"))
     return records
@@ -468,6 +545,8 @@ REWRITES: dict[str, Rewrite] = {
         Rewrite("expand_as_cat", expand_as_cat),
         Rewrite("drop_identity_copies", drop_identity_copies),
         Rewrite("any_as_amax", any_as_amax),
+        Rewrite("split_as_slices", split_as_slices),
+        Rewrite("select_as_slice", select_as_slice),
     )
 }
 
@@ -531,6 +610,8 @@ __all__ = [
     "representable",
     "rewrite_pass",
     "scalar_to_tensor",
+    "select_as_slice",
+    "split_as_slices",
     "squeeze_as_view",
     "unsqueeze_as_view",
 ]

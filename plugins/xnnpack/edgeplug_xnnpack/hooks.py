@@ -55,6 +55,8 @@ def edgeplug_passes():
     yield rewrite_pass("mean_at_rank", backend=BACKEND, rank=4, dims=(2, 3), dtypes=FLOATS)  # 4-d means only
     yield rewrite_pass("unsqueeze_as_view", backend=BACKEND, except_trailing=True, dtypes=FLOATS)
     yield rewrite_pass("squeeze_as_view", backend=BACKEND, dtypes=FLOATS)  # no squeeze config
+    yield rewrite_pass("split_as_slices", backend=BACKEND, dtypes=FLOATS)  # no split config: fused qkv, gate/up
+    yield rewrite_pass("select_as_slice", backend=BACKEND, dtypes=FLOATS)  # no select config: state-space scans
     # its cat takes two or more distinct inputs (its preprocess splits cats of more than 5)
     yield rewrite_pass("expand_as_cat", backend=BACKEND, distinct_inputs=True, dtypes=FLOATS)
 
