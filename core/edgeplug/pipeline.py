@@ -233,9 +233,15 @@ def _program_reference(job: Lowering) -> None:
 
 
 def _export_passes(job: Lowering) -> None:
-    from edgeplug.graph import run_passes
+    from edgeplug.graph import recording, run_passes
+    from edgeplug.graph.histc import histc_passes
 
-    job.ep = run_passes(job.ep, job.backend.passes_for("export"), backend=job.backend)
+    # the backend's export passes, then the core's decomposition of aten.histc (to_edge's
+    # verifier refuses it), added only where the program has one
+    with recording() as log:
+        passes = [*job.backend.passes_for("export"), *histc_passes(job.ep, job.backend)]
+        job.ep = run_passes(job.ep, passes, backend=job.backend)
+    job.transforms = list(log)
 
 
 def _edge_stage(job: Lowering) -> Any:
@@ -261,7 +267,7 @@ def _edge_stage(job: Lowering) -> Any:
             passes = [core_pass("constant fold", constant_fold), *job.backend.passes_for("edge"), core_pass("fuse", fusion)]
             with recording() as log:
                 ep = run_passes(exported_program, passes, backend=job.backend)
-            job.transforms = list(log)
+            job.transforms = [*job.transforms, *log]  # after the export stage's
             job.clock.enter("partition + delegate")
             return ExportedProgramPassResult(ep, True)
 
