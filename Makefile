@@ -39,7 +39,7 @@ bench: setup
 # The model zoo: transformers architectures x every backend against stock (docs/zoo.md),
 # then executorch's own example models and every quantize scheme x example (the whole sets: EDGEPLUG_ZOO=1)
 zoo: setup
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/zoo.py --jobs 2 --layers 1
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/zoo.py --jobs 2 --layers 1 --repeat 3
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_bf16_rms_norm.py tests/test_quantize_verify.py
 
 clean:
