@@ -181,3 +181,68 @@ def test_olmoe_lowers_for_vulkan(olmoe):
     assert report.verification.passed and report.verification.max_abs_diff <= 1e-4
     print("vulkan", len(report.partitions), "partitions,", len(report.cpu_nodes), "CPU nodes:",
           dict(Counter((c.op, c.reason) for c in report.cpu_nodes)))
+
+
+# -- the other export-stage decompositions OLMoE needs (edgeplug.graph.decompose) ---------
+
+
+def _export_and(fn, module, inputs):
+    ep = torch.export.export(module, inputs)
+    records = fn(ep)
+    ep.graph_module.recompile()
+    return ep, records
+
+
+def test_stable_sort_of_integer_keys():
+    from edgeplug.graph.decompose import sort_as_ranks
+
+    class Sort(torch.nn.Module):
+        def forward(self, k):
+            return torch.sort(k)
+
+    k = torch.tensor([3, 1, 2, 1, 0, 3, 3, 2, 0, 1])
+    ep, [record] = _export_and(sort_as_ranks, Sort(), (k,))
+    assert record.outcome == "applied" and torch.ops.aten.sort.default not in _targets(ep)
+    for keys in (k, k.flip(0), torch.randint(-5, 5, (10,), generator=torch.Generator().manual_seed(2))):
+        values, indices = ep.module()(keys)
+        want_values, want_indices = torch.sort(keys, stable=True)
+        assert torch.equal(values, want_values) and torch.equal(indices, want_indices)
+    floats, [refused] = _export_and(sort_as_ranks, Sort(), (torch.rand(6),))
+    assert refused.outcome == "refused" and torch.ops.aten.sort.default in _targets(floats)
+
+
+def test_grouped_mm_fallback_as_bmm():
+    from transformers.integrations import moe  # registers transformers::grouped_mm_fallback
+
+    from edgeplug.graph.decompose import grouped_mm_as_bmm
+
+    class GroupedMM(torch.nn.Module):
+        def forward(self, x, w, offs):
+            return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(9, 5, generator=g), torch.randn(4, 5, 3, generator=g)
+    offs = torch.tensor([2, 2, 5, 7], dtype=torch.int32)  # an empty group, 2 rows past the last offset
+    ep, [record] = _export_and(grouped_mm_as_bmm, GroupedMM(), (x, w, offs))
+    assert record.outcome == "applied" and moe is not None
+    assert not any("grouped_mm" in str(t) for t in _targets(ep))
+    for o in (offs, torch.tensor([0, 4, 4, 9], dtype=torch.int32)):
+        got, want = ep.module()(x, w, o), torch.ops.transformers.grouped_mm_fallback(x, w, o)
+        assert torch.allclose(got, want, atol=1e-6, rtol=0) and torch.equal(got[7:] == 0, want[7:] == 0)
+
+
+def test_empty_like_becomes_empty_of_its_shape():
+    from executorch.exir import to_edge
+
+    from edgeplug.graph.decompose import empty_like_as_empty
+
+    class InversePermutation(torch.nn.Module):  # transformers' MoE restores the token order so
+        def forward(self, perm):
+            inv = torch.empty_like(perm)
+            inv[perm] = torch.arange(perm.shape[0])
+            return inv
+
+    perm = torch.tensor([2, 0, 3, 1])
+    ep, [record] = _export_and(empty_like_as_empty, InversePermutation(), (perm,))
+    assert record.outcome == "applied"
+    assert torch.equal(to_edge(ep).exported_program().module()(perm), torch.argsort(perm))  # empty_permuted refused

@@ -234,12 +234,12 @@ def _program_reference(job: Lowering) -> None:
 
 def _export_passes(job: Lowering) -> None:
     from edgeplug.graph import recording, run_passes
-    from edgeplug.graph.histc import histc_passes
+    from edgeplug.graph.decompose import export_decompositions
 
-    # the backend's export passes, then the core's decomposition of aten.histc (to_edge's
-    # verifier refuses it), added only where the program has one
+    # the backend's export passes, then the core's decompositions of what to_edge cannot take
+    # (aten.histc, ...: edgeplug.graph.decompose), each added only where the program has one
     with recording() as log:
-        passes = [*job.backend.passes_for("export"), *histc_passes(job.ep, job.backend)]
+        passes = [*job.backend.passes_for("export"), *export_decompositions(job.ep, job.backend)]
         job.ep = run_passes(job.ep, passes, backend=job.backend)
     job.transforms = list(log)
 
