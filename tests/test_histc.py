@@ -246,3 +246,28 @@ def test_empty_like_becomes_empty_of_its_shape():
     ep, [record] = _export_and(empty_like_as_empty, InversePermutation(), (perm,))
     assert record.outcome == "applied"
     assert torch.equal(to_edge(ep).exported_program().module()(perm), torch.argsort(perm))  # empty_permuted refused
+
+
+def test_export_decompositions_leave_what_the_backend_keeps_whole():
+    import dataclasses
+
+    import edgeplug
+    from edgeplug.graph import run_passes
+    from edgeplug.graph.decompose import export_decompositions
+
+    class SortAndCount(torch.nn.Module):
+        def forward(self, k):
+            values, _ = torch.sort(k)
+            return torch.histc(values.float(), bins=4, min=0, max=3)
+
+    k = torch.tensor([3, 1, 2, 1, 0])
+    ep = torch.export.export(SortAndCount(), (k,))
+    backend = dataclasses.replace(edgeplug.get_backend("xnnpack"), keep_whole=(torch.ops.aten.sort.default,))
+    passes = export_decompositions(ep, backend)
+    assert [p.name for p in passes] == ["decompose_histc", "sort_as_ranks"]
+    with recording() as log:
+        ep = run_passes(ep, passes, backend=backend)
+    assert {(r.transform, r.outcome) for r in log} == {("decompose_histc", "applied"), ("sort_as_ranks", "refused")}
+    assert _targets(ep) & {HISTC, torch.ops.aten.sort.default} == {torch.ops.aten.sort.default}
+    assert torch.equal(ep.module()(k), torch.histc(k.float(), 4, 0, 3))
+    assert export_decompositions(torch.export.export(torch.nn.ReLU(), (k.float(),)), backend) == []

@@ -3,7 +3,8 @@
 Each one rewrites an op that would stop every backend (executorch's verifier
 refuses it, or no executorch runtime has a kernel for it) into core ATen ops,
 records each node it rewrites or leaves (``edgeplug.graph.note``), and is
-added only when the program has such a node:
+added only when the program has such a node (``export_decompositions``; an op
+the backend keeps whole is left to it, recorded as refused):
 
 - ``decompose_histc`` (``edgeplug.graph.histc``): ``aten.histc``, bit for bit.
 - ``empty_like_as_empty``: ``aten.empty_like`` of a tensor whose result is
@@ -27,13 +28,13 @@ added only when the program has such a node:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.export import ExportedProgram
 
+from edgeplug.graph.histc import HISTC, decompose_histc
 from edgeplug.graph.histc import TRANSFORM as HISTC_TRANSFORM
-from edgeplug.graph.histc import decompose_histc, has_histc
 from edgeplug.graph.ops import op_name
 from edgeplug.graph.rewrite import replace_with_traced
 from edgeplug.graph.transforms import note
@@ -147,29 +148,48 @@ def sort_as_ranks(ep: ExportedProgram) -> list[TransformRecord]:
     return records
 
 
+#: (op, transform, what rewrites it in place), in the order they run
+DECOMPOSITIONS: tuple[tuple[str, str, Callable[[ExportedProgram], list[TransformRecord]]], ...] = (
+    (HISTC, HISTC_TRANSFORM, decompose_histc),
+    (EMPTY_LIKE, "empty_like_as_empty", empty_like_as_empty),
+    (GROUPED_MM, "grouped_mm_as_bmm", grouped_mm_as_bmm),
+    (SORT, "sort_as_ranks", sort_as_ranks),
+)
+
+
+def _kept_whole(op: str, transform: str) -> Callable[[ExportedProgram], None]:
+    def refuse(ep: ExportedProgram) -> None:
+        for node in _calls(ep, op):
+            _refuse(transform, node, op, "the backend keeps it whole")
+
+    return refuse
+
+
+def _in_place(fn: Callable[[ExportedProgram], list[TransformRecord]]) -> Callable[[ExportedProgram], None]:
+    def run(ep: ExportedProgram) -> None:
+        fn(ep)  # noted as it goes; the pass runner wants None for a program changed in place
+
+    return run
+
+
 def export_decompositions(ep: ExportedProgram, backend: Any) -> list[Any]:
-    """The core's export-stage passes that ``ep`` needs (none for most programs: a scan of its nodes)."""
+    """The core's export-stage passes ``ep`` needs, one per op it calls (a scan: none for most programs).
+
+    An op ``backend`` keeps whole (``edgeplug_keep_whole``) is left to it,
+    each node with a refused record.
+    """
     from edgeplug.graph.passes import core_pass
 
-    keep = tuple(getattr(backend, "keep_whole", ()))
-    ops = {op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function"}
-    passes = []
-    if has_histc(ep):
-        passes.append(core_pass(HISTC_TRANSFORM, lambda p: _none(decompose_histc(p, keep_whole=keep)), stage="export"))
-    if EMPTY_LIKE in ops:
-        passes.append(core_pass("empty_like_as_empty", lambda p: _none(empty_like_as_empty(p)), stage="export"))
-    if GROUPED_MM in ops:
-        passes.append(core_pass("grouped_mm_as_bmm", lambda p: _none(grouped_mm_as_bmm(p)), stage="export"))
-    if SORT in ops:
-        passes.append(core_pass("sort_as_ranks", lambda p: _none(sort_as_ranks(p)), stage="export"))
-    return passes
-
-
-def _none(_records: list) -> None:
-    return None  # a pass that changed the program in place returns None
+    kept = {op_name(op) for op in getattr(backend, "keep_whole", ())}
+    present = {op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function"}
+    return [
+        core_pass(transform, _kept_whole(op, transform) if op in kept else _in_place(fn), stage="export")
+        for op, transform, fn in DECOMPOSITIONS
+        if op in present
+    ]
 
 
 __all__ = [
-    "EMPTY_LIKE", "GROUPED_MM", "SORT", "empty_like_as_empty", "export_decompositions", "grouped_mm_as_bmm",
+    "DECOMPOSITIONS", "EMPTY_LIKE", "GROUPED_MM", "SORT", "empty_like_as_empty", "export_decompositions", "grouped_mm_as_bmm",
     "sort_as_ranks",
 ]

@@ -144,18 +144,4 @@ def _arguments(node: torch.fx.Node) -> tuple[Any, ...]:
     return (node.args[0], *rest)
 
 
-def histc_passes(ep: ExportedProgram, backend: Any) -> list[Any]:
-    """The core's export-stage pass decomposing ``aten.histc`` for ``backend``, if ``ep`` has one."""
-    if not has_histc(ep):
-        return []
-    from edgeplug.graph.passes import core_pass
-
-    keep = tuple(getattr(backend, "keep_whole", ()))
-
-    def decompose(program: ExportedProgram) -> None:
-        decompose_histc(program, keep_whole=keep)
-
-    return [core_pass(TRANSFORM, decompose, stage="export")]
-
-
-__all__ = ["HISTC", "MAX_TABLE", "TRANSFORM", "decompose_histc", "has_histc", "histc_passes", "histc_refusal"]
+__all__ = ["HISTC", "MAX_TABLE", "TRANSFORM", "decompose_histc", "has_histc", "histc_refusal"]
