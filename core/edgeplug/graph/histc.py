@@ -14,8 +14,8 @@ ignored); its bin is ``trunc((x - edges[0]) * bins / (edges[-1] - edges[0]))``
 computed in the input's dtype, the value ``bins`` (x at the top edge) going
 to the last bin; a bin holds the number of elements in it, in the input's
 dtype. The decomposition computes the same bin index with the same rounding
-steps (``floor`` equals ``trunc`` on these non-negative values), compares it
-with each bin number and sums the matches.
+steps, finds the bin ``b`` with ``b <= q < b + 1`` (``trunc`` on these
+non-negative values) and sums the matches of each bin.
 
 It refuses (leaves ``histc`` and records why, so ``to_edge``'s error stays
 executorch's) where it cannot prove equality: ``min == max`` (torch then
@@ -51,10 +51,13 @@ MAX_TABLE = 2**24
 def _histc_counts(x: torch.Tensor, bins: int, low: float, high: float, span: float) -> torch.Tensor:
     flat = x.reshape(-1)
     inside = torch.logical_and(flat >= low, flat <= high)  # False for NaN
-    # torch's bin formula, step by step in x's dtype; the top edge gives ``bins``
-    index = torch.clamp(torch.floor((flat - low) * bins / span), max=bins - 1)
-    hits = torch.logical_and(index.unsqueeze(1) == torch.arange(bins, dtype=x.dtype), inside.unsqueeze(1))
-    return hits.to(x.dtype).sum(0)
+    # torch's bin formula, step by step in x's dtype (the top edge gives ``bins``: capped to the
+    # last bin); trunc(q) == b is b <= q < b + 1 on these q >= 0, compared exactly (no floor:
+    # Vulkan has none), bins along dim 0 so the count is a last-dim sum
+    position = torch.clamp((flat - low) * bins / span, max=bins - 1)
+    first = torch.arange(bins, dtype=x.dtype).unsqueeze(1)
+    hits = torch.logical_and(torch.logical_and(position >= first, position < first + 1), inside)
+    return hits.to(x.dtype).sum(-1)
 
 
 def _number(v: Any) -> Optional[float]:
