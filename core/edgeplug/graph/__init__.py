@@ -10,6 +10,9 @@
   (``fold_constant_subgraphs(ep, budget=...)``), the first edge-stage pass.
 - ``note`` / ``recording``: how a transform records what it changed
   (``TransformRecord``, the report's ``transforms``).
+- ``edgeplug.graph.decompose``: what ``to_edge`` cannot take (``aten.histc``,
+  ...), rewritten into core ATen ops on the aten program before it, by the core
+  (``export_decompositions``); ``edgeplug.graph.histc``: the exact ``histc``.
 - ``edgeplug.graph.canonical``: exact rewrites a backend chooses from
   (``rewrite_pass(name, backend=..., **params)`` in its passes hook).
 """
