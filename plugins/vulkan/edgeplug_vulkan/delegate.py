@@ -12,12 +12,13 @@ and the core's canonicalizing rewrites the delegate's ops call for.
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import Any, Callable, Iterator
 
 from edgeplug import BackendSpec, FusionPolicy, KeepWhole, PassSpec, QuantScheme
 
-from edgeplug_vulkan.fusion import load_et_vk_ops, without_executorch_vulkan_pattern
+from edgeplug_vulkan.fusion import fusable_subgraphs_matched_once, load_et_vk_ops, without_executorch_vulkan_pattern
 from edgeplug_vulkan.support import support_check
 
 
@@ -30,9 +31,12 @@ def delegate_constants(original: Any, named: Any) -> Any:
 BACKEND_ID = "VulkanBackend"
 
 
-def lowering_context() -> Any:
-    # executorch's own Vulkan rms_norm pattern would fuse what the core refused
-    return without_executorch_vulkan_pattern("rms_norm")
+@contextlib.contextmanager
+def lowering_context() -> Iterator[None]:
+    # executorch's own Vulkan rms_norm pattern would fuse what the core refused;
+    # its pattern search, run by the partitioner, is not run again by the support check
+    with without_executorch_vulkan_pattern("rms_norm"), fusable_subgraphs_matched_once():
+        yield
 
 
 def backend_spec(backend: str, *, description: str, partitioner: Callable[[], Any]) -> BackendSpec:
