@@ -572,3 +572,23 @@ def test_qnn_with_an_unknown_soc_is_one_line_naming_the_factory_and_plugin(cli, 
     assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'qnn'")
     assert "plugin 'qnn'" in first and "edgeplug-qnn" in first and "raised AttributeError: SM9999" in first
     _no_traceback(stderr)
+
+
+class _Sorts(torch.nn.Module):
+    """aten::sort.values has no kernel in the runtime executorch's Python package links."""
+
+    def forward(self, x):
+        return torch.sort(x, dim=-1).values * 2
+
+
+def test_a_kernel_the_runtime_lacks_is_named_as_the_runtimes_refusal(tmp_path):
+    from edgeplug.errors import VerificationError
+
+    with pytest.raises(VerificationError) as info:
+        edgeplug.lower(_Sorts(), (torch.randn(3, 5),), "xnnpack", verify=True)
+    msg = str(info.value)
+    assert "executorch's runtime could not run the .pte" in msg and "0x14" in msg and "OperatorMissing" in msg
+    assert "bug in edgeplug" not in msg
+    assert getattr(info.value, "lowering_stage", None) == "verify"
+    # the program itself lowers: only the runtime's check refused it
+    assert edgeplug.lower(_Sorts(), (torch.randn(3, 5),), "xnnpack").report.cpu_ops == {"aten.sort.default": 1}

@@ -23,6 +23,7 @@ import contextlib
 import copy
 import operator
 import os
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -515,11 +516,32 @@ class _Run:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+#: executorch's runtime error codes (runtime/core/error.h) a .pte commonly fails with
+_RUNTIME_ERRORS = {
+    0x14: "OperatorMissing: an op of the program has no kernel in the runtime executorch's Python "
+    "package links (its log above says which: 'Missing operator'); the .pte may still run on a "
+    "runtime built with that kernel",
+    0x12: "InvalidArgument: the inputs do not match what the program expects",
+    0x23: "InvalidProgram: the runtime could not read the program",
+    0x30: "DelegateInvalidCompatibility: a delegate's payload is not one this runtime's backend reads",
+}
+
+
 def _run_pte(result: LoweringResult) -> _Run:
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
-    module = _load_for_executorch_from_buffer(result.buffer)
-    outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result.example_inputs))))
+    try:
+        module = _load_for_executorch_from_buffer(result.buffer)
+        outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result.example_inputs))))
+    except RuntimeError as exc:
+        code = re.search(r"error:? (0x[0-9a-fA-F]+)", str(exc))
+        meaning = _RUNTIME_ERRORS.get(int(code.group(1), 16)) if code else None
+        raise VerificationError(
+            f"executorch's runtime could not run the .pte: {str(exc).strip().splitlines()[0]}"
+            + (f" ({meaning})" if meaning else "")
+            + ". This is the runtime's refusal, not a lowering error of edgeplug's or a plugin's; "
+            "lower without --verify to write the .pte anyway"
+        ) from exc
     return _Run(outs, "pte", "executorch runtime (host CPU)")
 
 
