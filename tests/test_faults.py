@@ -434,10 +434,28 @@ def test_a_report_that_cannot_be_written_leaves_the_pte_unwritten_too(cli, tmp_p
     assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
 
 
+@pytest.fixture
+def signal_not_ignored():
+    """As in a fresh ``edgeplug`` process: the signal has its default handler (a library an
+    earlier test loaded into this process may have set SIGINT to SIG_IGN, which the writer
+    respects); the handler it had is restored afterwards."""
+    changed = {}
+
+    def reset(signum):
+        changed.setdefault(signum, signal.getsignal(signum))
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+    yield reset
+    for signum, handler in changed.items():
+        if handler is not None:
+            signal.signal(signum, handler)
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_while_writing_removes_the_temporaries(cli, tmp_path, monkeypatch, signum, code):
+def test_a_signal_while_writing_removes_the_temporaries(cli, tmp_path, monkeypatch, signal_not_ignored, signum, code):
     out, rep = tmp_path / "m.pte", tmp_path / "m.json"
     out.write_bytes(PREVIOUS)
+    signal_not_ignored(signum)
     # the data is written whole to the temporary, then the signal arrives (as `timeout` sends it)
     monkeypatch.setattr(os, "fsync", lambda fd: signal.raise_signal(signum))
     got, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "--report", rep, "-q")
