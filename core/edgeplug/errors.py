@@ -34,5 +34,9 @@ class VerificationError(EdgeplugError):
     """Host verification could not run a lowered program."""
 
 
+class RuntimeRefusedError(VerificationError):
+    """executorch's runtime refused to load or run a lowered program (a kernel it does not link, ...)."""
+
+
 class OutputPathError(EdgeplugError):
     """An output path cannot be written (checked before any work)."""

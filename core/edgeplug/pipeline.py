@@ -35,7 +35,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from edgeplug.backend import Backend, get_backend
-from edgeplug.errors import EdgeplugError, LoweringError, VerificationError
+from edgeplug.errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
 from edgeplug.records import FusionRecord, TransformRecord
 from edgeplug.report import CpuNode, LoweringReport, PartitionSummary, StageTiming, Verification
 
@@ -536,7 +536,7 @@ def _run_pte(result: LoweringResult) -> _Run:
     except RuntimeError as exc:
         code = re.search(r"error:? (0x[0-9a-fA-F]+)", str(exc))
         meaning = _RUNTIME_ERRORS.get(int(code.group(1), 16)) if code else None
-        raise VerificationError(
+        raise RuntimeRefusedError(
             f"executorch's runtime could not run the .pte: {str(exc).strip().splitlines()[0]}"
             + (f" ({meaning})" if meaning else "")
             + ". This is the runtime's refusal, not a lowering error of edgeplug's or a plugin's; "

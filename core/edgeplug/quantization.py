@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from edgeplug.errors import EdgeplugError, VerificationError
+from edgeplug.errors import EdgeplugError, RuntimeRefusedError, VerificationError
 from edgeplug.records import FusionRecord, QuantScheme
 
 Progress = Callable[[str], None]
@@ -366,7 +366,6 @@ def _attr(gm: Any, target: str) -> Any:
 def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) -> tuple:
     """(outputs, method, adapter, note) of the lowered program, as ``edgeplug.verify`` runs it."""
     from edgeplug import pipeline
-    from edgeplug.failures import first_line
 
     method = backend.spec.verify_method
     if method not in ("pte", "kernels"):
@@ -379,23 +378,31 @@ def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) ->
         if isinstance(run, tuple):
             return run
         return run.outputs, run.method, run.adapter, run.note
+    except RuntimeRefusedError as exc:  # the runtime's refusal, explained with the quantizer that made it
+        raise _refused(exc, info, backend) from exc
     except EdgeplugError:
         raise
     except Exception as exc:
-        foreign = info is not None and info.backend != backend.name
-        if foreign:
-            why = (
-                f"the program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}), whose "
-                f"quantized ops {backend.name} does not take as they are"
-            )
-        else:
-            why = "the backend's runtime refused the quantized program"
-        own = ", ".join(s.scheme for _, s in _contributions(backend.name)) or "none"
-        raise VerificationError(
-            f"running the lowered quantized program with {backend.name}'s runtime failed: {first_line(exc)}; "
-            f"{why}. Quantize for {backend.name} itself (its schemes: {own}), e.g. "
-            f"`edgeplug lower MODEL --backend {backend.name} --quantize SCHEME --verify`"
-        ) from exc
+        raise _refused(exc, info, backend) from exc
+
+
+def _refused(exc: BaseException, info: Any, backend: Any) -> VerificationError:
+    """The runtime refused a quantized program: say whose quantizer made it and what to do."""
+    from edgeplug.failures import first_line
+
+    if info is not None and info.backend != backend.name:
+        why = (
+            f"the program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}), whose "
+            f"quantized ops {backend.name} does not take as they are"
+        )
+    else:
+        why = "the backend's runtime refused the quantized program"
+    own = ", ".join(s.scheme for _, s in _contributions(backend.name)) or "none"
+    return VerificationError(
+        f"running the lowered quantized program with {backend.name}'s runtime failed: {first_line(exc)}; "
+        f"{why}. Quantize for {backend.name} itself (its schemes: {own}), e.g. "
+        f"`edgeplug lower MODEL --backend {backend.name} --quantize SCHEME --verify`"
+    )
 
 
 def _same_inputs(a: tuple, b: tuple) -> bool:
