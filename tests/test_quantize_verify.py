@@ -169,16 +169,20 @@ ALL_SCHEMES = [
 ]
 
 
-#: `make test` runs llama under every scheme and gemma-block under one scheme per kind of quantizer
-#: (activations + weights, weight-only 4-bit, a dry-run table); `make zoo` (EDGEPLUG_ZOO=1) runs all.
-GEMMA_IN_MAKE_TEST = {("xnnpack", "8a8w"), ("vulkan", "w4"), ("qnn", "8a8w")}
+#: `make test` runs llama under one scheme per backend (both weight widths across vulkan and
+#: webgpu, QNN's 16-bit activations) and gemma-block (its `1 + w` norms) under XNNPACK's;
+#: `make zoo` (EDGEPLUG_ZOO=1) runs every scheme for both.
+IN_MAKE_TEST = {
+    "llama": {("xnnpack", "8a8w"), ("vulkan", "w4"), ("webgpu", "w8"), ("qnn", "16a8w"), ("samsung", "a8w8")},
+    "gemma-block": {("xnnpack", "8a8w")},
+}
 
 
 def _example_cases():
     for backend, scheme in ALL_SCHEMES:
         for example in ("llama", "gemma-block"):
             marks = []
-            if example == "gemma-block" and (backend, scheme) not in GEMMA_IN_MAKE_TEST and os.environ.get("EDGEPLUG_ZOO") != "1":
+            if (backend, scheme) not in IN_MAKE_TEST[example] and os.environ.get("EDGEPLUG_ZOO") != "1":
                 marks.append(pytest.mark.skip(reason="the whole matrix runs in `make zoo` (EDGEPLUG_ZOO=1)"))
             yield pytest.param(example, backend, scheme, marks=marks, id=f"{backend}-{scheme}-{example}")
 
