@@ -34,10 +34,7 @@ and the marker comes off.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -46,7 +43,6 @@ from torch import nn
 
 import edgeplug
 
-ZOO_PATH = Path(__file__).resolve().parent.parent / "bench" / "zoo.py"
 WHOLE_SET = os.environ.get("EDGEPLUG_ZOO") == "1"
 REAL = ["xnnpack", "vulkan", "webgpu"]
 DRY = ["qnn", "samsung"]
@@ -109,18 +105,6 @@ def _cases():
                 if key in KNOWN:
                     marks.append(pytest.mark.xfail(strict=True, reason=KNOWN[key]))
                 yield pytest.param(example, dtype, backend, marks=marks, id=f"{example}-{dtype}-{backend}")
-
-
-@pytest.fixture(scope="session")
-def zoo():
-    """bench/zoo.py as a module: the stock lowering and the counting the zoo uses."""
-    name = "edgeplug_bench_zoo"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ZOO_PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _torchvision():

@@ -11,29 +11,13 @@ than stock does. Each cell runs once per session.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("transformers")
 
-ZOO_PATH = Path(__file__).resolve().parent.parent / "bench" / "zoo.py"
 MODELS = ["llama"]  # the rest of the zoo runs in `make zoo`
 BACKENDS = ["xnnpack", "vulkan"]
-
-
-@pytest.fixture(scope="session")
-def zoo():
-    """bench/zoo.py as a module (bench/ is not a package)."""
-    name = "edgeplug_bench_zoo"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ZOO_PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses resolve their module by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @pytest.fixture(scope="session")
