@@ -146,6 +146,19 @@ def test_a_backend_that_keeps_histc_whole_keeps_it():
     assert HISTC in _targets(ep)
 
 
+def test_transform_runs_the_decompositions_lower_runs():
+    """``edgeplug.transform`` is lower's export stage: its program passes to_edge's verifier."""
+    import edgeplug
+    from executorch.exir import to_edge
+
+    x = torch.tensor([0.0, 3.0, 1.0, 1.0, 2.0, 5.0])
+    ep = torch.export.export(Histc(4, 0, 3), (x,))
+    out = edgeplug.transform(ep, "xnnpack")
+    assert HISTC in _targets(ep)  # the argument is left as it was
+    assert HISTC not in _targets(out)
+    assert torch.equal(to_edge(out).exported_program().module()(x), torch.histc(x, 4, 0, 3))
+
+
 # -- OLMoE (transformers' MoE routing) --------------------------------------------------
 
 

@@ -36,7 +36,7 @@ from torch.export import ExportedProgram
 
 from edgeplug.backend import Backend, get_backend
 from edgeplug.errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
-from edgeplug.records import FusionRecord, TransformRecord
+from edgeplug.records import FusionRecord, PassSpec, TransformRecord
 from edgeplug.report import CpuNode, LoweringReport, PartitionSummary, StageTiming, Verification
 
 Progress = Callable[[str], None]
@@ -46,12 +46,21 @@ def _resolve(backend: str | Backend) -> Backend:
     return backend if isinstance(backend, Backend) else get_backend(backend)
 
 
+def _export_stage_passes(ep: ExportedProgram, backend: Backend) -> list[PassSpec]:
+    """The backend's export passes, then the core's decompositions of what to_edge cannot take
+    (aten.histc, ...: ``edgeplug.graph.decompose``), each added only where ``ep`` has one."""
+    from edgeplug.graph.decompose import export_decompositions
+
+    return [*backend.passes_for("export"), *export_decompositions(ep, backend)]
+
+
 def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
-    """Run ``backend``'s export-stage passes on an aten-dialect program; ``ep`` is left as it was."""
+    """Run the export stage ``lower`` runs (``backend``'s export passes, then the core's
+    decompositions) on an aten-dialect program; ``ep`` is left as it was."""
     from edgeplug.graph import run_passes
 
     b = _resolve(backend)
-    passes = b.passes_for("export")
+    passes = _export_stage_passes(ep, b)
     return run_passes(copy.deepcopy(ep), passes, backend=b) if passes else ep
 
 
@@ -235,13 +244,9 @@ def _program_reference(job: Lowering) -> None:
 
 def _export_passes(job: Lowering) -> None:
     from edgeplug.graph import recording, run_passes
-    from edgeplug.graph.decompose import export_decompositions
 
-    # the backend's export passes, then the core's decompositions of what to_edge cannot take
-    # (aten.histc, ...: edgeplug.graph.decompose), each added only where the program has one
     with recording() as log:
-        passes = [*job.backend.passes_for("export"), *export_decompositions(job.ep, job.backend)]
-        job.ep = run_passes(job.ep, passes, backend=job.backend)
+        job.ep = run_passes(job.ep, _export_stage_passes(job.ep, job.backend), backend=job.backend)
     job.transforms = list(log)
 
 
