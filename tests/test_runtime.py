@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -118,7 +119,8 @@ def test_kernels_are_registered_through_the_hook(backend):
     b = edgeplug.get_backend(backend)
     k = b.kernel(OP)
     assert k is not None and k.device == "wgpu" and k.checks is not None
-    assert k.impl.__module__ == f"edgeplug_{backend}.kernels.rms_norm"
+    own = importlib.import_module(f"edgeplug_{backend}.kernels.rms_norm")
+    assert k.impl == own.rms_norm and k.impl.__self__.pipeline is own.pipeline  # the plugin's own shader
     assert b.origin(k).distribution == f"edgeplug-{backend}"
     y = k.impl(torch.ones(2, 4), torch.full((4,), 2.0), 0.0)
     torch.testing.assert_close(y, torch.full((2, 4), 2.0))

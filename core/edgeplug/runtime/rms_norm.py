@@ -348,6 +348,60 @@ def prepare(
     )
 
 
+@dataclass(frozen=True)
+class ShaderKernel:
+    """A plugin's ``et_vk.rms_norm`` entry points around its own shader (``pipeline``).
+
+    A GPU plugin builds one from what is its own, where errors say they come
+    from (``where``), the storage dtypes its shader reads and its pipeline
+    factory, and exposes ``prepare`` and ``rms_norm``; the checks, upload,
+    shape choice and launch are this module's.
+    """
+
+    where: str
+    dtypes: tuple[torch.dtype, ...]
+    pipeline: PipelineFactory
+
+    def prepare(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        eps: Optional[float] = None,
+        *,
+        device: Optional[GpuDevice] = None,
+        workgroup_size: Optional[int] = None,
+        cache_keys: Optional[Mapping[int, str]] = None,
+        rows_per_workgroup: Optional[int] = None,
+        items: Optional[int] = None,
+        subgroups: Optional[bool] = None,
+    ) -> PreparedRmsNorm:
+        """Check, upload and bind; ``.run()`` dispatches and ``.result()`` reads y (benchmarks time ``run``).
+
+        ``workgroup_size``, ``rows_per_workgroup``, ``items`` and ``subgroups``
+        override parts of the default shape (``choose_shape``).
+        """
+        from edgeplug.runtime.device import get_device
+
+        device = device or get_device()
+        args = check_args(x, weight, eps, where=self.where, dtypes=self.dtypes)
+        return prepare(
+            args, device, self.pipeline, where=self.where, workgroup_size=workgroup_size,
+            rows_per_workgroup=rows_per_workgroup, items=items, subgroups=subgroups, cache_keys=cache_keys,
+        )
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: Optional[float] = None, **options: Any) -> torch.Tensor:
+        """``et_vk.rms_norm(x, weight, eps)`` through the shader; a CPU tensor of x's shape and dtype.
+
+        eps None means float32 machine epsilon; ``options`` are ``prepare``'s.
+        Raises ``edgeplug.errors.KernelError`` before dispatch on a bad shape,
+        dtype, weight length, eps or workgroup shape, and when the shader
+        cannot be built.
+        """
+        prepared = self.prepare(x, weight, eps, **options)
+        prepared.run()
+        return prepared.result()
+
+
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:
     """What the kernels compute, in torch: fp32 math, result in x's dtype."""
     eps = DEFAULT_EPS if eps is None else eps

@@ -18,12 +18,12 @@ Needs torch, numpy and wgpu only.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import torch
 
 from edgeplug.runtime import rms_norm as contract
-from edgeplug.runtime.device import GpuDevice, get_device
+from edgeplug.runtime.device import GpuDevice
 from edgeplug.runtime.rms_norm import WorkgroupShape
 
 BACKEND = "webgpu"
@@ -189,54 +189,10 @@ def pipeline(device: GpuDevice, dtype: torch.dtype, shape: WorkgroupShape) -> An
     return device.pipeline(wgsl_source(dtype, shape), label=f"{BACKEND} rms_norm {dt} {shape.tag()}")
 
 
-def prepare(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: Optional[float] = None,
-    *,
-    device: Optional[GpuDevice] = None,
-    workgroup_size: Optional[int] = None,
-    cache_keys: Optional[Mapping[int, str]] = None,
-    rows_per_workgroup: Optional[int] = None,
-    items: Optional[int] = None,
-    subgroups: Optional[bool] = None,
-) -> contract.PreparedRmsNorm:
-    """Check, upload and bind; ``.run()`` dispatches and ``.result()`` reads y (benchmarks time ``run``).
-
-    ``workgroup_size``, ``rows_per_workgroup``, ``items`` and ``subgroups``
-    override parts of the default shape (``edgeplug.runtime.rms_norm.choose_shape``).
-    """
-    device = device or get_device()
-    args = contract.check_args(x, weight, eps, where=WHERE, dtypes=DTYPES)
-    return contract.prepare(
-        args, device, pipeline, where=WHERE, workgroup_size=workgroup_size, rows_per_workgroup=rows_per_workgroup,
-        items=items, subgroups=subgroups, cache_keys=cache_keys,
-    )
-
-
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: Optional[float] = None,
-    *,
-    device: Optional[GpuDevice] = None,
-    workgroup_size: Optional[int] = None,
-    cache_keys: Optional[Mapping[int, str]] = None,
-    rows_per_workgroup: Optional[int] = None,
-    items: Optional[int] = None,
-    subgroups: Optional[bool] = None,
-) -> torch.Tensor:
-    """``et_vk.rms_norm(x, weight, eps)`` on the wgpu adapter; returns a CPU tensor of x's shape and dtype.
-
-    eps None means float32 machine epsilon. Raises ``edgeplug.errors.KernelError``
-    before dispatch on a bad shape, dtype, weight length, eps or workgroup shape.
-    """
-    prepared = prepare(
-        x, weight, eps, device=device, workgroup_size=workgroup_size, cache_keys=cache_keys,
-        rows_per_workgroup=rows_per_workgroup, items=items, subgroups=subgroups,
-    )
-    prepared.run()
-    return prepared.result()
+#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug.runtime.rms_norm.ShaderKernel``
+KERNEL = contract.ShaderKernel(WHERE, DTYPES, pipeline)
+prepare = KERNEL.prepare
+rms_norm = KERNEL.rms_norm
 
 
 def check_call(call: Any) -> None:
