@@ -606,6 +606,8 @@ def summary(cells: list[Cell]) -> dict[str, Any]:
     }
 
 
+#: how executorch's Vulkan partitioner says it has no kernel for an op
+NO_KERNEL = "no operator implementation"
 NORM_OPS = ("aten.rsqrt.default", "aten.mean.dim", "aten.rms_norm.default", "et_vk.rms_norm.default")
 
 
@@ -626,10 +628,20 @@ def targets(cells: list[Cell]) -> list[str]:
             continue
         one = [c for c in cs if ok(c) and c.edgeplug.partitions == 1]
         cpu = sum(c.edgeplug.cpu_nodes or 0 for c in cs if ok(c))
+        # an op the delegate has no kernel for stays on the CPU and splits the graph where it stands
+        kernelless = {c.model: sorted(op for op, why in c.edgeplug.cpu_reasons.items() if all(NO_KERNEL in r for r in why))
+                      for c in cs if ok(c)}
+        other = {c.model: sorted(set(c.edgeplug.cpu_ops) - set(kernelless[c.model])) for c in cs if ok(c)}
+        clean = [c for c in cs if ok(c) and not other[c.model] and (kernelless[c.model] or c.edgeplug.partitions == 1)]
+        split = [f"{c.model} {c.edgeplug.partitions} ({', '.join(o.removeprefix('aten.') for o in kernelless[c.model])})"
+                 for c in cs if ok(c) and c.edgeplug.partitions > 1 and kernelless[c.model]]
+        rest = [f"{m}: {', '.join(o.removeprefix('aten.') for o in ops)}" for m, ops in other.items() if ops]
         out.append(
-            f"{backend}: 1 partition on {len(one)} of {len(cs)} decoders (target: all), "
-            f"{cpu} CPU nodes over the {sum(ok(c) for c in cs)} that lowered, each with the partitioner's reason "
-            f"(target: only ops without a kernel) — {'met' if len(one) == len(cs) else 'not met'}"
+            f"{backend}: 1 partition on {len(one)} of {len(cs)} decoders; "
+            + (f"split only at ops without a kernel: {'; '.join(split)}; " if split else "")
+            + f"{cpu} CPU nodes over the {sum(ok(c) for c in cs)} that lowered, each with the partitioner's reason; "
+            + (f"CPU ops that have a kernel: {'; '.join(rest)} " if rest else "no CPU op that has a kernel ")
+            + f"(target: 1 partition, 0 CPU nodes but ops without a kernel) — {'met' if len(clean) == len(cs) else 'not met'}"
         )
     cs = [c for c in cells if c.backend == "xnnpack" and decoder(c)]
     if cs:

@@ -136,3 +136,29 @@ def test_zoo_main_writes_after_every_cell(zoo, monkeypatch, tmp_path):
     data = json.loads(js.read_text())
     assert data["summary"]["cells"] == 2 and data["summary"]["edgeplug_failures"] == 2
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def _vulkan_cell(zoo, model, partitions, reasons):
+    side = zoo.Side(ok=True, partitions=partitions, cpu_ops={op: 1 for op in reasons},
+                    cpu_reasons={op: [why] for op, why in reasons.items()})
+    return zoo.Cell(model=model, backend="vulkan", dry_run=False, edgeplug=side)
+
+
+def test_vulkan_target_allows_only_splits_at_ops_without_a_kernel(zoo):
+    """Issue 13's Vulkan line: an op with no kernel may stay (and split the graph); nothing else may."""
+    no_kernel = "Vulkan: no operator implementation"
+    met = [
+        _vulkan_cell(zoo, "llama", 1, {}),
+        _vulkan_cell(zoo, "falcon-mamba", 2, {"aten.log1p.default": no_kernel}),
+    ]
+    [line] = [t for t in zoo.targets(met) if t.startswith("vulkan:")]
+    assert line.endswith("— met") and "falcon-mamba 2 (log1p.default)" in line
+
+    high_dim = _vulkan_cell(zoo, "bamba", 4, {"aten.cumsum.default": no_kernel,
+                                              "aten.exp.default": "Vulkan: op does not support high dim tensors"})
+    two_without_cause = _vulkan_cell(zoo, "qwen3", 2, {})  # split with nothing kernel-less on the CPU
+    for bad in (high_dim, two_without_cause):
+        [line] = [t for t in zoo.targets([*met, bad]) if t.startswith("vulkan:")]
+        assert line.endswith("— not met"), line
+    [line] = [t for t in zoo.targets([*met, high_dim]) if t.startswith("vulkan:")]
+    assert "bamba: exp.default" in line
