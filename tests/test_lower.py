@@ -214,6 +214,23 @@ def test_lower_leaves_a_stateful_models_state_and_inputs_as_they_were(backend, m
     assert [o.max_abs_diff for o in again.outputs] == [o.max_abs_diff for o in v.outputs]
 
 
+@pytest.mark.parametrize("make", [_CountsCalls, _ScalesItsInput], ids=["buffer", "input"])
+def test_lower_leaves_an_exported_programs_state_as_it_was(make):
+    """From a program, eager runs on its module with the buffers copied and the weights shared."""
+    torch.manual_seed(0)
+    model, x = make(), torch.randn(2, 4)
+    ep = torch.export.export(model, (x.clone(),))
+    state = {k: v.clone() for k, v in ep.state_dict.items()}
+    result = edgeplug.lower(ep, (x,), "xnnpack", verify=True)
+    assert result.report.verification.passed, result.report.verification.failures()
+    assert all(torch.equal(state[k], t) for k, t in ep.state_dict.items())
+    # the reference counted one call: the buffer's update is not the source's
+    expected = make()
+    expected.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(result.eager_outputs[0], expected(x.clone()), rtol=0, atol=0)
+
+
 class _KvCache(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -235,11 +235,23 @@ def _export(job: Lowering) -> None:
     sys.stderr.write(printed.getvalue())  # what a successful export printed still reaches the user
 
 
+def _reference_module(ep: ExportedProgram) -> torch.nn.Module:
+    """``ep.module()`` with its buffers copied (the call may write them) and its parameters shared
+    with ``ep`` (the call only reads them): eager needs no second copy of the weights."""
+    module = ep.module()
+    copies: dict[int, torch.Tensor] = {}  # one copy per tensor: buffers that alias stay aliased
+    for name, buf in list(module.named_buffers(remove_duplicate=False)):
+        owner, _, leaf = name.rpartition(".")
+        new = copies.setdefault(id(buf), buf.detach().clone())
+        module.get_submodule(owner)._buffers[leaf] = new
+    return module
+
+
 def _program_reference(job: Lowering) -> None:
     job.ep = copy.deepcopy(job.source)
     for t in job.ep.state_dict.values():
         t.requires_grad_(False)
-    job.reference = _run_eager(job, copy.deepcopy(job.ep).module())
+    job.reference = _run_eager(job, _reference_module(job.source))
 
 
 def _export_passes(job: Lowering) -> None:
