@@ -297,7 +297,7 @@ def fold_constants(
     for node in nodes:
         _check_node(node, ep)
     analysis = analyze_constants(ep)
-    values = _fold_values(ep, nodes, analysis, dequantize)  # refuse before changing anything
+    values = evaluate_constants(ep, nodes, analysis, dequantize)  # refuse before changing anything
     if errors == "raise":
         refused = next((v for v in values if isinstance(v, ValueError)), None)
         if refused is not None:
@@ -311,13 +311,13 @@ def fold_constants(
         elif value is None:
             out.append(node)  # a leaf: already a constant placeholder or attribute
         else:
-            out.append(_fold_one(ep, node, hint, value))
+            out.append(replace_with_constant(ep, node, hint, value))
     ep.graph_module.graph.lint()
     ep.graph_module.recompile()
     return out
 
 
-def _fold_values(
+def evaluate_constants(
     ep: ExportedProgram, nodes: Sequence[torch.fx.Node], analysis: ConstantAnalysis, dequantize: bool = False
 ) -> list[Any]:
     """Per node: the tensor it folds to, None for a leaf, or the ValueError saying why it cannot be folded.
@@ -393,7 +393,7 @@ def _foldable(node: torch.fx.Node, source: WeightSource, dequantize: bool = Fals
         )
 
 
-def _fold_one(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: torch.Tensor) -> torch.fx.Node:
+def replace_with_constant(ep: ExportedProgram, node: torch.fx.Node, name_hint: str, value: torch.Tensor) -> torch.fx.Node:
     """Make ``value`` (what ``node`` computes) a lifted constant and remove what only fed ``node``."""
     subgraph = ancestors(node)
     new = lift_constant(ep, value, name_hint, like=node)

@@ -64,12 +64,12 @@ from torch.export.graph_signature import InputKind
 
 from edgeplug.graph.constants import (
     ConstantAnalysis,
-    _fold_one,
-    _fold_values,
     analyze_constants,
     ancestors,
     constant_placeholders,
+    evaluate_constants,
     remove_dead,
+    replace_with_constant,
 )
 from edgeplug.graph.copies import is_identity_copy
 from edgeplug.graph.ops import aliases_first_arg, aten_overload, base_name, is_qdq, op_name
@@ -112,7 +112,7 @@ def fold_constant_subgraphs(ep: ExportedProgram, *, budget: int = DEFAULT_BUDGET
     refused: dict[torch.fx.Node, str] = {}
     while True:  # a refused fold puts what it reads on the frontier: plan again
         plan = _plan(ep, foldable, analysis, budget, refused)
-        values = _fold_values(ep, plan.folds, analysis)
+        values = evaluate_constants(ep, plan.folds, analysis)
         failed = {n: f"not folded: {v}" for n, v in zip(plan.folds, values) if isinstance(v, ValueError)}
         if not failed:
             break
@@ -151,7 +151,7 @@ def _foldable_nodes(ep: ExportedProgram, analysis: ConstantAnalysis) -> set[torc
 
 
 def _is_check(node: torch.fx.Node) -> bool:
-    """``_assert_tensor_metadata``: a check of dtype and device that ``_fold_values`` makes too.
+    """``_assert_tensor_metadata``: a check of dtype and device that ``evaluate_constants`` makes too.
 
     (A check of values, ``_assert_async``, is no check: what it reads is folded and it stays.)
     """
@@ -261,7 +261,7 @@ def _apply(ep: ExportedProgram, plan: _Plan, values: list[Any]) -> list[Transfor
         name, op = node.name, op_name(node)
         same = next(((ph, first) for v, ph, first in made if _identical(v, value)), None)
         if same is None:
-            made.append((value, _fold_one(ep, node, f"folded_{name}", value), name))
+            made.append((value, replace_with_constant(ep, node, f"folded_{name}", value), name))
             size, detail = value.numel() * value.element_size(), f"{_describe(value)} constant"
         else:  # each layer builds the same mask and rotary tables: one constant serves them all
             subgraph = ancestors(node)
