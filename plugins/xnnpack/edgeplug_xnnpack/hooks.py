@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import edgeplug
 from edgeplug import BackendSpec, PartitionerFilter, PassSpec
+from edgeplug.graph import canonical_static  # noqa: F401  (registers its rewrites: collapse_view_chains, ...)
 from edgeplug.graph.canonical import FLOATS, rewrite_pass
 
 from edgeplug_xnnpack import filters, passes
@@ -57,6 +58,13 @@ def edgeplug_passes():
     yield rewrite_pass("squeeze_as_view", backend=BACKEND, dtypes=FLOATS)  # no squeeze config
     yield rewrite_pass("split_as_slices", backend=BACKEND, dtypes=FLOATS)  # no split config: fused qkv, gate/up
     yield rewrite_pass("select_as_slice", backend=BACKEND, dtypes=FLOATS)  # no select config: state-space scans
+    # its conv wants the weight a parameter: a squeeze and unsqueeze of it (Mamba's depthwise conv) are views
+    # to collapse; before expand_as_cat, whose same-shape views are on purpose
+    yield rewrite_pass("collapse_view_chains", backend=BACKEND, after=("squeeze_as_view", "unsqueeze_as_view"), before="expand_as_cat")
+    # no where, full_like or cumsum config: a segment sum's constant masks, chunk states' zeros, a 2-value scan
+    yield rewrite_pass("where_static_mask", backend=BACKEND, dtypes=FLOATS)
+    yield rewrite_pass("cat_fill_as_pad", backend=BACKEND, dtypes=FLOATS)
+    yield rewrite_pass("short_cumsum_as_adds", backend=BACKEND, dtypes=FLOATS)
     # its cat takes two or more distinct inputs (its preprocess splits cats of more than 5)
     yield rewrite_pass("expand_as_cat", backend=BACKEND, distinct_inputs=True, dtypes=FLOATS)
 
