@@ -53,6 +53,27 @@ The rewrites (``REWRITES``; parameters with their defaults):
   dtype, a ``cat`` of one tensor and empty ones) are replaced by what they
   copy (``edgeplug.graph.copies``).
 
+- ``collapse_rank(max_rank=4, ops=None)``: an elementwise op (torch's
+  ``pointwise`` tag, the ``*_like`` fills, hardswish) or ``cat`` on more
+  than ``max_rank`` dims runs on views of at most ``max_rank`` dims and is
+  viewed back. Only adjacent dims that every operand reads alike merge
+  (each operand has the output's size on all of them, or is broadcast on
+  all; size-1 dims join any run), size-1 dims first, then the leading ones;
+  a cat's own dim is never merged with another of size > 1. The same
+  elements meet in the same op; 0-d operands stay 0-d (they promote as
+  scalars). ``ops``: op names (``"aten.exp.default"``), all such when None.
+- ``int_sum_in_float(dtype=float32)``: ``sum.dim_IntList`` of an integer
+  or bool tensor becomes convert to ``dtype``, sum, convert back, where
+  ``integer_range`` proves every element within ``[lo, hi]`` (bools;
+  constants the program does not write; views, copies and integer casts
+  of those; products of those) and ``count * max(|lo|, |hi|)`` is at most
+  ``2 / eps(dtype)`` (2**24 for float32): every partial sum, in any order,
+  is then an integer ``dtype`` holds exactly.
+- ``reduce_with_keepdim(ops=(sum.dim_IntList, mean.dim, amax, amin))``: a
+  reduction over some dims without ``keepdim`` becomes the same reduction
+  with it, viewed without the reduced dims; ``keepdim`` only shapes the
+  result.
+
 ``FLOATS`` is float32 and float16: the dtypes XNNPACK's ops take by default.
 """
 
@@ -71,7 +92,7 @@ from torch.export import ExportedProgram
 from edgeplug.graph.constants import lift_constant
 from edgeplug.graph.copies import is_identity_copy
 from edgeplug.graph.names import reserve_node_names
-from edgeplug.graph.ops import is_written, op_name
+from edgeplug.graph.ops import aten_overload, is_written, op_name
 from edgeplug.graph.rewrite import copy_meta, detect_fake_mode, fake_mode_of, replace_uses
 from edgeplug.graph.transforms import note
 from edgeplug.records import PassSpec, TransformRecord
@@ -118,19 +139,34 @@ class _Builder:
             return getattr(getattr(exir_ops.edge.aten, name), overload)
         return getattr(getattr(torch.ops.aten, name), overload)
 
-    def call(self, origin: torch.fx.Node, name: str, args: tuple, overload: str = "default") -> torch.fx.Node:
-        """A node calling ``aten.<name>.<overload>(*args)`` before ``origin``, with its provenance."""
-        target = self.op(name, overload)
+    def call(
+        self, origin: torch.fx.Node, name: str, args: tuple, overload: str = "default", kwargs: Optional[dict] = None
+    ) -> torch.fx.Node:
+        """A node calling ``aten.<name>.<overload>(*args, **kwargs)`` before ``origin``, with its provenance."""
+        return self._make(origin, self.op(name, overload), getattr(getattr(torch.ops.aten, name), overload), args, kwargs or {})
+
+    def _make(self, origin: torch.fx.Node, target: Any, fake_op: Any, args: tuple, kwargs: dict) -> torch.fx.Node:
         inputs: list[torch.fx.Node] = []
-        fake_args = torch.fx.node.map_arg(args, lambda n: inputs.append(n) or n.meta["val"])
+        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: inputs.append(n) or n.meta["val"])
         # the inputs' own mode: after executorch's passes ops and placeholders may hold different ones
         with detect_fake_mode(inputs) or self._graph_mode():
-            val = getattr(getattr(torch.ops.aten, name), overload)(*fake_args)
+            val = fake_op(*fake_args, **fake_kwargs)
         with self.graph.inserting_before(origin):
-            node = self.graph.call_function(target, args)
+            node = self.graph.call_function(target, args, kwargs)
         node.meta["val"] = val
         copy_meta(origin, node)
         return node
+
+    def cast(self, origin: torch.fx.Node, x: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
+        """``x`` converted to ``dtype``: ``_to_copy``, or in an edge program the dim-order form
+        ``to_edge`` writes (``dim_order_ops._to_dim_order_copy``, contiguous)."""
+        if not self.edge:
+            return self.call(origin, "_to_copy", (x,), kwargs={"dtype": dtype})
+        from executorch.exir.dialects._ops import ops as exir_ops
+
+        target = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+        kwargs = {"dtype": dtype, "dim_order": list(range(_val(x).dim()))}
+        return self._make(origin, target, lambda t, **kw: torch.ops.aten._to_copy.default(t, dtype=kw["dtype"]), (x,), kwargs)
 
     def view(self, origin: torch.fx.Node, x: torch.fx.Node, shape: Sequence[int]) -> torch.fx.Node:
         return self.call(origin, "view_copy", (x, [int(d) for d in shape]))
@@ -516,6 +552,271 @@ def drop_identity_copies(ep: ExportedProgram, *, ops: Optional[Sequence[str]] = 
     return records
 
 
+# -- elementwise ops and cat at a lower rank ---------------------------------------------
+
+#: ops whose every output element depends on the operands' elements at its own (broadcast)
+#: index only, beyond those torch tags ``pointwise``: fills shaped like their input, hardswish
+_ELEMENTWISE_UNTAGGED = frozenset({
+    "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default", "aten.hardswish.default",
+})
+_CAT = "aten.cat.default"
+
+
+@functools.lru_cache(maxsize=None)
+def _collapsible(name: str) -> bool:
+    """``name`` (``"aten.exp.default"``) is ``cat``, in ``_ELEMENTWISE_UNTAGGED`` or an op torch tags
+    ``pointwise`` that writes no input."""
+    if name == _CAT or name in _ELEMENTWISE_UNTAGGED:
+        return True
+    namespace, _, rest = name.partition(".")
+    packet, _, overload = rest.rpartition(".")
+    op = getattr(getattr(getattr(torch.ops, namespace, None), packet, None), overload, None)
+    return isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags and not op._schema.is_mutable
+
+
+def _merge_dims(signatures: Sequence[Optional[tuple]], max_rank: int) -> Optional[list[list[int]]]:
+    """The dims of a tensor as at most ``max_rank`` runs of adjacent dims, merging no more than needed.
+
+    ``signatures[d]``: how the op reads dim ``d`` of its operands (None: size 1,
+    which fits any run). Two runs merge when their signatures agree; runs of
+    size-1 dims go first, then the leading dims, so the innermost dims stay as
+    they were. None when no merging gets down to ``max_rank``.
+    """
+    runs = [[d] for d in range(len(signatures))]
+    sigs = list(signatures)
+    while len(runs) > max_rank:
+        fits = [i for i in range(len(runs) - 1) if sigs[i] is None or sigs[i + 1] is None or sigs[i] == sigs[i + 1]]
+        if not fits:
+            return None
+        i = next((i for i in fits if sigs[i] is None or sigs[i + 1] is None), fits[0])
+        runs[i:i + 2] = [runs[i] + runs[i + 1]]
+        sigs[i:i + 2] = [sigs[i] if sigs[i] is not None else sigs[i + 1]]
+    return runs
+
+
+def _merged(shape: Sequence[int], rank: int, runs: list[list[int]]) -> list[int]:
+    """``shape`` (aligned to the right end of ``rank`` dims) with each run's dims merged into one."""
+    aligned = [1] * (rank - len(shape)) + list(shape)
+    return [math.prod(aligned[d] for d in run) for run in runs]
+
+
+def _collapse_elementwise(build: _Builder, node: torch.fx.Node, max_rank: int) -> Optional[TransformRecord]:
+    out = _val(node)
+    operands = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    nested = [a for a in node.args if isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a)]
+    if nested or any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()):
+        return None
+    vals = [_val(a) for a in operands]
+    if not _plain(out, None) or not all(_plain(v, None) for v in vals) or out.numel() == 0:
+        return None
+    if max(v.dim() for v in [out, *vals]) <= max_rank:
+        return None
+    # per dim, per operand: read whole (its size is the output's) or broadcast (size 1)
+    aligned = [[1] * (out.dim() - v.dim()) + list(v.shape) for v in vals]
+    signatures = [None if out.shape[d] == 1 else tuple(s[d] == out.shape[d] for s in aligned) for d in range(out.dim())]
+    runs = _merge_dims(signatures, max_rank)
+    if runs is None:
+        return None  # broadcasting that cannot merge
+    views: dict[torch.fx.Node, torch.fx.Node] = {}
+    made: list[torch.fx.Node] = []
+    for a, v in zip(operands, vals):
+        shape = _merged(v.shape, out.dim(), runs)
+        lead = len(shape) - v.dim()
+        if lead >= 0 and all(d == 1 for d in shape[:lead]):
+            shape = shape[lead:]  # broadcasting adds the leading 1s
+        # a 0-d operand stays 0-d: it broadcasts and promotes as one
+        if v.dim() and a not in views and list(v.shape) != shape:
+            views[a] = build.view(node, a, shape)
+            made.append(views[a])
+    args = tuple(views.get(a, a) if isinstance(a, torch.fx.Node) else a for a in node.args)
+    low = build._make(node, node.target, aten_overload(node.target), args, dict(node.kwargs))
+    made.append(low)
+    if low.meta["val"].dtype != out.dtype or list(low.meta["val"].shape) != _merged(out.shape, out.dim(), runs):
+        for n in reversed(made):  # not the op it claimed to be at this rank
+            build.graph.erase_node(n)
+        return None
+    build.replace(node, build.view(node, low, out.shape))
+    return _record(
+        "collapse_rank", node, len(made) + 1,
+        f"{list(out.shape)} at rank {len(runs)} as {list(low.meta['val'].shape)}"
+        + "".join(f"; {a.name} {list(_val(a).shape)} as {list(_val(w).shape)}" for a, w in views.items()),
+    )
+
+
+def _collapse_cat(build: _Builder, node: torch.fx.Node, max_rank: int) -> Optional[TransformRecord]:
+    tensors = node.args[0]
+    out = _val(node)
+    if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, torch.fx.Node) for t in tensors):
+        return None
+    vals = [_val(t) for t in tensors]
+    if not _plain(out, None) or not all(_plain(v, None) and v.dim() == out.dim() for v in vals):
+        return None  # (a legacy empty 1-d input has another rank)
+    if out.dim() <= max_rank:
+        return None
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % out.dim()
+    # the cat dim stays its own; the dims before it merge, and those after it
+    signatures = [("cat",) if d == dim else None if out.shape[d] == 1 else (d > dim,) for d in range(out.dim())]
+    runs = _merge_dims(signatures, max_rank)
+    if runs is None:
+        return None
+    low_dim = next(i for i, run in enumerate(runs) if dim in run)
+    views = [build.view(node, t, _merged(v.shape, out.dim(), runs)) for t, v in zip(tensors, vals)]
+    low = build.call(node, "cat", (views, low_dim))
+    build.replace(node, build.view(node, low, out.shape))
+    return _record(
+        "collapse_rank", node, len(views) + 2,
+        f"cat along dim {dim} of {list(out.shape)} as a cat along dim {low_dim} of {list(low.meta['val'].shape)}",
+    )
+
+
+def collapse_rank(ep: ExportedProgram, *, max_rank: int = 4, ops: Optional[Sequence[str]] = None) -> list[TransformRecord]:
+    """Elementwise ops and ``cat`` on tensors of rank > ``max_rank`` run on views of at most ``max_rank`` dims.
+
+    ``ops``: op names (``"aten.exp.default"``) to rewrite; every elementwise op and ``cat`` when None.
+    """
+    if max_rank < 1:
+        raise ValueError(f"collapse_rank: max_rank must be at least 1, got {max_rank}")
+    for name in ops or ():
+        if not _collapsible(name):
+            raise ValueError(f"collapse_rank: {name} is neither elementwise nor cat; it cannot be collapsed")
+    build = _Builder(ep)
+    records = []
+    wanted = None if ops is None else set(ops)
+    for node in [n for n in ep.graph_module.graph.nodes if n.op == "call_function"]:
+        name = op_name(node)
+        if wanted is not None and name not in wanted:
+            continue
+        if name == _CAT:
+            record = _collapse_cat(build, node, max_rank)
+        elif _collapsible(name):
+            record = _collapse_elementwise(build, node, max_rank)
+        else:
+            continue
+        if record is not None:
+            records.append(record)
+    return records
+
+
+# -- integer sums in float ---------------------------------------------------------------
+
+#: ops that hand out some of their input's elements unchanged (or in another integer dtype)
+_SAME_VALUES = frozenset({
+    "aten.view_copy.default", "aten.unsqueeze_copy.default", "aten.squeeze_copy.default", "aten.squeeze_copy.dim",
+    "aten.squeeze_copy.dims", "aten.expand_copy.default", "aten.permute_copy.default", "aten.clone.default",
+    "aten.alias_copy.default", "aten.slice_copy.Tensor", "aten.select_copy.int", "aten._to_copy.default",
+    "dim_order_ops._clone_dim_order.default", "dim_order_ops._to_dim_order_copy.default",
+})
+_INTEGERS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _fits(lo: int, hi: int, dtype: torch.dtype) -> bool:
+    if dtype == torch.bool:
+        return 0 <= lo and hi <= 1
+    info = torch.iinfo(dtype)
+    return info.min <= lo and hi <= info.max
+
+
+def integer_range(ep: ExportedProgram, node: Any, depth: int = 8) -> Optional[tuple[int, int]]:
+    """Bounds ``(lo, hi)`` every element of an integer or bool node is proven to lie in, else None.
+
+    Proven: a bool is 0 or 1; a constant (not written by the program) is within its
+    own least and greatest element; a copy, view or integer conversion keeps its input's
+    bounds (when the new dtype holds them); a product's bounds come from its factors'.
+    """
+    from edgeplug.graph.constants import constant_value, mutated_targets
+
+    val = _val(node)
+    if val is None or val.dtype not in _INTEGERS or depth < 0:
+        return None
+    if val.dtype == torch.bool:
+        return (0, 1)
+    if node.op == "placeholder":
+        value = constant_value(ep, node)
+        spec = next((s for s in ep.graph_signature.input_specs if s.arg.name == node.name), None)
+        written = is_written(node) or (spec is not None and spec.target in mutated_targets(ep))
+        if value is None or value.numel() == 0 or written:
+            return None
+        return (int(value.min()), int(value.max()))
+    if node.op != "call_function" or is_written(node):
+        return None
+    name = op_name(node)
+    if name in _SAME_VALUES:
+        bounds = integer_range(ep, node.args[0], depth - 1)
+        return bounds if bounds is not None and _fits(*bounds, val.dtype) else None
+    if name == "aten.mul.Tensor" and len(node.args) == 2 and not node.kwargs:
+        a, b = (integer_range(ep, x, depth - 1) for x in node.args)
+        if a is None or b is None:
+            return None
+        products = [x * y for x in a for y in b]
+        bounds = (min(products), max(products))
+        return bounds if _fits(*bounds, val.dtype) else None
+    return None
+
+
+def int_sum_in_float(ep: ExportedProgram, *, dtype: torch.dtype = torch.float32) -> list[TransformRecord]:
+    """``sum.dim_IntList`` of an integer tensor -> convert to ``dtype``, sum, convert back (see module doc)."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"int_sum_in_float: dtype must be a floating dtype, got {dtype}")
+    exact_up_to = int(2 / torch.finfo(dtype).eps)  # every integer of at most this size is a float of dtype
+    build = _Builder(ep)
+    records = []
+    for node in _nodes(ep, ["aten.sum.dim_IntList"]):
+        x_node = node.args[0]
+        x, out = _val(x_node), _val(node)
+        if not _static(x, out) or x.dtype not in _INTEGERS or out.dtype not in _INTEGERS or node.kwargs.get("dtype") is not None:
+            continue
+        dims = node.args[1] if len(node.args) > 1 else None
+        count = math.prod(x.shape[d % x.dim()] for d in dims) if dims and x.dim() else x.numel()
+        bounds = integer_range(ep, x_node)
+        if count == 0 or bounds is None:
+            continue
+        largest = count * max(abs(bounds[0]), abs(bounds[1]))
+        if largest > exact_up_to:
+            continue  # a partial sum could round
+        wide = build.cast(node, x_node, dtype)
+        total = build.call(node, "sum", (wide, *node.args[1:]), "dim_IntList", kwargs=dict(node.kwargs))
+        build.replace(node, build.cast(node, total, out.dtype))
+        records.append(_record(
+            "int_sum_in_float", node, 3,
+            f"{count} elements in [{bounds[0]}, {bounds[1]}]: every partial sum within ±{largest} "
+            f"is exact in {str(dtype).replace('torch.', '')}",
+        ))
+    return records
+
+
+# -- reductions that keep their dims -----------------------------------------------------
+
+_REDUCTIONS = ("aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten.amin.default")
+
+
+def reduce_with_keepdim(ep: ExportedProgram, *, ops: Sequence[str] = _REDUCTIONS) -> list[TransformRecord]:
+    """A reduction without ``keepdim`` -> the same reduction with it, viewed without the reduced dims.
+
+    ``keepdim`` only shapes the result: the same elements are reduced in the same order.
+    """
+    unknown = set(ops) - set(_REDUCTIONS)
+    if unknown:
+        raise ValueError(f"reduce_with_keepdim: unknown ops {sorted(unknown)}; it rewrites {list(_REDUCTIONS)}")
+    build = _Builder(ep)
+    records = []
+    for node in _nodes(ep, ops):
+        x_node = node.args[0]
+        x, out = _val(x_node), _val(node)
+        if not _static(x, out) or x.dim() == 0 or len(node.args) < 2 or not node.args[1]:
+            continue  # every dim (written [] or None): the backend's full reductions are another matter
+        keepdim = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
+        if keepdim:
+            continue
+        kwargs = {k: v for k, v in node.kwargs.items() if k != "keepdim"}
+        kept = build._make(node, node.target, aten_overload(node.target), (x_node, node.args[1], True), kwargs)
+        build.replace(node, build.view(node, kept, out.shape))
+        records.append(_record(
+            "reduce_with_keepdim", node, 2,
+            f"{list(x.shape)} reduced over {list(node.args[1])} to {list(kept.meta['val'].shape)}, viewed as {list(out.shape)}",
+        ))
+    return records
+
+
 # -- the registry and the pass factory -------------------------------------------------
 
 
@@ -547,6 +848,9 @@ REWRITES: dict[str, Rewrite] = {
         Rewrite("any_as_amax", any_as_amax),
         Rewrite("split_as_slices", split_as_slices),
         Rewrite("select_as_slice", select_as_slice),
+        Rewrite("collapse_rank", collapse_rank),
+        Rewrite("int_sum_in_float", int_sum_in_float),
+        Rewrite("reduce_with_keepdim", reduce_with_keepdim),
     )
 }
 
@@ -604,9 +908,13 @@ __all__ = [
     "Rewrite",
     "any_as_amax",
     "apply",
+    "collapse_rank",
     "drop_identity_copies",
     "expand_as_cat",
+    "int_sum_in_float",
+    "integer_range",
     "mean_at_rank",
+    "reduce_with_keepdim",
     "representable",
     "rewrite_pass",
     "scalar_to_tensor",
