@@ -61,16 +61,33 @@ def keep_whole(backend: str) -> KeepWhole:
     return KeepWhole(backend=backend, ops=(aten.hardswish.default, aten.upsample_nearest2d.vec, aten.pixel_shuffle.default))
 
 
+#: the delegate's elementwise ops (and cat) with kernels for at most 4 dims (executorch's
+#: op_registry registers them without ``supports_highdim``)
+FOUR_DIM_OPS = (
+    *(f"aten.{op}.default" for op in (
+        "abs", "cos", "exp", "gelu", "hardshrink", "hardswish", "hardtanh", "neg", "relu", "sigmoid", "sin", "sqrt",
+        "rsqrt", "tanh", "round", "leaky_relu", "log10", "clamp", "full_like", "ones_like", "zeros_like", "cat",
+    )),
+    "aten.where.self",
+)
+
+
 def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
     """The core's exact rewrites into ops the delegate implements (``edgeplug.graph.canonical``).
 
     It has ``mul.Tensor`` (``add``, ``sub``, ``div``) for fp16 and fp32 but no ``.Scalar`` form,
-    and float reductions (``amax``) but no ``any`` (the safe softmax of SDPA's decomposition).
+    float reductions (``amax``, ``sum``) but no ``any`` (the safe softmax of SDPA's decomposition)
+    and no integer sum (a MoE router's token counts), and reduces other than the last dim only
+    with ``keepdim`` (a MoE's sum over its top-k experts); ``FOUR_DIM_OPS`` take up to 4 dims
+    (a Mamba-2 scan's 5-d masks), its views any rank.
     """
     from edgeplug.graph.canonical import FLOATS, rewrite_pass
 
     yield rewrite_pass("scalar_to_tensor", backend=backend, dtypes=FLOATS)
     yield rewrite_pass("any_as_amax", backend=backend)
+    yield rewrite_pass("collapse_rank", backend=backend, max_rank=4, ops=FOUR_DIM_OPS)
+    yield rewrite_pass("int_sum_in_float", backend=backend)
+    yield rewrite_pass("reduce_with_keepdim", backend=backend)
 
 
 def rms_norm_policy(backend: str, *, fp32_accumulation: bool) -> FusionPolicy:
