@@ -19,16 +19,6 @@ from edgeplug.patterns.base import is_op
 
 transformers = pytest.importorskip("transformers")
 
-SEQ, VOCAB = 8, 128
-COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
 MODELS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, "fused"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}, "fused"),
@@ -49,9 +39,10 @@ class Logits(nn.Module):
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
-def _build(name: str):
+def _build(zoo, name: str):
+    """The zoo's shared decoder config (2 layers, hidden 64, 4 heads, 2 key/value heads) for ``name``."""
     config_cls, model_cls, extra, _ = MODELS[name]
-    config = getattr(transformers, config_cls)(**COMMON, **extra)
+    config = getattr(transformers, config_cls)(**{**zoo.DECODER, **extra})
     torch.manual_seed(0)
     model = getattr(transformers, model_cls)(config).eval()
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
@@ -59,7 +50,7 @@ def _build(name: str):
     with torch.no_grad():
         for m in norms:  # not the init's ones (or Gemma's zeros): a wrong weight must show
             m.weight.copy_(m.weight + 0.2 * torch.randn(m.weight.shape, generator=g))
-    ids = torch.randint(0, VOCAB, (1, SEQ), generator=g)
+    ids = torch.randint(0, zoo.VOCAB, (1, zoo.SEQ), generator=g)
     wrapped = Logits(model).eval()
     with torch.no_grad():
         ep = torch.export.export(wrapped, (ids,))
@@ -67,12 +58,12 @@ def _build(name: str):
 
 
 @pytest.fixture(scope="session")
-def hf_models():
+def hf_models(zoo):
     cache: dict = {}
 
     def get(name: str):
         if name not in cache:
-            cache[name] = _build(name)
+            cache[name] = _build(zoo, name)
         return cache[name]
 
     return get
@@ -81,11 +72,11 @@ def hf_models():
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,dry_run", BACKENDS, ids=[b for b, _ in BACKENDS])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_hf_decoder_lowers_with_every_norm_fused(hf_models, name, backend, dry_run):
+def test_hf_decoder_lowers_with_every_norm_fused(zoo, hf_models, name, backend, dry_run):
     model, ep, ids, norms = hf_models(name)
     result = edgeplug.lower(copy.deepcopy(ep), ids, backend, dry_run=dry_run, verify=not dry_run, model_name=name)
     fusions = result.report.fusions
-    assert len(fusions) == norms == 2 * COMMON["num_hidden_layers"] + 1, result.report.to_table()
+    assert len(fusions) == norms == 2 * zoo.DECODER["num_hidden_layers"] + 1, result.report.to_table()
     expected = MODELS[name][3]
     assert all(f.outcome == expected for f in fusions), [(f.anchor, f.outcome, f.reason) for f in fusions]
     assert all(f.eps == pytest.approx(1e-6, rel=1e-6) for f in fusions)
