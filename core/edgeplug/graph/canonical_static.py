@@ -53,12 +53,14 @@ from edgeplug.records import TransformRecord
 # -- view chains -------------------------------------------------------------------------------
 
 
-def _erase_dead(node: Any) -> None:
-    """Erase ``node`` and the views it read when nothing reads them any more."""
+def _erase_dead(node: Any) -> int:
+    """Erase ``node`` and the views it read while nothing reads them any more; how many were erased."""
+    erased = 0
     while isinstance(node, torch.fx.Node) and node.op == "call_function" and not node.users:
         source = node.args[0] if op_name(node) == "aten.view_copy.default" else None
         node.graph.erase_node(node)
-        node = source
+        node, erased = source, erased + 1
+    return erased
 
 
 def collapse_view_chains(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = None) -> list[TransformRecord]:
@@ -77,14 +79,14 @@ def collapse_view_chains(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch
             continue
         if tuple(src.shape) == tuple(out.shape) and not any(u.op == "output" for u in node.users):
             build.replace(node, source)
-            records.append(_record("collapse_view_chains", node, 0, f"views {source.name} at its own shape {list(out.shape)}: dropped"))
+            removed, detail = 1, f"views {source.name} at its own shape {list(out.shape)}: dropped"
         elif source is not inner:
             node.args = (source, *node.args[1:])
-            records.append(_record("collapse_view_chains", node, 0, f"views {source.name} directly, not through {inner.name}", removed=0))
+            removed, detail = 0, f"views {source.name} directly, not through {inner.name}"
         else:
             continue
-        if inner is not source:
-            _erase_dead(inner)
+        removed += _erase_dead(inner) if inner is not source else 0
+        records.append(_record("collapse_view_chains", node, 0, detail, removed=removed))
     return records
 
 
@@ -129,13 +131,15 @@ def cat_fill_as_pad(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtyp
         pad[2 * (out.dim() - 1 - dim) + i] = int(f.shape[dim])  # [last lo, last hi, ..., dim lo, dim hi]: lo when the fill is first
         padded = build.call(node, "constant_pad_nd", (y, pad, fills[i]))
         build.replace(node, padded)
+        dropped = not fill.users
+        if dropped:
+            build.graph.erase_node(fill)
         side = "before" if i == 0 else "after"
         records.append(_record(
             "cat_fill_as_pad", node, 1,
             f"{y.name} padded {side} along dim {dim} by {int(f.shape[dim])} with {fills[i]!r} (was a cat with {fill.name})",
+            removed=2 if dropped else 1,
         ))
-        if not fill.users:
-            build.graph.erase_node(fill)
     return records
 
 
