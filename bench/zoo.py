@@ -321,7 +321,13 @@ class Cell:
 
 def _quiet() -> None:
     warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)  # executorch's partitioners log every node at INFO
+    # executorch's partitioners log every node at INFO: nothing below ERROR is printed. Not with
+    # logging.disable, which would also drop the DEBUG records edgeplug reads a partitioner's
+    # reasons from (capture_why), and every CPU node would read "it gave no reason"
+    root = logging.getLogger()
+    root.setLevel(logging.ERROR)
+    for handler in root.handlers:
+        handler.setLevel(logging.ERROR)
 
 
 class _Tiny(torch.nn.Module):

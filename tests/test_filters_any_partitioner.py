@@ -156,3 +156,31 @@ def test_llama_lowers_and_verifies_with_both_filters(edgeplug_register):
     assert not any("it gave no reason" in r for r in reasons)
     table = rep.to_table()
     assert NO_DIV in table and RANK in table
+
+
+class _RuntimeWeightConv(torch.nn.Module):
+    def forward(self, x, w):
+        return torch.nn.functional.conv2d(x, w)
+
+
+def test_the_partitioners_logged_reason_is_the_cpu_nodes_reason():
+    """XNNPACK logs why it refuses a node at DEBUG; the report reads it, whatever the logging setup."""
+    _xnnpack_or_skip()
+    import logging
+
+    inputs = (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
+    [conv] = edgeplug.lower(_RuntimeWeightConv(), inputs, "xnnpack").report.cpu_nodes
+    assert conv.reason == "Expected weight to be a static param"
+
+    root = logging.getLogger()
+    saved = root.level
+    root.setLevel(logging.ERROR)  # a quiet application: the reason still reaches the report
+    try:
+        [conv] = edgeplug.lower(_RuntimeWeightConv(), inputs, "xnnpack").report.cpu_nodes
+        assert conv.reason == "Expected weight to be a static param"
+        logging.disable(logging.WARNING)  # drops every record: the report says why it has no reason
+        [conv] = edgeplug.lower(_RuntimeWeightConv(), inputs, "xnnpack").report.cpu_nodes
+        assert "logging.disable(WARNING) is in effect" in conv.reason
+    finally:
+        logging.disable(logging.NOTSET)
+        root.setLevel(saved)

@@ -149,4 +149,9 @@ def unstated_reason(partitioner: Any, node: torch.fx.Node) -> str:
 
         if format_target_name(getattr(node.target, "__name__", "")) not in configs:
             return f"{who} has no config for {op_name(node.target)}"
+    if logging.root.manager.disable >= logging.DEBUG:  # the reasons are debug records
+        return (
+            f"not taken by the {who} partitioner (its reason is a log record, and logging.disable("
+            f"{logging.getLevelName(logging.root.manager.disable)}) is in effect; raise the loggers' levels instead)"
+        )
     return f"not taken by the {who} partitioner (it gave no reason)"
