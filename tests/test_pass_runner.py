@@ -209,3 +209,57 @@ def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
     message = str(info.value)
     assert "edge-stage pass 'fuse' of the edgeplug core (lowering for backend 'qnn')" in message
     assert "redefined name" in message
+
+
+class _Norm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused():
+    """Stage "edge" runs before the core's fusion, "pre_partition" after it; both before partitioning."""
+    from edgeplug import plugins
+
+    seen: dict[str, set] = {}
+
+    def look(stage):
+        def fn(ep):
+            seen[stage] = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+        return fn
+
+    class Observer:
+        @edgeplug.hookimpl
+        def edgeplug_passes(self):
+            yield PassSpec(backend="qnn", stage="edge", name="look-edge", fn=look("edge"))
+            yield PassSpec(backend="qnn", stage="pre_partition", name="look-late", fn=look("pre_partition"))
+
+    plugins.register(Observer(), name="observer")
+    try:
+        result = edgeplug.lower(_Norm(), (torch.randn(2, 8),), "qnn", dry_run=True)
+    finally:
+        plugins.unregister("observer")
+    [fusion] = result.report.fusions
+    assert fusion.outcome == "fused"
+    assert any("rsqrt" in t for t in seen["edge"]) and not any("rms_norm" in t for t in seen["edge"])
+    assert any("rms_norm" in t for t in seen["pre_partition"]) and not any("rsqrt" in t for t in seen["pre_partition"])
+
+
+def test_a_constraint_across_stages_is_refused():
+    from edgeplug import plugins
+
+    class Crossing:
+        @edgeplug.hookimpl
+        def edgeplug_passes(self):
+            yield PassSpec(backend="qnn", stage="edge", name="early-x", fn=lambda ep: None)
+            yield PassSpec(backend="qnn", stage="pre_partition", name="late-x", fn=lambda ep: None, after="early-x")
+
+    plugins.register(Crossing(), name="crossing")
+    try:
+        with pytest.raises(Exception, match="constraints order passes of one stage"):
+            edgeplug.get_backend("qnn").passes_for("pre_partition")
+    finally:
+        plugins.unregister("crossing")

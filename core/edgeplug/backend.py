@@ -39,7 +39,7 @@ class Backend:
     filters: tuple[PartitionerFilter, ...] = ()
     fusion_policies: tuple[FusionPolicy, ...] = ()
     kernels: tuple[Kernel, ...] = ()
-    #: Passes of both stages, in run order (``passes_for`` picks a stage).
+    #: Passes of every stage, in run order (``passes_for`` picks a stage).
     passes: tuple[PassSpec, ...] = ()
     #: Every record for this backend with the plugin that yielded it, in load order.
     contributions: tuple[Contribution, ...] = field(default=(), compare=False, hash=False)

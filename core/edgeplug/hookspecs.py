@@ -11,7 +11,8 @@ Hooks, in the order the lowering pipeline uses them:
 1. registration: ``edgeplug_backends``
 2. export: ``edgeplug_passes`` (stage "export")
 3. to_edge: ``edgeplug_keep_whole``, ``edgeplug_partitioner_filters``
-4. edge: ``edgeplug_passes`` (stage "edge"), ``edgeplug_fusion_policies``
+4. edge: ``edgeplug_passes`` (stage "edge"), ``edgeplug_fusion_policies``, then
+   ``edgeplug_passes`` (stage "pre_partition")
 5. verification and benchmarks: ``edgeplug_kernels``
 6. quantization (``edgeplug.quantize``, ``lower --quantize``): ``edgeplug_quantizers``
 
@@ -121,15 +122,15 @@ def edgeplug_kernels() -> Iterable[Kernel]:
 
 @hookspec
 def edgeplug_passes() -> Iterable[PassSpec]:
-    """Backend passes: stage "export" (aten IR) or "edge" (before partitioning).
+    """Backend passes: stage "export" (aten IR), "edge" (before the core's fusion) or
+    "pre_partition" (after it, before partitioning).
 
     Run by the core's pass runner, which reserves node names first and lints
     the graph after each pass. Order: every ``before``/``after`` constraint
     holds (pass names of the same backend and stage, from any plugin);
     ``order`` breaks ties. A pass name used twice for one backend, a
     constraint naming no pass, or a cycle makes the backend unavailable with
-    a message naming the plugins. Edge-stage passes run before the core's
-    fusion.
+    a message naming the plugins.
     """
 
 

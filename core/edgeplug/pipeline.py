@@ -264,7 +264,7 @@ def _export_passes(job: Lowering) -> None:
 
 def _edge_stage(job: Lowering) -> Any:
     """The pass executorch runs between to_edge and partitioning: constant folding, the backend's
-    edge passes, then fusion."""
+    edge passes, fusion, then the backend's pre-partition passes (the core's rewrites it chose)."""
     from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 
     from edgeplug.graph import recording, run_passes
@@ -282,7 +282,12 @@ def _edge_stage(job: Lowering) -> Any:
         def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
             job.clock.enter("edge passes + fusion")
             # the core's folding and fusion go through the runner too: names reserved, graphs linted
-            passes = [core_pass("constant fold", constant_fold), *job.backend.passes_for("edge"), core_pass("fuse", fusion)]
+            passes = [
+                core_pass("constant fold", constant_fold),
+                *job.backend.passes_for("edge"),
+                core_pass("fuse", fusion),
+                *job.backend.passes_for("pre_partition"),
+            ]
             with recording() as log:
                 ep = run_passes(exported_program, passes, backend=job.backend)
             job.transforms = [*job.transforms, *log]  # after the export stage's
@@ -435,7 +440,7 @@ def _foreign_passes(job: Lowering) -> list[str]:
     """Notes naming passes another plugin than the backend's own ran on this backend."""
     b = job.backend
     notes = []
-    for spec in [*b.passes_for("export"), *b.passes_for("edge")]:
+    for spec in b.passes:
         origin = b.origin(spec)
         if origin is not None and origin != b.plugin:
             notes.append(f"{spec.stage}-stage pass {spec.name!r} on backend {b.name!r} came from {origin.describe()}, not from {b.distribution}")

@@ -583,7 +583,7 @@ class PluginManager:
         }
 
     def pass_order(self, backend: str) -> tuple[PassSpec, ...]:
-        """A backend's passes (both stages) in run order."""
+        """A backend's passes (every stage) in run order."""
         return self._state().pass_order.get(backend, ())
 
     def conflict(self, backend: str) -> Optional[BackendProblem]:

@@ -311,13 +311,19 @@ class Kernel(_Record):
 class PassSpec(_Record):
     """A backend pass. ``fn(ep) -> ExportedProgram | None`` (None: changed in place).
 
+    Stages: ``"export"`` runs on the aten program before ``to_edge``;
+    ``"edge"`` on the edge program, after the core's constant folding and
+    before its fusion; ``"pre_partition"`` after the fusion, just before
+    partitioning (the core's canonicalizing rewrites run there by default, so
+    the fusion matches the graph as exported).
+
     Passes of one backend and stage run in an order that honours every
     ``before`` / ``after`` constraint (names of other passes of the backend,
     from any plugin); ``order`` only breaks ties (lower first), then the order
     plugins yielded them. Names are unique per backend.
     """
 
-    stage: Literal["export", "edge"]
+    stage: Literal["export", "edge", "pre_partition"]
     name: str
     fn: Callable[[Any], Any]
     #: Names of passes this one must run before / after.
