@@ -565,13 +565,15 @@ _CAT = "aten.cat.default"
 @functools.lru_cache(maxsize=None)
 def _collapsible(name: str) -> bool:
     """``name`` (``"aten.exp.default"``) is ``cat``, in ``_ELEMENTWISE_UNTAGGED`` or an op torch tags
-    ``pointwise`` that writes no input."""
+    ``pointwise`` that writes no input and draws from no RNG."""
     if name == _CAT or name in _ELEMENTWISE_UNTAGGED:
         return True
     namespace, _, rest = name.partition(".")
     packet, _, overload = rest.rpartition(".")
     op = getattr(getattr(getattr(torch.ops, namespace, None), packet, None), overload, None)
-    return isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags and not op._schema.is_mutable
+    if not isinstance(op, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded in op.tags:
+        return False  # (an RNG op: its draws are not the op's to rearrange)
+    return torch.Tag.pointwise in op.tags and not op._schema.is_mutable
 
 
 def _merge_dims(signatures: Sequence[Optional[tuple]], max_rank: int) -> Optional[list[list[int]]]:
