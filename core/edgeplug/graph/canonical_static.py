@@ -195,6 +195,23 @@ def _pad(build: _Builder, origin: torch.fx.Node, x: torch.fx.Node, rows: tuple[i
     return build.call(origin, "constant_pad_nd", (x, [*cols, *rows], value))
 
 
+def _fill_and_source(
+    ep: ExportedProgram, a: Any, b: Any, out: torch.Tensor, dtypes: Optional[Sequence[torch.dtype]]
+) -> Optional[tuple[float, torch.fx.Node, bool]]:
+    """(fill value, the operand read, whether it is ``where``'s other) of ``where(c, a, b)``: one operand
+    a constant of one value in the output's dtype, the other of the output's shape and dtype."""
+    for fill, x, x_is_other in ((a, b, True), (b, a, False)):
+        if not isinstance(fill, torch.fx.Node) or not isinstance(x, torch.fx.Node):
+            continue
+        value, xv = constant_value(ep, fill), _val(x)
+        if value is None or value.dtype != out.dtype or not _plain(xv, dtypes):
+            continue
+        v = _uniform(value)
+        if v is not None and tuple(xv.shape) == tuple(out.shape) and xv.dtype == out.dtype:
+            return v, x, x_is_other
+    return None
+
+
 def where_static_mask(
     ep: ExportedProgram, *, max_pieces: int = 4, dtypes: Optional[Sequence[torch.dtype]] = FLOATS
 ) -> list[TransformRecord]:
@@ -212,24 +229,15 @@ def where_static_mask(
         mask = constant_value(ep, cond) if isinstance(cond, torch.fx.Node) else None
         if mask is None or mask.dtype != torch.bool:
             continue
-        picks_b = None
-        for fill, x, picks_b in ((a, b, True), (b, a, False)):
-            if not isinstance(fill, torch.fx.Node) or not isinstance(x, torch.fx.Node):
-                continue
-            value = constant_value(ep, fill)
-            xv = _val(x)
-            if value is not None and value.dtype == out.dtype and _plain(xv, dtypes) and tuple(xv.shape) == tuple(out.shape) and xv.dtype == out.dtype:
-                break
-        else:
+        found = _fill_and_source(ep, a, b, out, dtypes)
+        if found is None:
             continue
-        v = _uniform(value)
-        if v is None:
-            continue
+        v, x, x_is_other = found
         try:
             take = mask.broadcast_to(out.shape)
         except RuntimeError:
             continue
-        take = ~take if picks_b else take  # where x is read
+        take = ~take if x_is_other else take  # where x is read
         grid = take.reshape(-1, *take.shape[-2:])
         if not bool((grid == grid[:1]).all()):
             continue  # the mask differs along the leading dims
