@@ -495,7 +495,7 @@ def test_the_vulkan_delegate_backends_declare_scalar_to_tensor_and_any_as_amax()
     for backend in ("vulkan", "webgpu"):
         if backend not in edgeplug.backends():
             continue
-        assert {"scalar_to_tensor", "any_as_amax"} <= {p.name for p in edgeplug.get_backend(backend).passes_for("edge")}
+        assert {"scalar_to_tensor", "any_as_amax"} <= {p.name for p in edgeplug.get_backend(backend).passes_for("pre_partition")}
 
 
 def test_xnnpack_lowers_a_decoder_with_no_norm_op_and_no_rewritten_op_on_the_cpu(zoo):
@@ -523,3 +523,37 @@ def test_dry_run_backends_drop_the_copies_their_real_flow_drops_and_say_so(backe
     assert not report.cpu_ops.get("aten.alias_copy.default") and not report.cpu_ops.get("dim_order_ops._clone_dim_order.default")
     dropped = [t for t in report.transforms if t.transform == "drop_identity_copies"]
     assert {t.op for t in dropped} >= {"aten.alias_copy.default", "dim_order_ops._clone_dim_order.default"}
+
+
+class _Rms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+@pytest.mark.parametrize("stage", ["pre_partition", "edge"])
+def test_rewrites_run_after_the_fusion_unless_asked_to_run_before(edgeplug_register, stage):
+    """By default a rewrite cannot hide a norm from the fusion: it runs after it (stage "pre_partition")."""
+
+    class MeanAtRankOnQnn:
+        @edgeplug.hookimpl
+        def edgeplug_passes(self):
+            yield canonical.rewrite_pass("mean_at_rank", backend="qnn", stage=stage, rank=4, dims=(2, 3))
+
+    edgeplug_register(MeanAtRankOnQnn(), name=f"mean-at-rank-{stage}")
+    report = edgeplug.lower(_Rms(), (torch.randn(1, 2, 8),), "qnn", dry_run=True).report
+    rewritten = [t for t in report.transforms if t.transform == "mean_at_rank"]
+    if stage == "pre_partition":
+        [fusion] = report.fusions
+        assert fusion.outcome == "fused" and not rewritten  # the mean is inside the fused norm
+    else:  # before the fusion the mean is a 4-d view chain: the norm matcher no longer sees a norm
+        assert not any(f.outcome == "fused" for f in report.fusions)
+        assert [t.outcome for t in rewritten] == ["applied"]
+
+
+def test_rewrite_pass_refuses_the_export_stage():
+    with pytest.raises(ValueError, match="stage must be 'edge' or 'pre_partition'"):
+        canonical.rewrite_pass("scalar_to_tensor", backend="qnn", stage="export")

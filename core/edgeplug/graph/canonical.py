@@ -885,21 +885,27 @@ def rewrite_pass(
     name: str,
     *,
     backend: str,
+    stage: str = "pre_partition",
     order: int = 0,
     before: Union[str, Sequence[str]] = (),
     after: Union[str, Sequence[str]] = (),
     **params: Any,
 ) -> PassSpec:
-    """The edge-stage ``PassSpec`` that runs the core's rewrite ``name`` for ``backend`` with ``params``.
+    """The ``PassSpec`` that runs the core's rewrite ``name`` for ``backend`` with ``params``.
 
-    The pass is named ``name``; ``order``, ``before`` and ``after`` place it
-    among the backend's other edge passes. Unknown names and parameters
-    raise here, when the plugin declares the pass.
+    By default it runs in the ``"pre_partition"`` stage, after the core's
+    fusion: the fusion matches the norms as exported, and the rewrites shape
+    what is left for the partitioner. ``stage="edge"`` runs it before the
+    fusion. The pass is named ``name``; ``order``, ``before`` and ``after``
+    place it among the backend's other passes of that stage. Unknown names and
+    parameters raise here, when the plugin declares the pass.
     """
+    if stage not in ("edge", "pre_partition"):
+        raise ValueError(f"rewrite {name!r}: stage must be 'edge' or 'pre_partition' (an edge-dialect stage), got {stage!r}")
     rewrite = _rewrite(name)
     rewrite.check(params)
     return PassSpec(
-        backend=backend, stage="edge", name=name, fn=functools.partial(_run_in_pass, rewrite.fn, dict(params)),
+        backend=backend, stage=stage, name=name, fn=functools.partial(_run_in_pass, rewrite.fn, dict(params)),
         order=order, before=before, after=after,
     )
 
@@ -925,3 +931,7 @@ __all__ = [
     "squeeze_as_view",
     "unsqueeze_as_view",
 ]
+
+# the rewrites that rest on what export fixes (constant masks, fills, short scans, view chains)
+# join REWRITES from their own module; importing it here keeps the registry whole
+from edgeplug.graph import canonical_static as _static_rewrites  # noqa: E402,F401

@@ -1,12 +1,11 @@
 """Canonicalizing rewrites that rest on what export fixes: a constant mask, a
 fill, a short scan, a chain of views.
 
-They join ``edgeplug.graph.canonical``'s registry (``REWRITES``) when this
-module is imported, and follow its contract: each is exact bit for bit, runs
+They join ``edgeplug.graph.canonical``'s registry (``REWRITES``), which
+imports this module, and follow its contract: each is exact bit for bit, runs
 on edge (or aten) programs in place, leaves alone what it cannot prove equal
 and records each change with ``edgeplug.graph.note``. A backend chooses them
-with ``rewrite_pass(name, backend=..., **params)`` after importing this
-module. A state-space layer (Mamba-2's chunked scan) is where they meet: its
+with ``rewrite_pass(name, backend=..., **params)`` like any other. A state-space layer (Mamba-2's chunked scan) is where they meet: its
 depthwise conv weight reaches the conv through a squeeze and an unsqueeze,
 its segment sums mask with constant triangles, its chunk states start from
 ``full_like(x, 0)``, and with one chunk its chunk-level sum scans two values.

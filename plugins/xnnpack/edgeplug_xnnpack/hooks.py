@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import edgeplug
 from edgeplug import BackendSpec, PartitionerFilter, PassSpec
-from edgeplug.graph import canonical_static  # noqa: F401  (registers its rewrites: collapse_view_chains, ...)
 from edgeplug.graph.canonical import FLOATS, rewrite_pass
 
 from edgeplug_xnnpack import filters, passes
