@@ -79,7 +79,10 @@ def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
     float reductions (``amax``, ``sum``) but no ``any`` (the safe softmax of SDPA's decomposition)
     and no integer sum (a MoE router's token counts), and reduces other than the last dim only
     with ``keepdim`` (a MoE's sum over its top-k experts); ``FOUR_DIM_OPS`` take up to 4 dims
-    (a Mamba-2 scan's 5-d masks), its views any rank.
+    (a Mamba-2 scan's 5-d masks), its views any rank. It has no ``cumsum``: a scan of two values
+    (Mamba-2's chunk-level sum with one chunk) becomes adds. Each ``view_copy`` is a copy on the
+    GPU, so chains of views (a squeeze then an unsqueeze, the views ``collapse_rank`` puts
+    between two collapsed ops) are collapsed last.
     """
     from edgeplug.graph.canonical import FLOATS, rewrite_pass
 
@@ -88,6 +91,10 @@ def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
     yield rewrite_pass("collapse_rank", backend=backend, max_rank=4, ops=FOUR_DIM_OPS)
     yield rewrite_pass("int_sum_in_float", backend=backend)
     yield rewrite_pass("reduce_with_keepdim", backend=backend)
+    yield rewrite_pass("short_cumsum_as_adds", backend=backend)
+    yield rewrite_pass(
+        "collapse_view_chains", backend=backend, after=("collapse_rank", "reduce_with_keepdim", "int_sum_in_float")
+    )
 
 
 def rms_norm_policy(backend: str, *, fp32_accumulation: bool) -> FusionPolicy:
