@@ -656,11 +656,15 @@ def targets(cells: list[Cell]) -> list[str]:
             if ok(c) and c.stock.ok
             and c.edgeplug.cpu_nodes * 3 <= c.stock.cpu_nodes and c.edgeplug.partitions * 3 <= c.stock.partitions
         ]
+        # where stock fails to lower at all there is nothing to divide: edgeplug lowering is the win
+        stock_failed = [c for c in cs if ok(c) and not c.stock.ok and not c.stock_absent]
         normed = [c for c in cs if ok(c) and any(op in c.edgeplug.cpu_ops for op in NORM_OPS)]
+        met = len(third) + len(stock_failed) == len(cs) and not normed
         out.append(
-            f"xnnpack: at most a third of stock's CPU nodes and partitions on {len(third)} of {len(cs)} decoders; "
-            f"a norm op ({', '.join(o.removeprefix('aten.') for o in NORM_OPS[:3])}) on the CPU in {len(normed)} "
-            f"(target: all, none) — {'met' if len(third) == len(cs) and not normed else 'not met'}"
+            f"xnnpack: at most a third of stock's CPU nodes and partitions on {len(third)} of {len(cs)} decoders"
+            + (f" (stock fails on {', '.join(c.model for c in stock_failed)}, which edgeplug lowers)" if stock_failed else "")
+            + f"; a norm op ({', '.join(o.removeprefix('aten.') for o in NORM_OPS[:3])}) on the CPU in {len(normed)} "
+            f"(target: all, none) — {'met' if met else 'not met'}"
         )
     policy = [c for c in cells if ok(c) and not c.no_policy]
     unrecorded = sum(max(0, (c.norms_present or 0) - c.norms_recorded) for c in policy)
