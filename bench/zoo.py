@@ -324,6 +324,9 @@ def _quiet() -> None:
     # executorch's partitioners log every node at INFO: nothing below ERROR is printed. Not with
     # logging.disable, which would also drop the DEBUG records edgeplug reads a partitioner's
     # reasons from (capture_why), and every CPU node would read "it gave no reason"
+    # A handler first: the basicConfig(level=INFO) some executorch modules run on import is then
+    # a no-op, and cannot lower the root's level again
+    logging.basicConfig(level=logging.ERROR)
     root = logging.getLogger()
     root.setLevel(logging.ERROR)
     for handler in root.handlers:
