@@ -557,3 +557,29 @@ def test_rewrites_run_after_the_fusion_unless_asked_to_run_before(edgeplug_regis
 def test_rewrite_pass_refuses_the_export_stage():
     with pytest.raises(ValueError, match="stage must be 'edge' or 'pre_partition'"):
         canonical.rewrite_pass("scalar_to_tensor", backend="qnn", stage="export")
+
+
+def test_a_plugins_own_rewrite_written_with_the_toolkit(edgeplug_register):
+    """The guide's recipe: a pre-partition PassSpec built with edgeplug.graph.rewrite, recorded in the report."""
+    from edgeplug import PassSpec
+    from edgeplug.graph.rewrite import NodeBuilder, calls_to, is_plain, note_rewrite, tensor_of
+
+    def relu_as_clamp(ep):
+        build = NodeBuilder(ep)
+        for node in calls_to(ep, ["aten.relu.default"]):
+            if is_plain(tensor_of(node), (torch.float32,)):
+                note_rewrite("relu_as_clamp", node, 1, "relu as clamp(min=0)")
+                build.replace(node, build.call(node, "clamp", (node.args[0], 0.0)))
+
+    class ReluAsClamp:
+        @edgeplug.hookimpl
+        def edgeplug_passes(self):
+            yield PassSpec(backend="qnn", stage="pre_partition", name="relu_as_clamp", fn=relu_as_clamp)
+
+    edgeplug_register(ReluAsClamp(), name="relu-as-clamp")
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    result = edgeplug.lower(model, (torch.randn(2, 4),), "qnn", dry_run=True)
+    [record] = [t for t in result.report.transforms if t.transform == "relu_as_clamp"]
+    assert record.outcome == "applied" and record.op == "aten.relu.default" and record.added == 1
+    ops = {op_name(n) for n in result.edge.exported_program().graph.nodes if n.op == "call_function"}
+    assert "aten.clamp.default" in ops and "aten.relu.default" not in ops

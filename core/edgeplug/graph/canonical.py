@@ -84,7 +84,7 @@ import inspect
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from torch.export import ExportedProgram
@@ -93,103 +93,10 @@ from edgeplug.graph.constants import lift_constant
 from edgeplug.graph.copies import is_identity_copy
 from edgeplug.graph.names import reserve_node_names
 from edgeplug.graph.ops import aten_overload, is_written, op_name
-from edgeplug.graph.rewrite import copy_meta, detect_fake_mode, fake_mode_of, replace_uses
-from edgeplug.graph.transforms import note
+from edgeplug.graph.rewrite import NodeBuilder, calls_to, is_plain, is_static, note_rewrite, tensor_of
 from edgeplug.records import PassSpec, TransformRecord
 
 FLOATS: tuple[torch.dtype, ...] = (torch.float32, torch.float16)
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-def _val(node: Any) -> Optional[torch.Tensor]:
-    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
-
-def _static(*tensors: Optional[torch.Tensor]) -> bool:
-    """Every tensor is known and has only integer sizes (no symbolic dims)."""
-    return all(t is not None and all(type(d) is int for d in t.shape) for t in tensors)
-
-
-def _plain(t: Optional[torch.Tensor], dtypes: Optional[Sequence[torch.dtype]]) -> bool:
-    """A static, contiguous tensor of one of ``dtypes`` (any dtype when None)."""
-    return _static(t) and t.is_contiguous() and (dtypes is None or t.dtype in dtypes)
-
-
-class _Builder:
-    """Makes nodes in a program's dialect, with values computed in the graph's fake mode."""
-
-    def __init__(self, ep: ExportedProgram) -> None:
-        self.ep = ep
-        self.graph = ep.graph_module.graph
-        self.edge = getattr(ep, "dialect", None) == "EDGE"
-        self._mode: Any = None
-
-    def _graph_mode(self) -> Any:
-        if self._mode is None:
-            self._mode = fake_mode_of(self.graph)
-        return self._mode
-
-    def op(self, name: str, overload: str = "default") -> Any:
-        if self.edge:
-            from executorch.exir.dialects._ops import ops as exir_ops
-
-            return getattr(getattr(exir_ops.edge.aten, name), overload)
-        return getattr(getattr(torch.ops.aten, name), overload)
-
-    def call(
-        self, origin: torch.fx.Node, name: str, args: tuple, overload: str = "default", kwargs: Optional[dict] = None
-    ) -> torch.fx.Node:
-        """A node calling ``aten.<name>.<overload>(*args, **kwargs)`` before ``origin``, with its provenance."""
-        return self._make(origin, self.op(name, overload), getattr(getattr(torch.ops.aten, name), overload), args, kwargs or {})
-
-    def _make(self, origin: torch.fx.Node, target: Any, fake_op: Any, args: tuple, kwargs: dict) -> torch.fx.Node:
-        inputs: list[torch.fx.Node] = []
-        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: inputs.append(n) or n.meta["val"])
-        # the inputs' own mode: after executorch's passes ops and placeholders may hold different ones
-        with detect_fake_mode(inputs) or self._graph_mode():
-            val = fake_op(*fake_args, **fake_kwargs)
-        with self.graph.inserting_before(origin):
-            node = self.graph.call_function(target, args, kwargs)
-        node.meta["val"] = val
-        copy_meta(origin, node)
-        return node
-
-    def cast(self, origin: torch.fx.Node, x: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
-        """``x`` converted to ``dtype``: ``_to_copy``, or in an edge program the dim-order form
-        ``to_edge`` writes (``dim_order_ops._to_dim_order_copy``, contiguous)."""
-        if not self.edge:
-            return self.call(origin, "_to_copy", (x,), kwargs={"dtype": dtype})
-        from executorch.exir.dialects._ops import ops as exir_ops
-
-        target = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
-        kwargs = {"dtype": dtype, "dim_order": list(range(_val(x).dim()))}
-        return self._make(origin, target, lambda t, **kw: torch.ops.aten._to_copy.default(t, dtype=kw["dtype"]), (x,), kwargs)
-
-    def view(self, origin: torch.fx.Node, x: torch.fx.Node, shape: Sequence[int]) -> torch.fx.Node:
-        return self.call(origin, "view_copy", (x, [int(d) for d in shape]))
-
-    def replace(self, old: torch.fx.Node, new: torch.fx.Node) -> None:
-        replace_uses(self.ep, old, new)
-        self.graph.erase_node(old)
-
-
-def _record(
-    name: str, node: torch.fx.Node, added: int, detail: str, bytes_added: int = 0, removed: int = 1
-) -> TransformRecord:
-    record = TransformRecord(
-        transform=name, kind="rewrite", node=node.name, op=op_name(node), removed=removed, added=added,
-        bytes_added=bytes_added, detail=detail,
-    )
-    note(record)
-    return record
-
-
-def _nodes(ep: ExportedProgram, names: Iterable[str]) -> list[torch.fx.Node]:
-    wanted = set(names)
-    return [n for n in ep.graph_module.graph.nodes if n.op == "call_function" and op_name(n) in wanted]
 
 
 # -- scalar ops to tensor ops ----------------------------------------------------------
@@ -229,11 +136,11 @@ def scalar_to_tensor(
     unknown = set(ops) - set(_SCALAR_OPS)
     if unknown:
         raise ValueError(f"scalar_to_tensor: unknown ops {sorted(unknown)}; it rewrites {sorted(_SCALAR_OPS)}")
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     constants: dict[tuple[torch.dtype, str], torch.fx.Node] = {}
     records = []
-    for node in _nodes(ep, (_SCALAR_OPS[o] for o in ops)):
-        x, out, s = _val(node.args[0]), _val(node), _scalar_operand(node)
+    for node in calls_to(ep, (_SCALAR_OPS[o] for o in ops)):
+        x, out, s = tensor_of(node.args[0]), tensor_of(node), _scalar_operand(node)
         if s is None or x is None or out is None or not x.dtype.is_floating_point or out.dtype != x.dtype:
             continue
         if (dtypes is not None and x.dtype not in dtypes) or not representable(s, x.dtype):
@@ -246,7 +153,7 @@ def scalar_to_tensor(
         base = op_name(node).split(".")[1]
         new = build.call(node, base, (node.args[0], constants[key]), "Tensor")
         build.replace(node, new)
-        records.append(_record(
+        records.append(note_rewrite(
             "scalar_to_tensor", node, 2 if fresh else 1,
             f"{base}.Tensor with a 0-d {str(x.dtype).replace('torch.', '')} constant {s!r}"
             + ("" if fresh else " (shared)"),
@@ -286,12 +193,12 @@ def mean_at_rank(
 ) -> list[TransformRecord]:
     """A trailing-dims ``mean.dim`` as view -> ``mean(dims, keepdim)`` at ``rank`` -> view (see module doc)."""
     target = _check_rank_dims(rank, dims)
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.mean.dim"]):
+    for node in calls_to(ep, ["aten.mean.dim"]):
         x_node = node.args[0]
-        x, out = _val(x_node), _val(node)
-        if not _plain(x, dtypes) or not _static(out) or node.kwargs.get("dtype") is not None or x.numel() == 0:
+        x, out = tensor_of(x_node), tensor_of(node)
+        if not is_plain(x, dtypes) or not is_static(out) or node.kwargs.get("dtype") is not None or x.numel() == 0:
             continue
         reduced = sorted({d % x.dim() for d in node.args[1]}) if x.dim() and node.args[1] else None
         if not reduced or reduced != list(range(x.dim() - len(reduced), x.dim())):
@@ -308,7 +215,7 @@ def mean_at_rank(
         mean = build.call(node, "mean", (wide, list(target), True), "dim")
         back = build.view(node, mean, out.shape)
         build.replace(node, back)
-        records.append(_record(
+        records.append(note_rewrite(
             "mean_at_rank", node, 3,
             f"mean over {list(target)} of a {rank}-d view {kept + red} of {list(x.shape)}, viewed back to {list(out.shape)}",
         ))
@@ -322,15 +229,15 @@ def _as_view(
     ep: ExportedProgram, name: str, ops: Sequence[str], dtypes: Optional[Sequence[torch.dtype]],
     skip: Callable[[torch.fx.Node, torch.Tensor], bool] = lambda node, x: False,
 ) -> list[TransformRecord]:
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ops):
+    for node in calls_to(ep, ops):
         x_node = node.args[0]
-        x, out = _val(x_node), _val(node)
-        if not _plain(x, dtypes) or not _static(out) or out.dtype != x.dtype or skip(node, x):
+        x, out = tensor_of(x_node), tensor_of(node)
+        if not is_plain(x, dtypes) or not is_static(out) or out.dtype != x.dtype or skip(node, x):
             continue
         build.replace(node, build.view(node, x_node, out.shape))
-        records.append(_record(name, node, 1, f"view_copy {list(x.shape)} -> {list(out.shape)}"))
+        records.append(note_rewrite(name, node, 1, f"view_copy {list(x.shape)} -> {list(out.shape)}"))
     return records
 
 
@@ -355,7 +262,7 @@ def squeeze_as_view(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtyp
 
 
 def _copies(
-    build: _Builder, origin: torch.fx.Node, src: torch.fx.Node, n: int, dim: int, max_inputs: Optional[int], distinct: bool
+    build: NodeBuilder, origin: torch.fx.Node, src: torch.fx.Node, n: int, dim: int, max_inputs: Optional[int], distinct: bool
 ) -> tuple[torch.fx.Node, int]:
     """``n`` copies of ``src`` along ``dim`` as cats of at most ``max_inputs`` inputs; (result, nodes made).
 
@@ -366,7 +273,7 @@ def _copies(
         return src, 0
     twin, made = src, 0
     if distinct:
-        twin, made = build.view(origin, src, _val(src).shape), 1
+        twin, made = build.view(origin, src, tensor_of(src).shape), 1
     width = n if max_inputs is None else min(n, max_inputs)
     block = build.call(origin, "cat", ([src] + [twin] * (width - 1), dim))
     made += 1
@@ -391,12 +298,12 @@ def expand_as_cat(
     """``expand_copy`` of size-1 dims -> view (new leading dims) and cats of copies (see module doc)."""
     if max_inputs is not None and max_inputs < 2:
         raise ValueError(f"expand_as_cat: max_inputs must be at least 2 (or None), got {max_inputs}")
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.expand_copy.default"]):
+    for node in calls_to(ep, ["aten.expand_copy.default"]):
         x_node = node.args[0]
-        x, out = _val(x_node), _val(node)
-        if not _plain(x, dtypes) or not _static(out) or out.dtype != x.dtype:
+        x, out = tensor_of(x_node), tensor_of(node)
+        if not is_plain(x, dtypes) or not is_static(out) or out.dtype != x.dtype:
             continue
         lead = out.dim() - x.dim()
         shape = [1] * lead + list(x.shape)
@@ -407,7 +314,7 @@ def expand_as_cat(
             if any(u.op == "output" for u in node.users):
                 continue  # an output must not alias its input
             build.replace(node, x_node)
-            records.append(_record("expand_as_cat", node, 0, f"expand to the shape it has {list(x.shape)}: dropped"))
+            records.append(note_rewrite("expand_as_cat", node, 0, f"expand to the shape it has {list(x.shape)}: dropped"))
             continue
         cur, added = x_node, 0
         if lead:
@@ -417,7 +324,7 @@ def expand_as_cat(
             added += made
         build.replace(node, cur)
         what = ", ".join(f"{k} copies along dim {i}" for i, k in grow)
-        records.append(_record("expand_as_cat", node, added, f"{list(x.shape)} -> {list(out.shape)}: cat of {what}"))
+        records.append(note_rewrite("expand_as_cat", node, added, f"{list(x.shape)} -> {list(out.shape)}: cat of {what}"))
     return records
 
 
@@ -426,15 +333,15 @@ def expand_as_cat(
 
 def split_as_slices(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = FLOATS) -> list[TransformRecord]:
     """``split_with_sizes_copy`` / ``split_copy``: each piece taken becomes a ``slice_copy`` of its range."""
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.split_with_sizes_copy.default", "aten.split_copy.Tensor"]):
+    for node in calls_to(ep, ["aten.split_with_sizes_copy.default", "aten.split_copy.Tensor"]):
         x_node = node.args[0]
-        x = _val(x_node)
+        x = tensor_of(x_node)
         pieces = node.meta.get("val")
-        if not _static(x) or (dtypes is not None and x.dtype not in dtypes) or not isinstance(pieces, (list, tuple)):
+        if not is_static(x) or (dtypes is not None and x.dtype not in dtypes) or not isinstance(pieces, (list, tuple)):
             continue
-        if not _static(*pieces) or not all(u.op == "call_function" and u.target is operator.getitem for u in node.users):
+        if not is_static(*pieces) or not all(u.op == "call_function" and u.target is operator.getitem for u in node.users):
             continue  # a user that takes the whole list, or symbolic sizes
         dim = (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)) % x.dim()
         starts = [sum(p.shape[dim] for p in pieces[:i]) for i in range(len(pieces))]
@@ -444,7 +351,7 @@ def split_as_slices(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtyp
             piece = build.call(item, "slice_copy", (x_node, dim, starts[i], starts[i] + pieces[i].shape[dim]), "Tensor")
             build.replace(item, piece)
         build.graph.erase_node(node)
-        records.append(_record(
+        records.append(note_rewrite(
             "split_as_slices", node, len(items),
             f"{len(items)} of {len(pieces)} pieces of {list(x.shape)} along dim {dim} as slices", removed=1 + len(items),
         ))
@@ -453,12 +360,12 @@ def split_as_slices(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtyp
 
 def select_as_slice(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = FLOATS) -> list[TransformRecord]:
     """``select_copy(x, d, i)`` -> ``slice_copy(x, d, i, i + 1)`` viewed without dim ``d``."""
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.select_copy.int"]):
+    for node in calls_to(ep, ["aten.select_copy.int"]):
         x_node = node.args[0]
-        x, out = _val(x_node), _val(node)
-        if not _static(x, out) or (dtypes is not None and x.dtype not in dtypes) or x.dim() == 0:
+        x, out = tensor_of(x_node), tensor_of(node)
+        if not is_static(x, out) or (dtypes is not None and x.dtype not in dtypes) or x.dim() == 0:
             continue
         dim = node.args[1] % x.dim()
         index = node.args[2] % x.shape[dim] if x.shape[dim] else None
@@ -469,7 +376,7 @@ def select_as_slice(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtyp
             build.graph.erase_node(piece)
             continue
         build.replace(node, build.view(node, piece, out.shape))
-        records.append(_record("select_as_slice", node, 2, f"slice {index}:{index + 1} of dim {dim} of {list(x.shape)}, viewed as {list(out.shape)}"))
+        records.append(note_rewrite("select_as_slice", node, 2, f"slice {index}:{index + 1} of dim {dim} of {list(x.shape)}, viewed as {list(out.shape)}"))
     return records
 
 
@@ -480,13 +387,13 @@ def any_as_amax(ep: ExportedProgram, *, dtype: torch.dtype = torch.float32) -> l
     """``any.dim(b, d, keepdim)`` -> ``ne.Scalar(amax(where(b, 1, 0), [d], keepdim), 0)`` (see module doc)."""
     if not dtype.is_floating_point:
         raise ValueError(f"any_as_amax: dtype must be a floating dtype, got {dtype}")
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     ones: list[torch.fx.Node] = []
     records = []
-    for node in _nodes(ep, ["aten.any.dim"]):
+    for node in calls_to(ep, ["aten.any.dim"]):
         b_node = node.args[0]
-        b, out = _val(b_node), _val(node)
-        if not _static(b, out) or b.dtype != torch.bool or out.dtype != torch.bool or b.dim() == 0:
+        b, out = tensor_of(b_node), tensor_of(node)
+        if not is_static(b, out) or b.dtype != torch.bool or out.dtype != torch.bool or b.dim() == 0:
             continue
         dim = node.args[1] % b.dim()
         if b.shape[dim] == 0:
@@ -502,7 +409,7 @@ def any_as_amax(ep: ExportedProgram, *, dtype: torch.dtype = torch.float32) -> l
         if not keepdim:
             largest = build.view(node, largest, out.shape)
         build.replace(node, build.call(node, "ne", (largest, 0), "Scalar"))
-        records.append(_record(
+        records.append(note_rewrite(
             "any_as_amax", node, (3 if keepdim else 4) + added_constants,
             f"ne(amax(where(b, 1, 0), [{dim}], keepdim){'' if keepdim else ' viewed as ' + str(list(out.shape))}, 0)"
             f" in {str(dtype).replace('torch.', '')}",
@@ -521,11 +428,11 @@ def _copied(node: torch.fx.Node) -> Optional[torch.fx.Node]:
         return node.args[0]
     if op_name(node) != "aten.cat.default" or not isinstance(node.args[0], (list, tuple)):
         return None
-    out = _val(node)
-    full = [a for a in node.args[0] if _val(a) is None or _val(a).numel() != 0]
-    if len(full) != 1 or not isinstance(full[0], torch.fx.Node) or not _static(out, _val(full[0])):
+    out = tensor_of(node)
+    full = [a for a in node.args[0] if tensor_of(a) is None or tensor_of(a).numel() != 0]
+    if len(full) != 1 or not isinstance(full[0], torch.fx.Node) or not is_static(out, tensor_of(full[0])):
         return None
-    kept = _val(full[0])
+    kept = tensor_of(full[0])
     same = tuple(kept.shape) == tuple(out.shape) and kept.dtype == out.dtype and kept.is_contiguous()
     return full[0] if same else None
 
@@ -536,7 +443,7 @@ def drop_identity_copies(ep: ExportedProgram, *, ops: Optional[Sequence[str]] = 
     An identity copy (``edgeplug.graph.copies``), or a ``cat`` of one tensor (and empty ones). A
     copy whose value is a program output stays (an output must not alias an input or another output).
     """
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     wanted = set(ops) if ops is not None else None
     records = []
     for node in list(ep.graph_module.graph.nodes):
@@ -548,7 +455,7 @@ def drop_identity_copies(ep: ExportedProgram, *, ops: Optional[Sequence[str]] = 
         if is_written(node) or is_written(source):
             continue  # one of them is changed in place: the two values differ afterwards
         build.replace(node, source)
-        records.append(_record("drop_identity_copies", node, 0, f"copies {source.name} unchanged"))
+        records.append(note_rewrite("drop_identity_copies", node, 0, f"copies {source.name} unchanged"))
     return records
 
 
@@ -602,14 +509,14 @@ def _merged(shape: Sequence[int], rank: int, runs: list[list[int]]) -> list[int]
     return [math.prod(aligned[d] for d in run) for run in runs]
 
 
-def _collapse_elementwise(build: _Builder, node: torch.fx.Node, max_rank: int) -> Optional[TransformRecord]:
-    out = _val(node)
+def _collapse_elementwise(build: NodeBuilder, node: torch.fx.Node, max_rank: int) -> Optional[TransformRecord]:
+    out = tensor_of(node)
     operands = [a for a in node.args if isinstance(a, torch.fx.Node)]
     nested = [a for a in node.args if isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a)]
     if nested or any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()):
         return None
-    vals = [_val(a) for a in operands]
-    if not _plain(out, None) or not all(_plain(v, None) for v in vals) or out.numel() == 0:
+    vals = [tensor_of(a) for a in operands]
+    if not is_plain(out, None) or not all(is_plain(v, None) for v in vals) or out.numel() == 0:
         return None
     if max(v.dim() for v in [out, *vals]) <= max_rank:
         return None
@@ -638,20 +545,20 @@ def _collapse_elementwise(build: _Builder, node: torch.fx.Node, max_rank: int) -
             build.graph.erase_node(n)
         return None
     build.replace(node, build.view(node, low, out.shape))
-    return _record(
+    return note_rewrite(
         "collapse_rank", node, len(made) + 1,
         f"{list(out.shape)} at rank {len(runs)} as {list(low.meta['val'].shape)}"
-        + "".join(f"; {a.name} {list(_val(a).shape)} as {list(_val(w).shape)}" for a, w in views.items()),
+        + "".join(f"; {a.name} {list(tensor_of(a).shape)} as {list(tensor_of(w).shape)}" for a, w in views.items()),
     )
 
 
-def _collapse_cat(build: _Builder, node: torch.fx.Node, max_rank: int) -> Optional[TransformRecord]:
+def _collapse_cat(build: NodeBuilder, node: torch.fx.Node, max_rank: int) -> Optional[TransformRecord]:
     tensors = node.args[0]
-    out = _val(node)
+    out = tensor_of(node)
     if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, torch.fx.Node) for t in tensors):
         return None
-    vals = [_val(t) for t in tensors]
-    if not _plain(out, None) or not all(_plain(v, None) and v.dim() == out.dim() for v in vals):
+    vals = [tensor_of(t) for t in tensors]
+    if not is_plain(out, None) or not all(is_plain(v, None) and v.dim() == out.dim() for v in vals):
         return None  # (a legacy empty 1-d input has another rank)
     if out.dim() <= max_rank:
         return None
@@ -665,7 +572,7 @@ def _collapse_cat(build: _Builder, node: torch.fx.Node, max_rank: int) -> Option
     views = [build.view(node, t, _merged(v.shape, out.dim(), runs)) for t, v in zip(tensors, vals)]
     low = build.call(node, "cat", (views, low_dim))
     build.replace(node, build.view(node, low, out.shape))
-    return _record(
+    return note_rewrite(
         "collapse_rank", node, len(views) + 2,
         f"cat along dim {dim} of {list(out.shape)} as a cat along dim {low_dim} of {list(low.meta['val'].shape)}",
     )
@@ -681,7 +588,7 @@ def collapse_rank(ep: ExportedProgram, *, max_rank: int = 4, ops: Optional[Seque
     for name in ops or ():
         if not _collapsible(name):
             raise ValueError(f"collapse_rank: {name} is neither elementwise nor cat; it cannot be collapsed")
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
     wanted = None if ops is None else set(ops)
     for node in [n for n in ep.graph_module.graph.nodes if n.op == "call_function"]:
@@ -727,7 +634,7 @@ def integer_range(ep: ExportedProgram, node: Any, depth: int = 8) -> Optional[tu
     """
     from edgeplug.graph.constants import constant_value, mutated_targets
 
-    val = _val(node)
+    val = tensor_of(node)
     if val is None or val.dtype not in _INTEGERS or depth < 0:
         return None
     if val.dtype == torch.bool:
@@ -760,12 +667,12 @@ def int_sum_in_float(ep: ExportedProgram, *, dtype: torch.dtype = torch.float32)
     if not dtype.is_floating_point:
         raise ValueError(f"int_sum_in_float: dtype must be a floating dtype, got {dtype}")
     exact_up_to = int(2 / torch.finfo(dtype).eps)  # every integer of at most this size is a float of dtype
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.sum.dim_IntList"]):
+    for node in calls_to(ep, ["aten.sum.dim_IntList"]):
         x_node = node.args[0]
-        x, out = _val(x_node), _val(node)
-        if not _static(x, out) or x.dtype not in _INTEGERS or out.dtype not in _INTEGERS or node.kwargs.get("dtype") is not None:
+        x, out = tensor_of(x_node), tensor_of(node)
+        if not is_static(x, out) or x.dtype not in _INTEGERS or out.dtype not in _INTEGERS or node.kwargs.get("dtype") is not None:
             continue
         dims = node.args[1] if len(node.args) > 1 else None
         count = math.prod(x.shape[d % x.dim()] for d in dims) if dims and x.dim() else x.numel()
@@ -778,7 +685,7 @@ def int_sum_in_float(ep: ExportedProgram, *, dtype: torch.dtype = torch.float32)
         wide = build.cast(node, x_node, dtype)
         total = build.call(node, "sum", (wide, *node.args[1:]), "dim_IntList", kwargs=dict(node.kwargs))
         build.replace(node, build.cast(node, total, out.dtype))
-        records.append(_record(
+        records.append(note_rewrite(
             "int_sum_in_float", node, 3,
             f"{count} elements in [{bounds[0]}, {bounds[1]}]: every partial sum within ±{largest} "
             f"is exact in {str(dtype).replace('torch.', '')}",
@@ -799,12 +706,12 @@ def reduce_with_keepdim(ep: ExportedProgram, *, ops: Sequence[str] = _REDUCTIONS
     unknown = set(ops) - set(_REDUCTIONS)
     if unknown:
         raise ValueError(f"reduce_with_keepdim: unknown ops {sorted(unknown)}; it rewrites {list(_REDUCTIONS)}")
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ops):
+    for node in calls_to(ep, ops):
         x_node = node.args[0]
-        x, out = _val(x_node), _val(node)
-        if not _static(x, out) or x.dim() == 0 or len(node.args) < 2 or not node.args[1]:
+        x, out = tensor_of(x_node), tensor_of(node)
+        if not is_static(x, out) or x.dim() == 0 or len(node.args) < 2 or not node.args[1]:
             continue  # every dim (written [] or None): the backend's full reductions are another matter
         keepdim = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
         if keepdim:
@@ -812,7 +719,7 @@ def reduce_with_keepdim(ep: ExportedProgram, *, ops: Sequence[str] = _REDUCTIONS
         kwargs = {k: v for k, v in node.kwargs.items() if k != "keepdim"}
         kept = build._make(node, node.target, aten_overload(node.target), (x_node, node.args[1], True), kwargs)
         build.replace(node, build.view(node, kept, out.shape))
-        records.append(_record(
+        records.append(note_rewrite(
             "reduce_with_keepdim", node, 2,
             f"{list(x.shape)} reduced over {list(node.args[1])} to {list(kept.meta['val'].shape)}, viewed as {list(out.shape)}",
         ))

@@ -44,7 +44,8 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.export import ExportedProgram
 
-from edgeplug.graph.canonical import FLOATS, REWRITES, Rewrite, _Builder, _nodes, _plain, _record, _static, _val
+from edgeplug.graph.canonical import FLOATS, REWRITES, Rewrite
+from edgeplug.graph.rewrite import NodeBuilder, calls_to, is_plain, is_static, note_rewrite, tensor_of
 from edgeplug.graph.constants import constant_value, lift_constant
 from edgeplug.graph.ops import is_written, op_name
 from edgeplug.records import TransformRecord
@@ -64,17 +65,17 @@ def _erase_dead(node: Any) -> int:
 
 def collapse_view_chains(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = None) -> list[TransformRecord]:
     """A ``view_copy`` of a ``view_copy`` reads the first one's input; a view to the input's shape is dropped."""
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.view_copy.default"]):
-        inner, out = node.args[0], _val(node)
-        if not _static(out) or (dtypes is not None and out.dtype not in dtypes):
+    for node in calls_to(ep, ["aten.view_copy.default"]):
+        inner, out = node.args[0], tensor_of(node)
+        if not is_static(out) or (dtypes is not None and out.dtype not in dtypes):
             continue
         source = inner
         while isinstance(source, torch.fx.Node) and op_name(source) == "aten.view_copy.default":
             source = source.args[0]
-        src = _val(source)
-        if not _static(src) or src.dtype != out.dtype or not src.is_contiguous() or is_written(source):
+        src = tensor_of(source)
+        if not is_static(src) or src.dtype != out.dtype or not src.is_contiguous() or is_written(source):
             continue
         if tuple(src.shape) == tuple(out.shape) and not any(u.op == "output" for u in node.users):
             build.replace(node, source)
@@ -85,7 +86,7 @@ def collapse_view_chains(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch
         else:
             continue
         removed += _erase_dead(inner) if inner is not source else 0
-        records.append(_record("collapse_view_chains", node, 0, detail, removed=removed))
+        records.append(note_rewrite("collapse_view_chains", node, 0, detail, removed=removed))
     return records
 
 
@@ -108,20 +109,20 @@ def _fill_value(node: Any) -> Optional[float]:
 
 def cat_fill_as_pad(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = FLOATS) -> list[TransformRecord]:
     """``cat([fill(v), y], d)`` or ``cat([y, fill(v)], d)`` -> ``constant_pad_nd(y, ..., v)`` along ``d``."""
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.cat.default"]):
+    for node in calls_to(ep, ["aten.cat.default"]):
         parts = node.args[0]
-        out = _val(node)
-        if not isinstance(parts, (list, tuple)) or len(parts) != 2 or not _plain(out, dtypes):
+        out = tensor_of(node)
+        if not isinstance(parts, (list, tuple)) or len(parts) != 2 or not is_plain(out, dtypes):
             continue
         fills = [_fill_value(p) for p in parts]
         if (fills[0] is None) == (fills[1] is None):
             continue  # no fill, or two
         i = 0 if fills[0] is not None else 1
         fill, y = parts[i], parts[1 - i]
-        f, yv = _val(fill), _val(y)
-        if not _static(f, yv) or f.dtype != out.dtype or yv.dtype != out.dtype or not yv.is_contiguous():
+        f, yv = tensor_of(fill), tensor_of(y)
+        if not is_static(f, yv) or f.dtype != out.dtype or yv.dtype != out.dtype or not yv.is_contiguous():
             continue
         dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % out.dim()
         if f.dim() != out.dim() or any(a != b for k, (a, b) in enumerate(zip(f.shape, yv.shape)) if k != dim):
@@ -134,7 +135,7 @@ def cat_fill_as_pad(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtyp
         if dropped:
             build.graph.erase_node(fill)
         side = "before" if i == 0 else "after"
-        records.append(_record(
+        records.append(note_rewrite(
             "cat_fill_as_pad", node, 1,
             f"{y.name} padded {side} along dim {dim} by {int(f.shape[dim])} with {fills[i]!r} (was a cat with {fill.name})",
             removed=2 if dropped else 1,
@@ -182,12 +183,12 @@ def _row_runs(take: torch.Tensor) -> Optional[list[tuple[int, int, int, int]]]:
     return pieces
 
 
-def _slice(build: _Builder, origin: torch.fx.Node, x: torch.fx.Node, dim: int, start: int, end: int) -> torch.fx.Node:
-    size = _val(x).shape[dim]
+def _slice(build: NodeBuilder, origin: torch.fx.Node, x: torch.fx.Node, dim: int, start: int, end: int) -> torch.fx.Node:
+    size = tensor_of(x).shape[dim]
     return x if (start, end) == (0, size) else build.call(origin, "slice_copy", (x, dim, start, end), "Tensor")
 
 
-def _pad(build: _Builder, origin: torch.fx.Node, x: torch.fx.Node, rows: tuple[int, int], cols: tuple[int, int], value: float) -> torch.fx.Node:
+def _pad(build: NodeBuilder, origin: torch.fx.Node, x: torch.fx.Node, rows: tuple[int, int], cols: tuple[int, int], value: float) -> torch.fx.Node:
     """``x`` padded with ``value`` before/after along its last two dims (nothing made when no pad)."""
     if rows == (0, 0) and cols == (0, 0):
         return x
@@ -202,8 +203,8 @@ def _fill_and_source(
     for fill, x, x_is_other in ((a, b, True), (b, a, False)):
         if not isinstance(fill, torch.fx.Node) or not isinstance(x, torch.fx.Node):
             continue
-        value, xv = constant_value(ep, fill), _val(x)
-        if value is None or value.dtype != out.dtype or not _plain(xv, dtypes):
+        value, xv = constant_value(ep, fill), tensor_of(x)
+        if value is None or value.dtype != out.dtype or not is_plain(xv, dtypes):
             continue
         v = _uniform(value)
         if v is not None and tuple(xv.shape) == tuple(out.shape) and xv.dtype == out.dtype:
@@ -218,11 +219,11 @@ def where_static_mask(
     slices of ``x`` padded with ``v``, joined along dim -2 (see module doc)."""
     if max_pieces < 1:
         raise ValueError(f"where_static_mask: max_pieces must be at least 1, got {max_pieces}")
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     records = []
-    for node in _nodes(ep, ["aten.where.self"]):
-        out = _val(node)
-        if len(node.args) != 3 or not _plain(out, dtypes) or out.dim() < 2 or out.numel() == 0:
+    for node in calls_to(ep, ["aten.where.self"]):
+        out = tensor_of(node)
+        if len(node.args) != 3 or not is_plain(out, dtypes) or out.dim() < 2 or out.numel() == 0:
             continue
         cond, a, b = node.args
         mask = constant_value(ep, cond) if isinstance(cond, torch.fx.Node) else None
@@ -248,7 +249,7 @@ def where_static_mask(
             if any(u.op == "output" for u in node.users):
                 continue
             build.replace(node, x)  # the mask takes every element of x
-            records.append(_record("where_static_mask", node, 0, f"the constant mask takes all of {x.name}: dropped"))
+            records.append(note_rewrite("where_static_mask", node, 0, f"the constant mask takes all of {x.name}: dropped"))
             continue
         row_dim, col_dim = rank - 2, rank - 1
         before = len(build.graph.nodes)
@@ -260,7 +261,7 @@ def where_static_mask(
         result = _pad(build, node, joined, (pieces[0][0], rows_total - pieces[-1][1]), (0, 0), v)
         added = len(build.graph.nodes) - before
         build.replace(node, result)
-        records.append(_record(
+        records.append(note_rewrite(
             "where_static_mask", node, added,
             f"{len(pieces)} piece(s) of {x.name} (rows:cols {', '.join(f'{r0}:{r1},{c0}:{c1}' for r0, r1, c0, c1 in pieces)}) "
             f"padded with {v!r} to {list(out.shape)}",
@@ -277,13 +278,13 @@ def short_cumsum_as_adds(
     """``cumsum(x, d)`` over a dim of length 1 or 2 -> ``x0 + 0`` and ``(x0 + 0) + x1`` (see module doc)."""
     if not 1 <= max_length <= 2:
         raise ValueError(f"short_cumsum_as_adds: max_length must be 1 or 2 (a longer scan is not exact as adds), got {max_length}")
-    build = _Builder(ep)
+    build = NodeBuilder(ep)
     zeros: dict[torch.dtype, torch.fx.Node] = {}
     records = []
-    for node in _nodes(ep, ["aten.cumsum.default"]):
+    for node in calls_to(ep, ["aten.cumsum.default"]):
         x_node = node.args[0]
-        x, out = _val(x_node), _val(node)
-        if not _plain(x, dtypes) or not _static(out) or out.dtype != x.dtype or x.dim() == 0:
+        x, out = tensor_of(x_node), tensor_of(node)
+        if not is_plain(x, dtypes) or not is_static(out) or out.dtype != x.dtype or x.dim() == 0:
             continue
         if node.kwargs.get("dtype") not in (None, x.dtype) or (len(node.args) > 2 and node.args[2] not in (None, x.dtype)):
             continue
@@ -302,7 +303,7 @@ def short_cumsum_as_adds(
             second = build.call(node, "add", (first, _slice(build, node, x_node, dim, 1, 2)), "Tensor")
             result = build.call(node, "cat", ([first, second], dim))
         build.replace(node, result)
-        records.append(_record(
+        records.append(note_rewrite(
             "short_cumsum_as_adds", node, (1 if length == 1 else 5) + fresh,
             f"cumsum of {length} along dim {dim} of {list(x.shape)} as adds from +0" + ("" if fresh else " (shared zero)"),
             x.element_size() if fresh else 0,

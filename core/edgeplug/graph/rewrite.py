@@ -1,4 +1,8 @@
-"""Replacing one node by the aten graph a Python function traces to.
+"""Rewriting nodes: replacing one by the aten graph a Python function traces
+to, and the small toolkit the canonical rewrites are written with
+(``NodeBuilder``, which makes nodes in a program's dialect with their fake
+values; ``note_rewrite``, their ``TransformRecord``; ``tensor_of``,
+``is_static``, ``is_plain`` and ``calls_to`` to find what they may change).
 
 Backend passes that decompose an op (roll, remainder, an autocast region)
 write the decomposition as plain torch code; ``replace_with_traced`` traces
@@ -15,8 +19,13 @@ import operator
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
+from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from edgeplug.graph.ops import op_name
+from edgeplug.graph.transforms import note
+from edgeplug.records import TransformRecord
 
 #: metadata a node made in place of another takes from it (where it came from in the model)
 COPIED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "debug_handle")
@@ -130,3 +139,95 @@ def _replace_uses(node: torch.fx.Node, result: Any) -> None:
     else:
         node.replace_all_uses_with(result)
     graph.erase_node(node)
+
+
+# -- building rewrites: what the canonical rewrites (and a plugin's own) are written with ----
+
+
+def tensor_of(node: Any) -> Optional[torch.Tensor]:
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def is_static(*tensors: Optional[torch.Tensor]) -> bool:
+    """Every tensor is known and has only integer sizes (no symbolic dims)."""
+    return all(t is not None and all(type(d) is int for d in t.shape) for t in tensors)
+
+
+def is_plain(t: Optional[torch.Tensor], dtypes: Optional[Sequence[torch.dtype]]) -> bool:
+    """A static, contiguous tensor of one of ``dtypes`` (any dtype when None)."""
+    return is_static(t) and t.is_contiguous() and (dtypes is None or t.dtype in dtypes)
+
+
+class NodeBuilder:
+    """Makes nodes in a program's dialect, with values computed in the graph's fake mode."""
+
+    def __init__(self, ep: ExportedProgram) -> None:
+        self.ep = ep
+        self.graph = ep.graph_module.graph
+        self.edge = getattr(ep, "dialect", None) == "EDGE"
+        self._mode: Any = None
+
+    def _graph_mode(self) -> Any:
+        if self._mode is None:
+            self._mode = fake_mode_of(self.graph)
+        return self._mode
+
+    def op(self, name: str, overload: str = "default") -> Any:
+        if self.edge:
+            from executorch.exir.dialects._ops import ops as exir_ops
+
+            return getattr(getattr(exir_ops.edge.aten, name), overload)
+        return getattr(getattr(torch.ops.aten, name), overload)
+
+    def call(
+        self, origin: torch.fx.Node, name: str, args: tuple, overload: str = "default", kwargs: Optional[dict] = None
+    ) -> torch.fx.Node:
+        """A node calling ``aten.<name>.<overload>(*args, **kwargs)`` before ``origin``, with its provenance."""
+        return self._make(origin, self.op(name, overload), getattr(getattr(torch.ops.aten, name), overload), args, kwargs or {})
+
+    def _make(self, origin: torch.fx.Node, target: Any, fake_op: Any, args: tuple, kwargs: dict) -> torch.fx.Node:
+        inputs: list[torch.fx.Node] = []
+        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: inputs.append(n) or n.meta["val"])
+        # the inputs' own mode: after executorch's passes ops and placeholders may hold different ones
+        with detect_fake_mode(inputs) or self._graph_mode():
+            val = fake_op(*fake_args, **fake_kwargs)
+        with self.graph.inserting_before(origin):
+            node = self.graph.call_function(target, args, kwargs)
+        node.meta["val"] = val
+        copy_meta(origin, node)
+        return node
+
+    def cast(self, origin: torch.fx.Node, x: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
+        """``x`` converted to ``dtype``: ``_to_copy``, or in an edge program the dim-order form
+        ``to_edge`` writes (``dim_order_ops._to_dim_order_copy``, contiguous)."""
+        if not self.edge:
+            return self.call(origin, "_to_copy", (x,), kwargs={"dtype": dtype})
+        from executorch.exir.dialects._ops import ops as exir_ops
+
+        target = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+        kwargs = {"dtype": dtype, "dim_order": list(range(tensor_of(x).dim()))}
+        return self._make(origin, target, lambda t, **kw: torch.ops.aten._to_copy.default(t, dtype=kw["dtype"]), (x,), kwargs)
+
+    def view(self, origin: torch.fx.Node, x: torch.fx.Node, shape: Sequence[int]) -> torch.fx.Node:
+        return self.call(origin, "view_copy", (x, [int(d) for d in shape]))
+
+    def replace(self, old: torch.fx.Node, new: torch.fx.Node) -> None:
+        replace_uses(self.ep, old, new)
+        self.graph.erase_node(old)
+
+
+def note_rewrite(
+    name: str, node: torch.fx.Node, added: int, detail: str, bytes_added: int = 0, removed: int = 1
+) -> TransformRecord:
+    record = TransformRecord(
+        transform=name, kind="rewrite", node=node.name, op=op_name(node), removed=removed, added=added,
+        bytes_added=bytes_added, detail=detail,
+    )
+    note(record)
+    return record
+
+
+def calls_to(ep: ExportedProgram, names: Iterable[str]) -> list[torch.fx.Node]:
+    wanted = set(names)
+    return [n for n in ep.graph_module.graph.nodes if n.op == "call_function" and op_name(n) in wanted]
