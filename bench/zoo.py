@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import logging
 import os
@@ -365,6 +366,7 @@ def lower_edgeplug(
 
     side = Side()
     try:
+        gc.collect()  # each timed lowering starts from a collected heap, stock's and edgeplug's alike
         t = time.perf_counter()
         result = edgeplug.lower(copy.deepcopy(ep), inputs, backend, dry_run=dry_run, model_name=model_name)
         side.seconds = time.perf_counter() - t
@@ -400,6 +402,7 @@ def lower_stock(ep: Any, inputs: tuple, eager: list, target: Target) -> Side:
 
     side = Side()
     try:
+        gc.collect()
         t = time.perf_counter()
         edge = to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[target.stock()])
         paused = time.perf_counter()
@@ -456,12 +459,15 @@ def run_cell(model: str, backend: str, layers: Optional[int] = None, warm: bool 
     if target.stock is not None:
         cell.stock = lower_stock(ep, inputs, eager, target)
     cell.edgeplug, result = lower_edgeplug(ep, inputs, backend, target.dry_run, model)
-    for _ in range(repeat - 1):
-        _time_again(cell, ep, inputs, backend, target, model)
     if result is not None:
         fusions = result.report.fusions
         cell.fusion_outcomes = dict(Counter(str(f.outcome) for f in fusions))
         cell.rejected = [(f.anchor, f.reason) for f in fusions if str(f.outcome) == "rejected"]
+    # the repeats run with the same live objects as the first stock lowering: not the first
+    # lowering's programs, which would make every later lowering's garbage collection slower
+    del result
+    for _ in range(repeat - 1):
+        _time_again(cell, ep, inputs, backend, target, model)
     return cell
 
 
@@ -735,7 +741,7 @@ def render(
         "over the outputs (xnnpack: the .pte in executorch's runtime; vulkan, webgpu: edgeplug's host kernels on the "
         "wgpu adapter; stock vulkan/webgpu programs cannot run here); **time** = edgeplug's lowering time / stock's "
         "(export excluded, serialization included, verification excluded; "
-        + (f"each side's fastest of {repeat} lowerings, the two sides alternating, on a shared machine, so less noisy than one run)"
+        + (f"each side's fastest of {repeat} lowerings, the two sides alternating, each after a garbage collection, on a shared machine, so less noisy than one run)"
            if repeat > 1 else "single runs on a shared machine, so expect ±20% noise)")
         + ". A failing cell shows the first line of its error.")
     add("")
