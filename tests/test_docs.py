@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 import shlex
@@ -183,3 +184,27 @@ def test_the_guides_commands_parse(guide):
     assert {shlex.split(c)[1] for c in commands} >= {"new-backend", "plugins", "lower", "backends"}
     for command in commands:
         build_parser().parse_args(shlex.split(command)[1:])
+
+
+def test_the_guides_own_rewrite_example_runs_as_written():
+    """The guide's relu_as_clamp block, executed as it stands, rewrites an edge program and records it."""
+    import torch
+    from executorch.exir import to_edge
+
+    from edgeplug.graph import recording
+
+    guide = (REPO / "docs" / "writing-a-backend.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", guide, re.S) if "def relu_as_clamp" in b]
+    namespace: dict = {}
+    exec(compile(block, "writing-a-backend.md", "exec"), namespace)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    ep = to_edge(torch.export.export(model, (x,))).exported_program()
+    before = copy.deepcopy(ep).module()(x)
+    with recording() as log:
+        namespace["relu_as_clamp"](ep)
+    ep.graph_module.recompile()
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert any("clamp" in t for t in targets) and not any("relu" in t for t in targets)
+    assert [(r.transform, r.outcome, r.removed, r.added) for r in log] == [("relu_as_clamp", "applied", 1, 1)]
+    assert torch.equal(ep.module()(x), before)  # the program computes what it computed, bit for bit

@@ -275,6 +275,37 @@ def test_an_exported_program_whose_inputs_do_not_match_fails_in_the_eager_refere
     _no_traceback(stderr)
 
 
+def test_a_model_that_raises_in_forward_is_named_with_its_file_and_line(cli, tmp_path):
+    (tmp_path / "boom.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            class Boom(torch.nn.Module):
+                def forward(self, x):
+                    raise RuntimeError("boom in forward")
+
+            def make():
+                return Boom(), (torch.randn(2, 8),)
+            """
+        )
+    )
+    code, stdout, stderr = cli("lower", f"{tmp_path / 'boom.py'}:make", "-b", "xnnpack", "-o", tmp_path / "m.pte")
+    assert code == 2 and stdout == ""
+    first = _first_line(stderr)
+    assert "failed in forward, " in first and f"{tmp_path / 'boom.py'}:6: RuntimeError: boom in forward" in first
+    assert "The model raised there" in first
+    assert _files(tmp_path) == ["boom.py"]
+    _no_traceback(stderr)
+
+
+def test_a_model_file_without_a_function_says_to_name_one(cli, tmp_path):
+    (tmp_path / "m.py").write_text("def make():\n    pass\n")
+    code, _, stderr = cli("lower", str(tmp_path / "m.py"), "-b", "xnnpack", "--dry-run")
+    assert code == 2
+    assert f"use {tmp_path / 'm.py'}:FUNCTION" in _first_line(stderr)
+
+
 # -- corrupted programs fail --verify on every backend ------------------------------------
 
 

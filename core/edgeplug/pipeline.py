@@ -210,14 +210,34 @@ def _copy_model(model: torch.nn.Module) -> torch.nn.Module:
         ) from exc
 
 
+def _raised_in_user_code(exc: BaseException) -> Optional[Any]:
+    """The innermost traceback frame of ``exc`` outside torch and edgeplug (the model's code), or None."""
+    import traceback
+
+    skip = (os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else None
+        if path is not None and not path.startswith(skip):
+            return frame
+    return None
+
+
 def _run_eager(job: Lowering, module: torch.nn.Module) -> Reference:
     try:
         return eager_reference(module, job.inputs)
     except Exception as exc:
+        cause = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        why = "edgeplug runs it once before lowering: its outputs are what --verify compares with"
+        frame = _raised_in_user_code(exc)
+        if frame is not None:  # the model's own code raised: say where
+            raise LoweringError(
+                f"running the model eagerly on its example inputs failed in {frame.name}, "
+                f"{frame.filename}:{frame.lineno}: {cause}. The model raised there: fix it, or give it the "
+                f"inputs it takes ({why})"
+            ) from exc
         raise LoweringError(
-            f"running the model eagerly on its example inputs (the reference verification compares with) "
-            f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}. "
-            "Check that the example inputs are the ones the model (or program) takes"
+            f"running the model eagerly on its example inputs failed: {cause}. Check that the example "
+            f"inputs are the ones the model (or program) takes ({why})"
         ) from exc
 
 

@@ -143,9 +143,10 @@ class LoweringReport(BaseModel):
         add(f"edgeplug lowering report: {self.model} -> {self.backend} [{self.distribution}]{mode}")
         add("")
         add("stages")
+        width = max([24, *(len(s.stage) for s in self.stages)])
         for s in self.stages:
-            add(f"  {s.stage:<24} {s.seconds:8.2f} s")
-        add(f"  {'total':<24} {sum(s.seconds for s in self.stages):8.2f} s")
+            add(f"  {s.stage:<{width}} {s.seconds:8.2f} s")
+        add(f"  {'total':<{width}} {sum(s.seconds for s in self.stages):8.2f} s")
         add("")
         verb = "would delegate" if self.dry_run else "delegated"
         add(f"partitions: {len(self.partitions)} ({verb} {self.delegated_nodes} nodes)")

@@ -84,8 +84,12 @@ def edgeplug_kernels():
 
 @edgeplug.hookimpl
 def edgeplug_passes():
-    # graph passes at the "export" (aten) or "edge" stage, ordered by before/after:
+    # graph passes at the "export" (aten), "edge" (before the core's fusion) or "pre_partition"
+    # (after it) stage, ordered by before/after:
     #   yield edgeplug.PassSpec(backend=BACKEND, stage="export", name="my_pass", fn=my_pass)
+    # the core's exact rewrites into ops your partitioner takes (docs/writing-a-backend.md):
+    #   from edgeplug.graph.canonical import rewrite_pass
+    #   yield rewrite_pass("scalar_to_tensor", backend=BACKEND)
     return ()
 
 

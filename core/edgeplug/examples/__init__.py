@@ -131,6 +131,11 @@ def load_model(spec: str, progress: Optional[Callable[[str], None]] = None) -> t
         except (Exception, SystemExit) as exc:
             raise EdgeplugError(f"calling {spec} failed: {_describe_exit(exc)}") from exc
         return (*_check_contract(result, spec), spec)
+    if spec.endswith(".py"):
+        raise EdgeplugError(
+            f"{spec!r} names a file but not what to call in it: use {spec}:FUNCTION, a function in the "
+            "file returning (model, example_inputs)"
+        )
     import difflib
 
     known = ", ".join(EXAMPLES)
