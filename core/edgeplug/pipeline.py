@@ -226,7 +226,9 @@ def _run_eager(job: Lowering, module: torch.nn.Module) -> Reference:
     try:
         return eager_reference(module, job.inputs)
     except Exception as exc:
-        cause = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        from edgeplug.failures import first_line
+
+        cause = first_line(exc)
         why = "edgeplug runs it once before lowering: its outputs are what --verify compares with"
         frame = _raised_in_user_code(exc)
         if frame is not None:  # the model's own code raised: say where

@@ -92,7 +92,7 @@ from torch.export import ExportedProgram
 from edgeplug.graph.constants import lift_constant
 from edgeplug.graph.copies import is_identity_copy
 from edgeplug.graph.names import reserve_node_names
-from edgeplug.graph.ops import aten_overload, is_written, op_name
+from edgeplug.graph.ops import is_written, op_name
 from edgeplug.graph.rewrite import NodeBuilder, calls_to, is_plain, is_static, note_rewrite, tensor_of
 from edgeplug.records import PassSpec, TransformRecord
 
@@ -538,7 +538,7 @@ def _collapse_elementwise(build: NodeBuilder, node: torch.fx.Node, max_rank: int
             views[a] = build.view(node, a, shape)
             made.append(views[a])
     args = tuple(views.get(a, a) if isinstance(a, torch.fx.Node) else a for a in node.args)
-    low = build._make(node, node.target, aten_overload(node.target), args, dict(node.kwargs))
+    low = build.same_op(node, args, node.kwargs)
     made.append(low)
     if low.meta["val"].dtype != out.dtype or list(low.meta["val"].shape) != _merged(out.shape, out.dim(), runs):
         for n in reversed(made):  # not the op it claimed to be at this rank
@@ -717,7 +717,7 @@ def reduce_with_keepdim(ep: ExportedProgram, *, ops: Sequence[str] = _REDUCTIONS
         if keepdim:
             continue
         kwargs = {k: v for k, v in node.kwargs.items() if k != "keepdim"}
-        kept = build._make(node, node.target, aten_overload(node.target), (x_node, node.args[1], True), kwargs)
+        kept = build.same_op(node, (x_node, node.args[1], True), kwargs)
         build.replace(node, build.view(node, kept, out.shape))
         records.append(note_rewrite(
             "reduce_with_keepdim", node, 2,

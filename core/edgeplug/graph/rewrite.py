@@ -23,7 +23,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from edgeplug.graph.ops import op_name
+from edgeplug.graph.ops import aten_overload, op_name
 from edgeplug.graph.transforms import note
 from edgeplug.records import TransformRecord
 
@@ -185,6 +185,10 @@ class NodeBuilder:
     ) -> torch.fx.Node:
         """A node calling ``aten.<name>.<overload>(*args, **kwargs)`` before ``origin``, with its provenance."""
         return self._make(origin, self.op(name, overload), getattr(getattr(torch.ops.aten, name), overload), args, kwargs or {})
+
+    def same_op(self, origin: torch.fx.Node, args: tuple, kwargs: Optional[dict] = None) -> torch.fx.Node:
+        """A node calling ``origin``'s own op (either dialect) with other arguments, before ``origin``."""
+        return self._make(origin, origin.target, aten_overload(origin.target), args, dict(kwargs or {}))
 
     def _make(self, origin: torch.fx.Node, target: Any, fake_op: Any, args: tuple, kwargs: dict) -> torch.fx.Node:
         inputs: list[torch.fx.Node] = []
