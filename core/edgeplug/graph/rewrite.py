@@ -145,6 +145,7 @@ def _replace_uses(node: torch.fx.Node, result: Any) -> None:
 
 
 def tensor_of(node: Any) -> Optional[torch.Tensor]:
+    """The (fake) tensor a node computes, from its ``meta["val"]``; None for anything else."""
     v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return v if isinstance(v, torch.Tensor) else None
 
@@ -224,6 +225,7 @@ class NodeBuilder:
 def note_rewrite(
     name: str, node: torch.fx.Node, added: int, detail: str, bytes_added: int = 0, removed: int = 1
 ) -> TransformRecord:
+    """Records that rewrite ``name`` replaced ``node`` by ``added`` nodes (``detail`` says how)."""
     record = TransformRecord(
         transform=name, kind="rewrite", node=node.name, op=op_name(node), removed=removed, added=added,
         bytes_added=bytes_added, detail=detail,
@@ -233,5 +235,6 @@ def note_rewrite(
 
 
 def calls_to(ep: ExportedProgram, names: Iterable[str]) -> list[torch.fx.Node]:
+    """The call nodes of ``ep`` whose ``op_name`` is one of ``names``, in graph order."""
     wanted = set(names)
     return [n for n in ep.graph_module.graph.nodes if n.op == "call_function" and op_name(n) in wanted]

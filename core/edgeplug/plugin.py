@@ -1,0 +1,140 @@
+"""edgeplug.plugin: everything a backend author imports, in one module.
+
+A plugin (``plugins/*`` in this repository, or a third party's distribution)
+imports from ``edgeplug.plugin`` and ``edgeplug`` only; every other module of
+the core may change without notice. The names, one line each:
+
+Records (what hooks yield; see ``edgeplug.hookspecs``):
+
+- ``API_VERSION``: the plugin API version this core speaks (``BackendSpec.api_version``).
+- ``BackendSpec``: a backend: its partitioner, backend id, availability and verification method.
+- ``Availability``: whether a backend can serialize here, and what to do if not.
+- ``KeepWhole``: operators the backend keeps whole through ``to_edge``.
+- ``PartitionerFilter``: a per-node refinement of what the backend takes.
+- ``FusionPolicy``: which core fusions run for the backend, and how.
+- ``Kernel``: a host implementation of a delegate op, used by verification and benchmarks.
+- ``PassSpec``: a graph pass the backend runs at a stage of the pipeline.
+- ``QuantScheme``: a PT2E quantizer the backend offers under a scheme name.
+- ``FusionRecord``: one fusion decision, as the report shows it.
+- ``TransformRecord``: one change a graph transform made, as the report shows it.
+- ``hookimpl``: the marker for a plugin's hook functions (``@hookimpl``).
+
+Partitioning:
+
+- ``Verdict``: a support or filter answer: taken, or refused with a reason (falsy).
+- ``TAKEN``: the ``Verdict`` that takes a node.
+- ``refuse``: ``refuse(reason)`` is the refusing ``Verdict`` a filter returns.
+- ``FilterContext``: what a partitioner filter sees besides the node (stage, program, constant-only nodes).
+- ``SupportTablePartitioner``: a partitioner from a table of supported ops and dtypes (no vendor SDK needed).
+
+Rewrites (passes that reshape the edge program):
+
+- ``rewrite_pass``: the ``PassSpec`` that runs one of the core's named rewrites for a backend.
+- ``NodeBuilder``: makes nodes in a program's dialect, with their fake values and metadata.
+- ``replace_with_traced``: replaces a node by the graph a plain torch function traces to.
+- ``note_rewrite``: the ``TransformRecord`` of a rewrite that replaced a node.
+- ``tensor_of``: the (fake) tensor a node computes, from its metadata, or None.
+- ``is_static``: whether every given tensor is known and has only integer sizes.
+- ``is_plain``: whether a tensor is static, contiguous and of one of the given dtypes.
+- ``calls_to``: the call nodes of a program whose ``op_name`` is one of the given names.
+- ``FLOATS``: the float dtypes rewrites act on by default (float32, float16).
+
+Operators:
+
+- ``is_qdq``: whether a target is a quantize, dequantize or choose_qparams op.
+- ``aten_overload``: the aten overload an edge op wraps (an aten op is returned as is).
+- ``qualified_name``: an op's schema name, e.g. ``aten::linear`` (``""`` for a non-op).
+- ``op_name``: an op's short name as the report prints it, e.g. ``aten.linear.default``.
+
+Kernels (the host-side contract the GPU plugins implement):
+
+- ``GpuDevice``: the wgpu device kernels compile, upload and dispatch on.
+- ``WorkgroupShape``: the workgroup shape of the ``et_vk.rms_norm`` kernels.
+- ``rms_norm_contract``: the ``et_vk.rms_norm`` contract module (``OP``, ``check_args``, ``ShaderKernel``, ``reference``).
+- ``KernelError``: raised when a kernel cannot run a call (bad arguments, no adapter, a shader that fails).
+
+Importing this module is cheap: torch, executorch and wgpu load when a name
+that needs them is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from edgeplug.errors import KernelError
+from edgeplug.hookspecs import hookimpl
+from edgeplug.records import (
+    API_VERSION,
+    Availability,
+    BackendSpec,
+    FusionPolicy,
+    FusionRecord,
+    KeepWhole,
+    Kernel,
+    PartitionerFilter,
+    PassSpec,
+    QuantScheme,
+    TransformRecord,
+)
+
+# name -> (module, attribute); attribute None: the module itself
+_LAZY: dict[str, tuple[str, Any]] = {
+    "Verdict": ("edgeplug.partition.verdict", "Verdict"),
+    "TAKEN": ("edgeplug.partition.verdict", "TAKEN"),
+    "refuse": ("edgeplug.partition.verdict", "refuse"),
+    "FilterContext": ("edgeplug.partition.verdict", "FilterContext"),
+    "SupportTablePartitioner": ("edgeplug.partition.table", "SupportTablePartitioner"),
+    "rewrite_pass": ("edgeplug.graph.canonical", "rewrite_pass"),
+    "NodeBuilder": ("edgeplug.graph.rewrite", "NodeBuilder"),
+    "replace_with_traced": ("edgeplug.graph.rewrite", "replace_with_traced"),
+    "note_rewrite": ("edgeplug.graph.rewrite", "note_rewrite"),
+    "tensor_of": ("edgeplug.graph.rewrite", "tensor_of"),
+    "is_static": ("edgeplug.graph.rewrite", "is_static"),
+    "is_plain": ("edgeplug.graph.rewrite", "is_plain"),
+    "calls_to": ("edgeplug.graph.rewrite", "calls_to"),
+    "FLOATS": ("edgeplug.graph.canonical", "FLOATS"),
+    "is_qdq": ("edgeplug.graph.ops", "is_qdq"),
+    "aten_overload": ("edgeplug.graph.ops", "aten_overload"),
+    "qualified_name": ("edgeplug.graph.ops", "qualified_name"),
+    "op_name": ("edgeplug.graph.ops", "op_name"),
+    "GpuDevice": ("edgeplug.runtime.device", "GpuDevice"),
+    "WorkgroupShape": ("edgeplug.runtime.rms_norm", "WorkgroupShape"),
+    "rms_norm_contract": ("edgeplug.runtime.rms_norm", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = importlib.import_module(module)
+        if attr is not None:
+            value = getattr(value, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(
+        f"module 'edgeplug.plugin' has no attribute {name!r} "
+        "(the plugin-author surface is edgeplug.plugin.__all__; see its module docstring)"
+    )
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+__all__ = [
+    "API_VERSION",
+    "Availability",
+    "BackendSpec",
+    "FusionPolicy",
+    "FusionRecord",
+    "KeepWhole",
+    "Kernel",
+    "PartitionerFilter",
+    "PassSpec",
+    "QuantScheme",
+    "TransformRecord",
+    "hookimpl",
+    "KernelError",
+    *_LAZY,
+]
