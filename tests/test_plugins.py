@@ -238,13 +238,16 @@ def test_hook_that_raises_drops_its_plugin_and_says_which_hook(fixture_site):
 @pytest.mark.parametrize(
     "plugin, expected",
     [
-        ("badtype", "failed at hook edgeplug_backends: returned str 'badtype', expected edgeplug.records.BackendSpec"),
-        ("badfield", "failed at hook edgeplug_backends: invalid BackendSpec record (partitioner: Input should be callable)"),
+        ("badtype", "failed at hook edgeplug_backends: yielded str 'badtype'; edgeplug_backends yields "
+         "edgeplug.plugin.BackendSpec records only"),
+        # a dict is not converted into a record: it is named, with the line that yielded it
+        ("badfield", "failed at hook edgeplug_backends: yielded dict {'backend': 'badfield'"),
         (
             "badop",
-            "failed at hook edgeplug_keep_whole: invalid KeepWhole record (ops: Value error, "
+            "failed at hook edgeplug_keep_whole: invalid KeepWhole record from hook edgeplug_keep_whole: "
+            "field 'ops' = (<OpOverloadPacket(op='aten.linear')>,): Value error, "
             "<OpOverloadPacket(op='aten.linear')> is not an operator overload "
-            "(use e.g. torch.ops.aten.linear.default, not torch.ops.aten.linear))",
+            "(use e.g. torch.ops.aten.linear.default, not torch.ops.aten.linear) (raised at ",
         ),
         ("typo", "failed at registration: PluginValidationError: unknown hook 'edgeplug_backend'"),
     ],
@@ -614,7 +617,7 @@ def test_a_kernel_op_name_that_never_matches_is_refused_at_load(fixture_site):
     with pytest.warns(PluginWarning):
         assert "badkernel" not in edgeplug.backends()
     msg = _problem("badkernel")
-    assert "invalid Kernel record (op: Value error, op 'aten::linear' is not written namespace.name.overload" in msg
+    assert "invalid Kernel record from hook edgeplug_kernels: field 'op' = 'aten::linear': Value error, op 'aten::linear' is not written namespace.name.overload" in msg
     assert "'aten.linear.default'" in msg
 
 

@@ -139,15 +139,32 @@ class BackendProblem:
 
     @property
     def message(self) -> str:
-        blame = next((p for p in reversed(self.plugins) if not p.registered), self.plugins[-1])
+        blame = self.newcomer
         if blame.registered:
             fix = f"unregister one with edgeplug.plugins.unregister({blame.name!r})"
         else:
-            fix = f"uninstall one, or disable one with {ENV_DISABLE}={blame.name}"
+            fix = f"uninstall one, or disable the newcomer with {ENV_DISABLE}={blame.name}"
         return (
             f"backend {self.backend!r} is unavailable: {self.cause}. To use it, {fix}. "
             "Every other backend keeps working."
         )
+
+    @property
+    def newcomer(self) -> PluginInfo:
+        """The plugin to disable: not the one named after the backend (its owner), else the last loaded.
+
+        ``edgeplug-vulkan`` owns backend ``vulkan``; a clone or add-on that
+        contradicts it is the one a user just installed, whatever its name
+        sorts as.
+        """
+        norm = _normalize(self.backend)
+
+        def owns(p: PluginInfo) -> bool:
+            return norm in (_normalize(p.name), _normalize(p.distribution).removeprefix("edgeplug-"))
+
+        ranked = [p for p in self.plugins if not p.registered and not owns(p)]
+        ranked = ranked or [p for p in self.plugins if not p.registered] or list(self.plugins)
+        return ranked[-1]
 
     def __str__(self) -> str:
         return self.message
@@ -200,37 +217,87 @@ def _split(value: Optional[str]) -> Optional[set[str]]:
     return {_normalize(v) for v in value.split(",") if v.strip()}
 
 
-def _format_validation(err: ValidationError) -> str:
+def _format_validation(err: ValidationError, hook: str = "") -> str:
+    """'invalid X record from hook H: field F = VALUE (why)': every field pydantic rejected, with its value."""
     parts = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"]) or "record"
-        parts.append(f"{loc}: {e['msg']}")
-    return f"invalid {err.title} record ({'; '.join(parts)})"
+        value = e.get("input")
+        shown = "" if isinstance(value, dict) and e["loc"] == () else f" = {_bounded(value)}"
+        parts.append(f"field {loc!r}{shown}: {e['msg']}")
+    source = f" from hook {hook}" if hook else ""
+    return f"invalid {err.title} record{source}: {'; '.join(parts)}"
 
 
-_CORE_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (pluggy, hookspecs))
-_STDLIB = str(Path(os.__file__).resolve().parent)
+def _bounded(value: Any, width: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _where(exc: BaseException, package: Optional[str] = None) -> str:
-    """' (raised at FILE:LINE in FUNC)': the deepest frame of the plugin's own code.
+def _own_paths(info: PluginInfo, plugin: object = None) -> tuple[set[str], tuple[str, ...]]:
+    """(files, folders) that hold the plugin's own code: its distribution's files and its top-level module.
 
-    ``package`` is the plugin's top-level module name; without a frame in it,
-    the deepest frame outside the core, pluggy and the standard library.
+    An editable install lists only a ``.pth`` or finder among its files, so
+    the entry point's top-level module (found without importing it) or the
+    plugin object's module adds its folder (a package) or its file.
     """
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith("<") and not str(Path(f.filename).resolve()).startswith(_CORE_DIRS)
-    ]
-    own = []
-    if package:
-        own = [f for f in frames if package in Path(f.filename).parts or Path(f.filename).stem == package]
-    if not own:
-        own = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_STDLIB)] or frames
-    if not own:
-        return ""
-    f = own[-1]
-    return f" (raised at {f.filename}:{f.lineno} in {f.name})"
+    files: set[str] = set()
+    dirs: list[str] = []
+    if not info.registered:
+        try:
+            from importlib.metadata import distribution
+
+            for f in distribution(info.distribution).files or ():
+                if str(f).endswith(".py"):
+                    files.add(str(Path(f.locate()).resolve()))
+        except Exception:  # no metadata to read: the module below still locates it
+            pass
+    tops = {t for t in (_package(info), _package(info, plugin) if plugin is not None else None) if t}
+    for top in tops:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(top)
+        except Exception:  # a broken parent package: nothing to add
+            spec = None
+        if spec is None:
+            continue
+        for loc in spec.submodule_search_locations or ():
+            dirs.append(str(Path(loc).resolve()) + os.sep)
+        if not spec.submodule_search_locations and spec.origin:
+            files.add(str(Path(spec.origin).resolve()))
+    return files, tuple(dirs)
+
+
+def _where(exc: BaseException, info: PluginInfo, plugin: object = None) -> str:
+    """' (raised at FILE:LINE in FUNC)': the innermost frame of the plugin's own code.
+
+    Own code is a file of the plugin's distribution or of its top-level
+    module; a ``SyntaxError`` in it is located by its own file and line.
+    Without one, the entry point (or the registered module) is named.
+    """
+    files, dirs = _own_paths(info, plugin)
+
+    def own(filename: Optional[str]) -> bool:
+        if not filename or filename.startswith("<"):
+            return False
+        path = str(Path(filename).resolve())
+        return path in files or path.startswith(dirs)
+
+    cur: Optional[BaseException] = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:  # the exception, then what it was raised from
+        seen.add(id(cur))
+        if isinstance(cur, SyntaxError) and own(cur.filename):
+            return f" (raised at {cur.filename}:{cur.lineno})"
+        frames = [f for f in traceback.extract_tb(cur.__traceback__) if own(f.filename)]
+        if frames:
+            f = frames[-1]
+            return f" (raised at {f.filename}:{f.lineno} in {f.name})"
+        cur = cur.__cause__ or cur.__context__
+    if info.registered:
+        return f" (no frame of the plugin's code in the traceback; registered as {_package(info, plugin) or info.name!r})"
+    return f" (no frame of the plugin's code in the traceback; its entry point is '{info.entry_point}')"
 
 
 def _package(info: PluginInfo, plugin: object = None) -> Optional[str]:
@@ -242,8 +309,99 @@ def _package(info: PluginInfo, plugin: object = None) -> Optional[str]:
     return value.split(":")[0].split(".")[0] or None
 
 
-def _failure(exc: BaseException, package: Optional[str] = None) -> str:
-    return f"{type(exc).__name__}: {exc}{_where(exc, package)}"
+def _failure(exc: BaseException, info: PluginInfo, plugin: object = None) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}{_where(exc, info, plugin)}" if text else f"{type(exc).__name__}{_where(exc, info, plugin)}"
+
+
+class NotRecords(TypeError):
+    """A hook returned something that is not records (a str, a dict, a number)."""
+
+
+def _records_of(result: Any, hook: str) -> list[tuple[Any, str]]:
+    """What a hook returned as (item, ' (yielded at FILE:LINE)') pairs: None is none, a record is one.
+
+    A generator's items are located by the line it was suspended at. A str,
+    bytes or a dict is not iterated (a string's characters, a dict's keys are
+    never records); anything else that is not iterable is refused.
+    """
+    if result is None:
+        return []
+    if isinstance(result, BaseModel):
+        return [(result, "")]  # one record returned rather than yielded
+    if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__iter__"):
+        raise NotRecords(
+            f"returned {type(result).__name__} {_bounded(result)}; {hook} must yield records "
+            "(or return a list of them, or None)"
+        )
+    if not inspect.isgenerator(result):
+        return [(item, "") for item in result]
+    out = []
+    for item in result:
+        frame = result.gi_frame
+        out.append((item, f" (yielded at {frame.f_code.co_filename}:{frame.f_lineno})" if frame is not None else ""))
+    return out
+
+
+def _defined_at(fn: Any) -> str:
+    """' (hook defined at FILE:LINE)', or '' for a callable Python cannot locate."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return f" (hook defined at {code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+
+
+ENV_HOOK_SECONDS = "EDGEPLUG_HOOK_TIMEOUT"
+#: how long one hook may take to yield its records (declarations: a hook that
+#: needs longer is doing work that belongs in a factory)
+HOOK_SECONDS = 20.0
+
+
+def _hook_seconds() -> float:
+    text = os.environ.get(ENV_HOOK_SECONDS, "")
+    try:
+        return float(text) if text else HOOK_SECONDS
+    except ValueError:
+        return HOOK_SECONDS
+
+
+class TimeLimit(Exception):
+    """A plugin's code ran past its time limit (see ``_time_limit``)."""
+
+
+class _time_limit:
+    """Interrupt the block after ``seconds`` with ``TimeLimit`` (SIGALRM; main thread only).
+
+    Where no alarm can be set (another thread, a platform without SIGALRM,
+    an alarm handler the application installed) the block runs unlimited.
+    """
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds, self.what, self.armed, self.previous = seconds, what, False, None
+
+    def __enter__(self) -> "_time_limit":
+        import signal
+
+        if (
+            self.seconds <= 0
+            or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None)
+        ):
+            return self
+
+        def expire(signum: int, frame: Any) -> None:
+            raise TimeLimit(f"{self.what} took longer than {self.seconds:g} s and was stopped")
+
+        self.previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self.armed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.armed:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous if self.previous is not None else signal.SIG_DFL)
 
 
 def _policy_problem(c: Contribution) -> Optional[str]:
@@ -407,7 +565,7 @@ class PluginManager:
                 try:
                     obj = obj.load()
                 except Exception as exc:  # a broken plugin must not break the others
-                    state.problems.append(PluginProblem(info, "import", _failure(exc, _package(info))))
+                    state.problems.append(PluginProblem(info, "import", _failure(exc, info)))
                     continue
             records, problem = self._collect(obj, info)
             if problem is not None:
@@ -462,32 +620,28 @@ class PluginManager:
             for impl in caller.get_hookimpls() if caller is not None else ():
                 stage = f"hook {hook}"
                 try:
-                    result = impl.function()
-                    if result is None:
-                        items = []
-                    elif isinstance(result, (BaseModel, dict)):
-                        items = [result]  # one record returned rather than yielded
-                    else:
-                        items = list(result)
+                    with _time_limit(_hook_seconds(), f"{hook} of {info.describe()}"):
+                        result = impl.function()
+                        items = _records_of(result, hook)
                 except ValidationError as exc:
-                    return [], PluginProblem(info, stage, _format_validation(exc) + _where(exc, _package(info, plugin)))
+                    return [], PluginProblem(info, stage, _format_validation(exc, hook) + _where(exc, info, plugin))
+                except NotRecords as exc:
+                    return [], PluginProblem(info, stage, f"{exc}{_defined_at(impl.function)}")
                 except Exception as exc:
-                    return [], PluginProblem(info, stage, _failure(exc, _package(info, plugin)))
-                for item in items:
+                    return [], PluginProblem(info, stage, _failure(exc, info, plugin))
+                for item, at in items:
                     if isinstance(item, record_type):
                         out.append(item)
                         continue
-                    if isinstance(item, dict):
-                        try:
-                            out.append(record_type.model_validate(item))
-                            continue
-                        except ValidationError as exc:
-                            return [], PluginProblem(info, stage, _format_validation(exc))
+                    what = (
+                        f"a {type(item).__name__}, the record of another hook"
+                        if isinstance(item, BaseModel) else f"{type(item).__name__} {_bounded(item)}"
+                    )
                     return [], PluginProblem(
                         info,
                         stage,
-                        f"returned {type(item).__name__} {item!r:.80}, expected "
-                        f"edgeplug.records.{record_type.__name__}",
+                        f"yielded {what}; {hook} yields edgeplug.plugin.{record_type.__name__} records "
+                        f"only (a dict is not converted: build the record){at or _defined_at(impl.function)}",
                     )
         return out, None
 

@@ -33,7 +33,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from edgeplug.errors import EdgeplugError
 from edgeplug.graph.ops import aten_overload, is_qdq, op_name
-from edgeplug.partition.verdict import TAKEN, FilterContext, Verdict, filter_answer
+from edgeplug.partition.verdict import TAKEN, FilterContext, NotAnAnswer, Verdict, filter_answer
 
 #: node -> Verdict, with everything else it needs already bound
 NodeCheck = Callable[[torch.fx.Node], Verdict]
@@ -91,24 +91,61 @@ class PartitionOutcome:
 # -- 2. the policy: filters, then the constant-only rule ---------------------------
 
 
+def _defined_at(fn: Any) -> str:
+    """' (FILE:LINE)' where a filter function is defined, or '' when Python cannot tell."""
+    import inspect
+
+    try:
+        target = inspect.unwrap(fn)
+        code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
+        return f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    except Exception:  # a builtin or an odd callable: the filter's name still says which
+        return ""
+
+
 def filter_verdict(filters: Sequence[Any], node: torch.fx.Node, ctx: FilterContext, origin: Callable[[Any], Any]) -> Optional[Verdict]:
-    """The filters' combined answer: refused if any refuses, taken if any accepts, else None."""
+    """The filters' combined answer: refused if any refuses, taken if any accepts, else None.
+
+    A filter that raises, or answers anything but None/True/False/a Verdict,
+    stops the lowering with an ``EdgeplugError`` naming the filter, its
+    plugin, the node and what it returned.
+    """
     accepted: Optional[Verdict] = None
     for f in filters:
+        raised: Optional[BaseException] = None
         try:
-            answer = filter_answer(f.fn(node, ctx), f.name)
+            raw = f.fn(node, ctx)
         except Exception as exc:
+            raised = exc
+        try:
+            answer = None if raised is not None else filter_answer(raw, f.name)
+        except NotAnAnswer as exc:
+            raised = exc
+        if raised is not None:
             info = origin(f)
             who = f"plugin {info.name!r} ({info.distribution})" if info else "a plugin"
+            what = str(raised) if isinstance(raised, NotAnAnswer) else f"raised {type(raised).__name__}: {raised}{_raised_at(raised, f.fn)}"
             raise EdgeplugError(
-                f"partitioner filter {f.name!r} of backend {ctx.backend!r} from {who} raised "
-                f"{type(exc).__name__}: {exc} at stage {ctx.stage!r} on node {node.name!r} "
-                f"({op_name(node.target)}); fix the filter or disable the plugin"
-            ) from exc
+                f"partitioner filter {f.name!r}{_defined_at(f.fn)} of backend {ctx.backend!r} from {who}, "
+                f"on node {node.name!r} ({op_name(node.target)}) at stage {ctx.stage!r}: {what}. "
+                "Fix the filter or disable the plugin; nothing was written"
+            ) from raised
         if answer is not None and not answer:
             return answer
         accepted = accepted or answer
     return accepted
+
+
+def _raised_at(exc: BaseException, fn: Any) -> str:
+    """' at FILE:LINE': the innermost frame in the filter's own folder (its plugin), else the innermost."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    home = os.path.dirname(code.co_filename) if code is not None else None
+    own = [f for f in frames if home and os.path.dirname(f.filename) == home] or frames
+    return f" at {own[-1].filename}:{own[-1].lineno}" if own else ""
 
 
 def policy_verdict(

@@ -35,20 +35,51 @@ def refuse(reason: str) -> Verdict:
     return Verdict(False, reason)
 
 
+class NotAnAnswer(TypeError):
+    """A filter returned something outside its contract (what, and how to fix it, in the message)."""
+
+
+def describe_answer(answer: Any) -> str:
+    """What a filter returned, as an error shows it: its type and a bounded repr."""
+    text = repr(answer)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(answer).__name__} {text}"
+
+
 def filter_answer(answer: Any, name: str) -> Optional[Verdict]:
     """A partitioner filter's answer as a verdict: None (no opinion), taken, or refused.
 
+    The answer must be exactly ``None``, ``True``, ``False`` or a ``Verdict``
+    (``refuse(reason)``). Anything else raises ``NotAnAnswer``: a reason
+    string, an uncalled ``refuse``, a number or ``"yes"`` would otherwise be
+    read by truthiness and delegate (or refuse) the node silently.
     ``False`` is refused "by filter 'name'"; a falsy ``Verdict`` adds its own
     reason ("refused by filter 'name': rank 4 > 3").
     """
     if answer is None:
         return None
+    if answer is True:
+        return TAKEN
+    if answer is False:
+        return Verdict(False, f"refused by filter {name!r}")
     if isinstance(answer, Verdict):
         if answer.ok:
             return TAKEN
         why = f"refused by filter {name!r}"
         return Verdict(False, f"{why}: {answer.reason}" if answer.reason else why)
-    return TAKEN if answer else Verdict(False, f"refused by filter {name!r}")
+    if answer is refuse:
+        fix = "call it with the reason: return refuse('why the backend cannot take this node')"
+    elif isinstance(answer, str):
+        fix = "to refuse with that reason, return refuse(" + repr(answer)[:60] + ")"
+    elif callable(answer):
+        fix = "call it and return its answer"
+    else:
+        fix = "convert it with bool(...) or return refuse('why') to refuse"
+    raise NotAnAnswer(
+        f"returned {describe_answer(answer)}; a filter answers None (no opinion), True, False "
+        f"or a Verdict (refuse('why')), nothing else: {fix}"
+    )
 
 
 def support_answer(answer: Any, who: str) -> Verdict:
