@@ -1,0 +1,1 @@
+"""edgeplug backend plugin for Apple Core ML."""

@@ -1,0 +1,49 @@
+"""Hook implementations of the Core ML backend (hookimpls only)."""
+
+from __future__ import annotations
+
+import edgeplug
+from edgeplug import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter
+
+from edgeplug_coreml import support
+
+
+@edgeplug.hookimpl
+def edgeplug_backends():
+    yield BackendSpec(
+        backend="coreml",
+        description="Apple Core ML (CPU, GPU and Neural Engine), fp16, iOS 18 and later",
+        backend_id=support.BACKEND_ID,
+        partitioner=support.make_partitioner,
+        availability=support.availability,
+        # no Core ML runtime off Apple platforms: the .pte cannot run here
+        verify_method="none",
+        lowering_context=support.quiet_coreml,
+    )
+
+
+@edgeplug.hookimpl
+def edgeplug_keep_whole():
+    yield KeepWhole(backend="coreml", ops=support.keep_whole_ops())
+
+
+@edgeplug.hookimpl
+def edgeplug_partitioner_filters():
+    yield PartitionerFilter(backend="coreml", name=support.DTYPE_FILTER, fn=support.refuse_dtypes_coreml_lacks)
+
+
+@edgeplug.hookimpl
+def edgeplug_fusion_policies():
+    # coremltools converts aten.rms_norm to one MIL op; Core ML takes its weight as a constant of shape [D]
+    yield FusionPolicy(
+        backend="coreml",
+        pattern="rms_norm",
+        target="aten.rms_norm",
+        arguments=("input", "normalized_shape", "weight", "eps"),
+        weight_sources=frozenset({"leaf"}),
+        # a PT2E-quantized weight reaches coremltools as dequantize(constant), which it reads
+        dequantized_weights="keep",
+        fold_computed_constants=True,
+        unit_weight_fallback=True,
+        fp32_accumulation=False,
+    )
