@@ -48,6 +48,7 @@ Operators:
 
 Kernels (the host-side contract the GPU plugins implement):
 
+- ``OpCall``: one delegate op about to run on the host: what a ``Kernel.checks`` receives.
 - ``GpuDevice``: the wgpu device kernels compile, upload and dispatch on.
 - ``WorkgroupShape``: the workgroup shape of the ``et_vk.rms_norm`` kernels.
 - ``rms_norm_contract``: the ``et_vk.rms_norm`` contract module (``OP``, ``check_args``, ``ShaderKernel``, ``reference``).
@@ -98,6 +99,7 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "aten_overload": ("edgeplug.graph.ops", "aten_overload"),
     "qualified_name": ("edgeplug.graph.ops", "qualified_name"),
     "op_name": ("edgeplug.graph.ops", "op_name"),
+    "OpCall": ("edgeplug.runtime.host", "OpCall"),
     "GpuDevice": ("edgeplug.runtime.device", "GpuDevice"),
     "WorkgroupShape": ("edgeplug.runtime.rms_norm", "WorkgroupShape"),
     "rms_norm_contract": ("edgeplug.runtime.rms_norm", None),

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:  # the partition module imports executorch; plugins load without it
-    from edgeplug.partition import FilterContext
+    from edgeplug.plugin import FilterContext
 
 NAME = "htp-constant-only"
 RMS_NORM_NAME = "qnn-rms-norm-last-axis-only"
@@ -33,14 +33,14 @@ def constant_only(node: Any, ctx: "FilterContext") -> Optional[bool]:
     """False for a constant-only op, True for a constant-only quantize/dequantize."""
     if not ctx.is_constant_only(node):
         return None
-    from edgeplug.graph.ops import is_qdq
+    from edgeplug.plugin import is_qdq
 
     return is_qdq(node.target)
 
 
 def rms_norm_one_axis(node: Any, ctx: "FilterContext") -> Optional[bool]:
     """False for an ``aten.rms_norm`` (aten or edge dialect) normalising over more than one axis."""
-    from edgeplug.graph.ops import qualified_name
+    from edgeplug.plugin import qualified_name
 
     if node.op != "call_function" or qualified_name(node.target) != "aten::rms_norm":
         return None

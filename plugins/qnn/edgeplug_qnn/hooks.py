@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, PartitionerFilter, KeepWhole
+from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter
 
 from edgeplug_qnn import filters, support
 
@@ -17,6 +17,8 @@ def edgeplug_backends():
         partitioner=support.make_partitioner,
         availability=support.availability,
         constant_only_policy=True,
+        # EDGEPLUG_QNN_SAVER=1: every partition through QNN's saver (edgeplug_qnn.saver)
+        lowering_context=support.lowering_context,
     )
 
 
@@ -50,7 +52,7 @@ def edgeplug_fusion_policies():
 @edgeplug.hookimpl
 def edgeplug_passes():
     from edgeplug_qnn import passes
-    from edgeplug.graph.canonical import rewrite_pass
+    from edgeplug.plugin import rewrite_pass
 
     yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_autocast", fn=passes.decompose_autocast, order=10)
     yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_sdpa", fn=passes.decompose_sdpa, order=20)

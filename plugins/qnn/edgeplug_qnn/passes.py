@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from edgeplug.graph.rewrite import replace_with_traced
+from edgeplug.plugin import replace_with_traced
 
 
 def _is_autocast(node: torch.fx.Node) -> bool:

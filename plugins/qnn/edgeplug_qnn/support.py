@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeplug import Availability
+from edgeplug.plugin import Availability
 
 SDK_VAR = "QNN_SDK_ROOT"
 SOC_VAR = "EDGEPLUG_QNN_SOC"  # e.g. SM8650; which HTP to compile for
@@ -13,6 +13,10 @@ DEFAULT_SOC = "SM8650"
 
 
 def availability() -> Availability:
+    from edgeplug_qnn import saver
+
+    if saver.enabled():  # the saver mode needs the libraries loadable, not a device
+        return saver.availability()
     root = os.environ.get(SDK_VAR)
     hint = (
         f"Install the Qualcomm AI Engine Direct (QNN) SDK and set {SDK_VAR} to its root "
@@ -105,20 +109,44 @@ def skip_decomp_ops():
     )
 
 
+def soc():
+    """The ``QcomChipset`` to compile for (``EDGEPLUG_QNN_SOC``, default SM8650)."""
+    from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
+
+    name = os.environ.get(SOC_VAR, DEFAULT_SOC).upper()
+    if not hasattr(QcomChipset, name):
+        known = ", ".join(c.name for c in QcomChipset)
+        raise ValueError(f"{SOC_VAR}={name} names no Qualcomm SoC ExecuTorch knows; use one of {known}")
+    return getattr(QcomChipset, name)
+
+
 def make_partitioner():
-    from edgeplug.partition import SupportTablePartitioner
+    from edgeplug.plugin import SupportTablePartitioner
 
     if availability().ok:  # the real partitioner, with compile specs for the chosen SoC
         from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
-        from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
         from executorch.backends.qualcomm.utils.utils import (
             generate_htp_compiler_spec,
             generate_qnn_executorch_compiler_spec,
         )
 
-        soc = getattr(QcomChipset, os.environ.get(SOC_VAR, DEFAULT_SOC).upper())
-        specs = generate_qnn_executorch_compiler_spec(soc_model=soc, backend_options=generate_htp_compiler_spec(use_fp16=True))
+        from edgeplug_qnn import saver
+
+        if saver.enabled():  # QNN's saver records each partition instead of compiling it
+            return QnnPartitioner(saver.compile_specs(soc()))
+        specs = generate_qnn_executorch_compiler_spec(soc_model=soc(), backend_options=generate_htp_compiler_spec(use_fp16=True))
         return QnnPartitioner(specs)
     return SupportTablePartitioner(
         "QnnBackend", supported_ops(), keep_whole=skip_decomp_ops(), dtypes=dtypes(), name="QNN (HTP)"
     )
+
+
+def lowering_context():
+    """Around partitioning and preprocess: in the saver mode, each partition recorded by QNN's saver."""
+    import contextlib
+
+    from edgeplug_qnn import saver
+
+    if saver.enabled() and saver.availability().ok:
+        return saver.per_partition_saver(saver.compile_specs(soc()))
+    return contextlib.nullcontext()

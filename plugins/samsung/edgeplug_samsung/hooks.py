@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, KeepWhole
+from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole
 
 from edgeplug_samsung import support
 
@@ -43,7 +43,7 @@ def edgeplug_fusion_policies():
 @edgeplug.hookimpl
 def edgeplug_passes():
     from edgeplug_samsung import passes
-    from edgeplug.graph.canonical import rewrite_pass
+    from edgeplug.plugin import rewrite_pass
 
     yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_roll", fn=passes.decompose_roll, order=10)
     yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_remainder", fn=passes.decompose_remainder, order=20)

@@ -13,8 +13,7 @@ from typing import Sequence
 import torch
 from torch.export import ExportedProgram
 
-from edgeplug.graph.ops import aten_overload
-from edgeplug.graph.rewrite import replace_with_traced
+from edgeplug.plugin import aten_overload, replace_with_traced
 
 _ROLL = {torch.ops.aten.roll.default}
 _REMAINDER = {torch.ops.aten.remainder.Tensor, torch.ops.aten.remainder.Scalar, torch.ops.aten.remainder.Scalar_Tensor}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeplug import Availability
+from edgeplug.plugin import Availability
 
 SDK_VAR = "EXYNOS_AI_LITECORE_ROOT"
 CHIPSET_VAR = "EDGEPLUG_SAMSUNG_CHIPSET"  # e.g. E9955
@@ -88,7 +88,7 @@ def skip_decomp_ops():
 
 
 def make_partitioner():
-    from edgeplug.partition import SupportTablePartitioner
+    from edgeplug.plugin import SupportTablePartitioner
 
     if availability().ok:
         from executorch.backends.samsung.partition.enn_partitioner import EnnPartitioner

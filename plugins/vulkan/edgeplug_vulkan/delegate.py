@@ -16,7 +16,7 @@ import contextlib
 from functools import partial
 from typing import Any, Callable, Iterator
 
-from edgeplug import BackendSpec, FusionPolicy, KeepWhole, PassSpec, QuantScheme
+from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PassSpec, QuantScheme
 
 from edgeplug_vulkan.fusion import fusable_subgraphs_matched_once, load_et_vk_ops, without_executorch_vulkan_pattern
 from edgeplug_vulkan.support import support_check
@@ -84,7 +84,7 @@ def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
     GPU, so chains of views (a squeeze then an unsqueeze, the views ``collapse_rank`` puts
     between two collapsed ops) are collapsed last.
     """
-    from edgeplug.graph.canonical import FLOATS, rewrite_pass
+    from edgeplug.plugin import FLOATS, rewrite_pass
 
     yield rewrite_pass("scalar_to_tensor", backend=backend, dtypes=FLOATS)
     yield rewrite_pass("any_as_amax", backend=backend)

@@ -6,7 +6,7 @@ What every backend on the Vulkan delegate shares is in ``edgeplug_vulkan.delegat
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import Kernel
+from edgeplug.plugin import Kernel
 
 from edgeplug_vulkan import delegate
 

@@ -30,7 +30,7 @@ def support_check(partitioner: Any, gm: Optional[Any] = None) -> Callable[[Any],
     from executorch.backends.vulkan import utils as vk_utils
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanSupportedOperators
 
-    from edgeplug.partition import TAKEN, Verdict
+    from edgeplug.plugin import TAKEN, Verdict
 
     vk = getattr(partitioner, "_vulkan_partitioner", partitioner)
     options = vk.options

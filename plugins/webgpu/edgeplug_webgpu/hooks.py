@@ -8,7 +8,7 @@ name, with its own partitioner and kernels.
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import Kernel
+from edgeplug.plugin import Kernel
 
 from edgeplug_vulkan import delegate
 

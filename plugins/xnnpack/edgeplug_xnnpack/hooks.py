@@ -16,8 +16,7 @@ guide is docs/writing-a-backend.md.
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, PartitionerFilter, PassSpec
-from edgeplug.graph.canonical import FLOATS, rewrite_pass
+from edgeplug.plugin import FLOATS, BackendSpec, PartitionerFilter, PassSpec, rewrite_pass
 
 from edgeplug_xnnpack import filters, passes
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from edgeplug.errors import KernelError
+from edgeplug.plugin import KernelError
 
 #: path of a glslangValidator to use instead of the wheel's
 GLSLANG_ENV = "EDGEPLUG_GLSLANG"

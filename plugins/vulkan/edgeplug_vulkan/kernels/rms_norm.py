@@ -23,10 +23,8 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug.errors import KernelError
-from edgeplug.runtime import rms_norm as contract
-from edgeplug.runtime.device import GpuDevice
-from edgeplug.runtime.rms_norm import WorkgroupShape
+from edgeplug.plugin import GpuDevice, KernelError, WorkgroupShape
+from edgeplug.plugin import rms_norm_contract as contract
 from edgeplug_vulkan.kernels.glslang import compile_glsl
 
 BACKEND = "vulkan"
@@ -67,7 +65,7 @@ def pipeline(device: GpuDevice, dtype: torch.dtype, shape: WorkgroupShape) -> An
     return device.pipeline(spirv(dtype, shape), label=f"{BACKEND} rms_norm {dt} {shape.tag()}")
 
 
-#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug.runtime.rms_norm.ShaderKernel``
+#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug.plugin.rms_norm_contract.ShaderKernel``
 KERNEL = contract.ShaderKernel(WHERE, DTYPES, pipeline)
 prepare = KERNEL.prepare
 rms_norm = KERNEL.rms_norm
@@ -76,7 +74,7 @@ rms_norm = KERNEL.rms_norm
 def check_call(call: Any) -> None:
     """Host verification's pre-dispatch check: the Vulkan runtime's contract for this node.
 
-    ``call`` is an ``edgeplug.runtime.OpCall``. The weight (argument 1) must be a
+    ``call`` is an ``edgeplug.plugin.OpCall``. The weight (argument 1) must be a
     program constant, since the runtime prepacks it at load time.
     """
     at = f"{WHERE} at node {call.node!r}" + (f" in delegate {call.delegate!r}" if call.delegate else "")

@@ -1,6 +1,6 @@
 """``et_vk.rms_norm`` for the WebGPU backend: a WGSL compute shader.
 
-The workgroup shape comes from ``edgeplug.runtime.rms_norm.choose_shape`` (the
+The workgroup shape comes from ``edgeplug.plugin.rms_norm_contract.choose_shape`` (the
 Vulkan plugin's GLSL kernel uses the same): a workgroup normalises
 ``rows`` rows with ``row_invocations`` invocations each. Every invocation
 loads up to ``items`` 16-byte units of its row into registers (consecutive
@@ -22,9 +22,8 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug.runtime import rms_norm as contract
-from edgeplug.runtime.device import GpuDevice
-from edgeplug.runtime.rms_norm import WorkgroupShape
+from edgeplug.plugin import GpuDevice, WorkgroupShape
+from edgeplug.plugin import rms_norm_contract as contract
 
 BACKEND = "webgpu"
 OP = contract.OP
@@ -189,7 +188,7 @@ def pipeline(device: GpuDevice, dtype: torch.dtype, shape: WorkgroupShape) -> An
     return device.pipeline(wgsl_source(dtype, shape), label=f"{BACKEND} rms_norm {dt} {shape.tag()}")
 
 
-#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug.runtime.rms_norm.ShaderKernel``
+#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug.plugin.rms_norm_contract.ShaderKernel``
 KERNEL = contract.ShaderKernel(WHERE, DTYPES, pipeline)
 prepare = KERNEL.prepare
 rms_norm = KERNEL.rms_norm
