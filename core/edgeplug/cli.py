@@ -158,6 +158,68 @@ def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: 
         raise EdgeplugError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was written") from exc
 
 
+def _check_views(args: argparse.Namespace) -> None:
+    """``--report X.html`` and ``--explore DIR``, refused before any work when they cannot be written."""
+    from edgeplug.report_html import is_html
+
+    args.html_report = None
+    if is_html(args.report):  # the page is written by _write_views, the JSON writer skips it
+        args.html_report, args.report = args.report, None
+    if args.explore:
+        _check_explore_dir(args.explore)
+
+
+def _check_explore_dir(folder: str) -> None:
+    from edgeplug.explorer import _model_explorer
+
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise EdgeplugError(f"--explore {folder}: that is a file; give a folder (it is created if missing)")
+    _model_explorer()  # not installed: said now, not after the lowering
+
+
+def _compare_stock(report: object, model: object, inputs: tuple, backend: object, progress) -> None:
+    from edgeplug.report_html import stock_partitioning
+
+    progress(f"[{backend.name}] stock executorch flow, for --compare-stock ...")
+    report.stock = stock_partitioning(model, inputs, backend)
+    if report.stock.error:
+        report.notes.append(f"--compare-stock: {report.stock.error}")
+
+
+def _write_views(args: argparse.Namespace, report: object) -> None:
+    """The HTML page and the Model Explorer files, after the .pte and the JSON report."""
+    from edgeplug.report_html import write_report
+
+    try:
+        if getattr(args, "html_report", None):
+            write_report(args.html_report, report)
+            print(f"wrote report {args.html_report}", file=sys.stderr)
+        if getattr(args, "explore", None):
+            from edgeplug.explorer import explorer_command, write_explorer
+
+            paths = write_explorer(report, args.explore)
+            print(f"wrote Model Explorer files in {args.explore}: open them with\n  {explorer_command(paths)}", file=sys.stderr)
+    except OSError as exc:
+        raise EdgeplugError(f"cannot write {exc.filename or args.explore}: {exc.strerror or exc}") from exc
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print a saved report's table; with --html / --explore, write the page or Model Explorer's files."""
+    from edgeplug.outputs import check_output_paths
+    from edgeplug.report_html import load_report
+
+    if args.html and os.path.abspath(args.html) == os.path.abspath(args.report):
+        raise EdgeplugError(f"--html {args.html} would replace the report it reads: give another path")
+    check_output_paths({"the HTML page": args.html})
+    if args.explore:
+        _check_explore_dir(args.explore)
+    report = load_report(args.report)
+    print(report.to_table())
+    args.html_report = args.html
+    _write_views(args, report)
+    return 0
+
+
 def cmd_lower(args: argparse.Namespace) -> int:
     from edgeplug.backend import get_backend
     from edgeplug.examples import load_model
@@ -171,6 +233,7 @@ def cmd_lower(args: argparse.Namespace) -> int:
 
     backend = get_backend(args.backend)
     out = _check_before_work(args, backend)
+    _check_views(args)
     model, inputs, label = load_model(args.model, progress=progress)
     if args.quantize:  # the backend's own quantizer, before lowering (edgeplug.quantization)
         from edgeplug.quantization import load_calibration, quantize
@@ -182,12 +245,15 @@ def cmd_lower(args: argparse.Namespace) -> int:
         progress=progress, tolerance=args.tolerance,
     )
     report, v = result.report, result.report.verification
+    if args.compare_stock:
+        _compare_stock(report, model, inputs, backend, progress)
     failed = v is not None and not v.passed
     if args.dry_run and args.output:
         report.notes.append(f"--dry-run: {out} was not written")
     elif failed:
         report.notes.append(f"verification failed: {out} was not written")
     _write_outputs(args, result, out, failed)
+    _write_views(args, report)
     print(report.to_table())
     if args.report:
         print(f"wrote report {args.report}")
@@ -218,6 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     nb.set_defaults(fn=cmd_new_backend)
     e = sub.add_parser("examples", help="list built-in example models")
     e.set_defaults(fn=cmd_examples)
+    rp = sub.add_parser("report", help="show a saved JSON report, or turn it into an HTML page or Model Explorer files")
+    rp.add_argument("report", help="a JSON report `edgeplug lower --report X.json` wrote")
+    rp.add_argument("--html", metavar="OUT.html", help="write the report as one self-contained HTML page here")
+    rp.add_argument("--explore", metavar="DIR", help="write the graph and its overlays for Model Explorer into DIR")
+    rp.set_defaults(fn=cmd_report)
     lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte")
     lo.add_argument(
         "model",
@@ -243,6 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--calibration", metavar="FILE.py:ATTR",
         help="calibration inputs for --quantize: ATTR is a list of input tuples, or a callable returning one "
         "(default: the example inputs)",
+    )
+    lo.add_argument(
+        "--compare-stock", action="store_true",
+        help="also lower with the backend's own executorch partitioner alone and add its partitioning to the "
+        "report (the HTML page shows both, with the differences counted)",
+    )
+    lo.add_argument(
+        "--explore", metavar="DIR",
+        help="write the graph with partition, CPU and fusion overlays for Google's Model Explorer into DIR "
+        "(needs edgeplug[explorer]); a --report ending in .html is a self-contained page instead of JSON",
     )
     lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")

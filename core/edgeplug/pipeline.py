@@ -37,7 +37,10 @@ from torch.export import ExportedProgram
 from edgeplug.backend import Backend, get_backend
 from edgeplug.errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
 from edgeplug.records import FusionRecord, PassSpec, TransformRecord
-from edgeplug.report import CpuNode, LoweringReport, PartitionSummary, StageTiming, Verification
+from edgeplug.report import (
+    CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, Verification, annotate_graph, graph_of,
+    lowered_partitions,
+)
 
 Progress = Callable[[str], None]
 
@@ -187,6 +190,8 @@ class Lowering:
     partitioner: Any = None
     fusions: list[FusionRecord] = field(default_factory=list)
     transforms: list[TransformRecord] = field(default_factory=list)
+    #: the edge graph as the partitioner received it (the report's ``graph``, annotated in ``_describe``)
+    graph: list[GraphNode] = field(default_factory=list)
     edge: Any = None
     report: Optional[LoweringReport] = None
     result: Optional[LoweringResult] = None
@@ -313,6 +318,7 @@ def _edge_stage(job: Lowering) -> Any:
             with recording() as log:
                 ep = run_passes(exported_program, passes, backend=job.backend)
             job.transforms = [*job.transforms, *log]  # after the export stage's
+            job.graph = graph_of(ep)
             job.clock.enter("partition + delegate")
             return ExportedProgramPassResult(ep, True)
 
@@ -483,6 +489,10 @@ def _describe(job: Lowering) -> LoweringReport:
         cpu_nodes=cpu,
         fusions=job.fusions,
         transforms=job.transforms,
+        graph=annotate_graph(
+            job.graph, lowered_partitions(job.edge.exported_program().graph_module),
+            {c.node: c.reason for c in cpu}, job.fusions, job.transforms,
+        ),
         kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],
         decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
         notes=_foreign_passes(job),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import operator
+import re
 from collections import Counter
 from typing import Any, Optional
 
@@ -41,6 +43,46 @@ class CpuNode(BaseModel):
     node: str
     op: str
     reason: str
+
+
+class GraphNode(BaseModel):
+    """One node of the partitioned edge graph, as the HTML page and Model Explorer draw it."""
+
+    name: str
+    #: the op (``aten.mm.default``), or ``input`` / ``output``
+    op: str
+    #: the names of the nodes it reads
+    inputs: list[str] = Field(default_factory=list)
+    shape: str = ""
+    dtype: str = ""
+    #: the module it came from (``blocks.0.attn``), "" when none
+    module: str = ""
+    #: the partition it went to (the report's ``partitions[].tag``); "" on the CPU or for inputs/outputs
+    partition: str = ""
+    #: why a call node stayed on the CPU
+    reason: str = ""
+    #: the fusion or transform that made or touched it
+    fusion: str = ""
+
+
+class StockPartitioning(BaseModel):
+    """How the backend's own executorch partitioner splits the same model (``--compare-stock``)."""
+
+    flow: str
+    partitions: list[PartitionSummary] = Field(default_factory=list)
+    delegated_ops: dict[str, int] = Field(default_factory=dict)
+    cpu_ops: dict[str, int] = Field(default_factory=dict)
+    graph: list[GraphNode] = Field(default_factory=list)
+    #: why there is no stock partitioning (the flow failed, or the backend has none)
+    error: str = ""
+
+    @property
+    def delegated_nodes(self) -> int:
+        return sum(self.delegated_ops.values())
+
+    @property
+    def cpu_node_count(self) -> int:
+        return sum(self.cpu_ops.values())
 
 
 class OutputCheck(BaseModel):
@@ -111,6 +153,10 @@ class LoweringReport(BaseModel):
     #: set for a quantized program: whose quantizer, the norms it saw, |lowered - quantized| and |lowered - float|
     quantization: Optional[QuantizationSummary] = None
     notes: list[str] = Field(default_factory=list)
+    #: the partitioned edge graph, node by node (what ``--report X.html`` and ``--explore`` draw)
+    graph: list[GraphNode] = Field(default_factory=list)
+    #: the stock executorch flow's partitioning of the same model (``--compare-stock``)
+    stock: Optional[StockPartitioning] = None
 
     @property
     def delegated_nodes(self) -> int:
@@ -201,6 +247,91 @@ class LoweringReport(BaseModel):
         return "\n".join(lines)
 
 
+def _module_path(node: Any) -> str:
+    """The module a node came from (``blocks.0.attn``), from torch.export's ``nn_module_stack``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = str(list(stack.values())[-1][0])
+    path = path.replace("L['self'].", "").replace("L['self']", "")
+    return re.sub(r"\[(\d+)\]", r".\1", path).replace("['", ".").replace("']", "").strip(".")
+
+
+def _shape_and_dtype(val: Any) -> tuple[str, str]:
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    shapes, dtypes = [], []
+    for v in vals:
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            shapes.append("[" + ", ".join(str(d) for d in v.shape) + "]")
+            dtypes.append(str(v.dtype).replace("torch.", ""))
+    return ", ".join(shapes), ", ".join(dtypes)
+
+
+def graph_nodes(gm: Any, user_inputs: Optional[set[str]] = None) -> list[GraphNode]:
+    """The nodes of an fx graph as the page draws them: ``getitem`` nodes are folded into the node
+    they read, placeholders are ``input`` (a user input) or ``weight`` (parameters, buffers, constants)."""
+    from edgeplug.partition import op_name
+
+    alias: dict[str, str] = {}
+    out: list[GraphNode] = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is operator.getitem and n.args and hasattr(n.args[0], "name"):
+            alias[n.name] = alias.get(n.args[0].name, n.args[0].name)
+            continue
+        if n.op == "placeholder":
+            op = "input" if user_inputs is None or n.name in user_inputs else "weight"
+        elif n.op == "output":
+            op = "output"
+        elif n.op == "call_function":
+            op = op_name(n.target)
+        else:
+            continue  # get_attr: a submodule or constant, drawn through its readers
+        inputs = list(dict.fromkeys(alias.get(a.name, a.name) for a in n.all_input_nodes if a.op != "get_attr"))
+        shape, dtype = _shape_and_dtype(n.meta.get("val"))
+        out.append(GraphNode(name=n.name, op=op, inputs=inputs, shape=shape, dtype=dtype, module=_module_path(n)))
+    return out
+
+
+def annotate_graph(
+    nodes: list[GraphNode], partition_of: dict[str, str], cpu_reasons: dict[str, str],
+    fusions: list[FusionRecord] = (), transforms: list[TransformRecord] = (),
+) -> list[GraphNode]:
+    """``nodes`` with each call node's partition (``partition_of``: node name -> tag) or CPU reason,
+    and the fusion or transform records that name it (a fused op is matched to the fused records
+    of its pattern in graph order)."""
+    notes: dict[str, list[str]] = {}
+    for f in fusions:
+        if f.outcome == "rejected":
+            notes.setdefault(f.anchor, []).append(_fusion_text(f))
+    fused = [f for f in fusions if f.outcome != "rejected"]
+    for t in transforms:
+        detail = f": {t.detail}" if t.detail else ""
+        notes.setdefault(t.node, []).append(f"{t.transform} ({t.kind}) {t.outcome}{detail}")
+    out = []
+    for n in nodes:
+        extra: dict[str, Any] = {}
+        if n.op not in ("input", "weight", "output"):
+            tag = partition_of.get(n.name, "")
+            extra["partition"] = tag
+            if not tag:
+                extra["reason"] = cpu_reasons.get(n.name, "")
+            made = [next(iter(fused))] if fused and fused[0].pattern in n.op else []
+            if made:
+                fused.pop(0)
+            text = [_fusion_text(f) for f in made] + notes.get(n.name, [])
+            if text:
+                extra["fusion"] = "; ".join(text)
+        out.append(n.model_copy(update=extra) if extra else n)
+    return out
+
+
+def _fusion_text(f: FusionRecord) -> str:
+    eps = f" eps={f.eps:g}" if f.eps is not None else ""
+    weight = f" weight={f.weight}" if f.weight else ""
+    why = f": {f.reason}" if f.reason else ""
+    return f"{f.pattern} fusion at {f.anchor}: {f.outcome}{eps}{weight}{why}"
+
+
 def _transform_lines(records: list[TransformRecord]) -> list[str]:
     """Per transform: one line for what it did (summed), then one per record."""
     lines = []
@@ -219,3 +350,22 @@ def _transform_lines(records: list[TransformRecord]) -> list[str]:
             mark = "left " if r.outcome == "refused" else ""
             lines.append(f"  {mark}{r.op:<40} {r.node}{detail}")
     return lines
+
+
+def graph_of(ep: Any) -> list[GraphNode]:
+    """``graph_nodes`` of an ExportedProgram, its user inputs told apart from its weights."""
+    users = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
+    return graph_nodes(ep.graph_module, users)
+
+
+def lowered_partitions(gm: Any) -> dict[str, str]:
+    """Node name -> the lowered module holding it (the report's partition tag), read from the
+    lowered graph's delegates as the report's partition counts are."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    where: dict[str, str] = {}
+    for name, lowered, _node in get_lowered_submodules(gm):
+        for n in lowered.original_module.graph_module.graph.nodes:
+            if n.op == "call_function":
+                where[n.name] = name
+    return where
