@@ -30,6 +30,9 @@ def cmd_backends(args: argparse.Namespace) -> int:
         b = get_backend(name)
         a = b.availability()
         avail = "yes" if a.ok else f"no: {a.reason}"
+        if a.ok and not args.no_probe:  # a partitioner that cannot be built makes every lowering fail: say so here
+            broken = probe_partitioner(b)
+            avail = f"no: {broken}" if broken else avail
         rows.append((name, b.distribution, b.version, b.spec.verify_method, avail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
@@ -52,6 +55,34 @@ def cmd_backends(args: argparse.Namespace) -> int:
     else:
         _err("no backends installed: install a backend plugin, e.g. pip install edgeplug-xnnpack (or -vulkan, -webgpu, -qnn, -samsung)")
     return 1
+
+
+#: how long ``edgeplug backends`` waits for one partitioner factory
+PROBE_SECONDS = 30.0
+
+
+def probe_partitioner(backend: object, seconds: float = PROBE_SECONDS) -> str:
+    """Build the backend's partitioner once: '' if it builds, else why not (its error, or a timeout)."""
+    from edgeplug.plugins import TimeLimit, _failure, _time_limit
+
+    import contextlib
+    import io
+
+    factory = backend.spec.partitioner
+    try:  # what the SDK prints while it imports is noise here: the row says what matters
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with _time_limit(seconds, f"the partitioner factory of backend {backend.name!r}"):
+                made = factory()
+    except TimeLimit as exc:
+        return str(exc)
+    except Exception as exc:  # the user sees which plugin, where, and the cause
+        return f"its partitioner factory (BackendSpec.partitioner) raised {_failure(exc, backend.plugin)}"
+    if not callable(getattr(made, "partition", None)):
+        return (
+            f"its partitioner factory (BackendSpec.partitioner) returned {type(made).__name__}, "
+            "not an executorch Partitioner (an object with .partition(exported_program))"
+        )
+    return ""
 
 
 def _print_plugin_trouble(m) -> None:
@@ -132,16 +163,59 @@ def _default_output(spec: str, backend: str) -> Path:
     return Path(f"{Path(spec).stem.replace(':', '_')}-{backend}.pte")
 
 
+def _in_folder(given: Optional[str], default: Path) -> Optional[str]:
+    """``out/`` (a trailing slash names a folder): ``default``'s name inside it."""
+    from edgeplug.outputs import names_a_folder
+
+    if given is not None and names_a_folder(given):
+        return os.path.join(given, default.name)
+    return given
+
+
+def _input_files(args: argparse.Namespace) -> dict[str, Optional[str]]:
+    """The files this run reads, which no output may replace."""
+    out: dict[str, Optional[str]] = {}
+    for what, spec in (("the model file", args.model), ("the calibration file", args.calibration)):
+        if spec and ":" in spec:
+            out[what] = spec.rsplit(":", 1)[0]
+        elif spec and spec.endswith(".py"):
+            out[what] = spec
+    return out
+
+
+def _is_stdout(path: object) -> bool:
+    """``-``, or a path naming the file stdout is (``/dev/stdout``)."""
+    if path is None:
+        return False
+    if os.fspath(path) == "-":
+        return True
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     """What can be refused before a minute is spent on export: the SDK, the flags, every output path."""
     from edgeplug.outputs import check_output_paths
 
+    if args.verify and not args.dry_run:
+        from edgeplug.pipeline import refuse_verify_without_runtime
+
+        refuse_verify_without_runtime(backend)
     if not args.dry_run:
         backend.require_available()
     if args.calibration and not args.quantize:
         raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
-    out = Path(args.output) if args.output else _default_output(args.model, backend.name)
-    check_output_paths({"the .pte": None if args.dry_run else out, "the report": args.report})  # a dry run writes no .pte
+    default = _default_output(args.model, backend.name)
+    args.output = _in_folder(args.output, default)
+    args.report = _in_folder(args.report, default.with_suffix(".json"))
+    out = Path(args.output) if args.output and args.output != "-" else (args.output or default)
+    check_output_paths(
+        {"the .pte": None if args.dry_run else out, "the report": args.report},  # a dry run writes no .pte
+        inputs=_input_files(args),
+    )
     return out
 
 
@@ -254,13 +328,42 @@ def cmd_lower(args: argparse.Namespace) -> int:
         report.notes.append(f"verification failed: {out} was not written")
     _write_outputs(args, result, out, failed)
     _write_views(args, report)
-    print(report.to_table())
+    # stdout carries the .pte or the report when one of them is "-": the table goes to stderr then
+    table_to = sys.stderr if any(_is_stdout(p) for p in (out, args.report)) else sys.stdout
+    print(report.to_table(), file=table_to)
     if args.report:
-        print(f"wrote report {args.report}")
+        print(f"wrote report {args.report}", file=table_to)
     if failed:
         _err(f"verification failed: {' | '.join(v.failures())}; no .pte was written")
         return 3
     return 0
+
+
+def installed_schemes() -> str:
+    """'qnn: 16a8w, 8a8w; xnnpack: 8a8w': the quantization schemes of the backends installed here."""
+    try:
+        from edgeplug.plugins import manager
+        from edgeplug.records import QuantScheme
+
+        m = manager()
+        available = m.backend_specs()
+        by_backend: dict[str, list[str]] = {}
+        for c in m.contributions(QuantScheme):
+            if c.record.backend in available:
+                by_backend.setdefault(c.record.backend, []).append(c.record.scheme)
+    except Exception as exc:  # help must print even when plugins cannot be read
+        return f"the installed backends' schemes could not be read: {exc}"
+    if not by_backend:
+        return "no installed backend declares a scheme"
+    return "installed: " + "; ".join(f"{b}: {', '.join(schemes)}" for b, schemes in sorted(by_backend.items()))
+
+
+class _LowerHelp(argparse.HelpFormatter):
+    """Fills in ``{schemes}`` when help is printed, so only ``--help`` loads the plugins to list them."""
+
+    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
+        text = action.help or ""
+        return text.replace("{schemes}", installed_schemes()) if "{schemes}" in text else text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("backends", help="list installed backends")
     b.add_argument("--adapter", action="store_true", help="name the wgpu adapter even if no backend verifies with kernels")
     b.add_argument("--no-adapter", action="store_true", help="do not look for a wgpu adapter")
+    b.add_argument(
+        "--no-probe", action="store_true",
+        help="do not build each available backend's partitioner once to check it (faster: no SDK is imported)",
+    )
     b.set_defaults(fn=cmd_backends)
     pl = sub.add_parser("plugins", help="list plugins: distribution, entry point, status, what each adds to which backend")
     pl.add_argument("--json", action="store_true", help="print the listing as JSON")
@@ -289,15 +396,19 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--html", metavar="OUT.html", help="write the report as one self-contained HTML page here")
     rp.add_argument("--explore", metavar="DIR", help="write the graph and its overlays for Model Explorer into DIR")
     rp.set_defaults(fn=cmd_report)
-    lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte")
+    lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte", formatter_class=_LowerHelp)
     lo.add_argument(
         "model",
         help="a built-in example name, or FILE.py:ATTR: FILE.py is executed (as `python FILE.py` would, "
         "its folder on sys.path) and ATTR called to return (model, example_inputs)",
     )
     lo.add_argument("--backend", "-b", required=True)
-    lo.add_argument("-o", "--output", help="where to write the .pte (default: MODEL-BACKEND.pte)")
-    lo.add_argument("--report", help="also write the report as JSON here")
+    lo.add_argument(
+        "-o", "--output",
+        help="where to write the .pte (default: MODEL-BACKEND.pte): a file, a folder (FOLDER/), or - for stdout; "
+        "a FIFO or device is written in place; nothing but a regular file is ever replaced, never an input",
+    )
+    lo.add_argument("--report", help="also write the report as JSON here (a file, FOLDER/, or -)")
     lo.add_argument("--verify", action="store_true", help="run the lowered program and compare with eager")
     lo.add_argument(
         "--tolerance", type=_tolerance, default=None,
@@ -307,8 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
     lo.add_argument(
         "--quantize", metavar="SCHEME",
-        help="quantize with the backend's own PT2E quantizer first (qnn: 8a8w, 16a8w, 8a4w; samsung: a8w8; "
-        "xnnpack: 8a8w; vulkan/webgpu: w8, w4); --verify then compares with the quantized model",
+        help="quantize with the backend's own PT2E quantizer first ({schemes}); --verify then compares with "
+        "the quantized model",
     )
     lo.add_argument(
         "--calibration", metavar="FILE.py:ATTR",

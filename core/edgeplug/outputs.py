@@ -1,21 +1,34 @@
 """Writing what a lowering produces: paths checked before any work, files replaced atomically.
 
 ``check_output_paths`` refuses, before a minute is spent lowering, a target
-that could not be written (a directory, a folder that is a file or is not
-writable, the same file twice). ``write_files`` is the one writer the CLI and
-``LoweringResult.save`` use: every file is first written whole to a temporary
-beside its target, then all are renamed into place, so a reader sees each file
-whole or not at all and a failure leaves nothing behind. A new file gets the
-mode the umask gives; an overwritten file keeps its mode. SIGTERM and SIGINT
-during a write remove the temporaries before the signal takes its usual course.
+that could not be written or must not be: a directory, a path with a trailing
+slash (a folder), a folder that is a file or is not writable, a name too long
+for its folder, a symbolic-link loop, a socket or block device, the same file
+twice, and any of the run's inputs (the model file, a calibration file).
+``write_files`` is the one writer the CLI and ``LoweringResult.save`` use:
+
+- a regular file, or a path that does not exist, is first written whole to a
+  short temporary beside it, then renamed into place, so a reader sees it
+  whole or not at all and a failure leaves nothing behind. A symbolic link is
+  followed: the file it names is replaced, the link stays. A new file gets the
+  mode the umask gives; an overwritten file keeps its mode;
+- ``-`` (stdout), a FIFO or a character device (``/dev/null``, a terminal) and
+  anything reached through ``/dev/`` or ``/proc/`` (``/dev/stdout``) is
+  *streamed*: opened and written, never renamed over;
+- nothing else is ever replaced.
+
+SIGTERM and SIGINT during a write remove the temporaries before the signal
+takes its usual course.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import signal
 import stat
+import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +37,33 @@ from typing import Iterator, Mapping, Optional, Union
 from edgeplug.errors import OutputPathError
 
 Data = Union[bytes, str]
+PathArg = Union[os.PathLike, str]
+
+#: the path that means standard output
+STDOUT = "-"
+#: a temporary's name keeps at most this many characters of its target's (the rest is pid and random)
+_TEMP_STEM = 64
+
+
+def names_a_folder(path: PathArg) -> bool:
+    """``path`` ends with a separator (``out/``): it names a folder, not a file."""
+    text = os.fspath(path)
+    return text.endswith(os.sep) or (os.altsep is not None and text.endswith(os.altsep))
+
+
+def is_stream(path: PathArg) -> bool:
+    """``path`` is written in place, never renamed over: ``-``, a FIFO, a character device, or a
+    regular file reached through ``/dev/`` or ``/proc/`` (``/dev/stdout`` redirected to a file)."""
+    text = os.fspath(path)
+    if text == STDOUT:
+        return True
+    try:
+        mode = os.stat(text).st_mode
+    except OSError:
+        return False
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return True
+    return stat.S_ISREG(mode) and os.path.abspath(text).startswith(("/dev/", "/proc/"))
 
 
 def _first_existing(path: Path) -> Path:
@@ -33,13 +73,64 @@ def _first_existing(path: Path) -> Path:
     return p
 
 
-def _check_one(path: Path, what: str) -> None:
-    if path.is_dir():
+def _resolve(path: Path, what: str) -> Path:
+    """The file a write to ``path`` lands in (symbolic links followed); refuses a loop."""
+    try:
+        return Path(os.path.realpath(path, strict=False))
+    except OSError as exc:  # pragma: no cover (realpath raises only in strict mode)
+        raise OutputPathError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
+
+
+def _check_links(path: Path, what: str) -> None:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputPathError(
+                f"cannot write {what} {path}: its symbolic links form a loop; remove the link or name another path"
+            ) from exc
+
+
+def _check_stream(path: Path, what: str) -> None:
+    if not os.access(path, os.W_OK):
+        raise OutputPathError(f"cannot write {what} {path}: it is not writable")
+
+
+def _check_one(raw: PathArg, what: str) -> None:
+    if names_a_folder(raw):
+        raise OutputPathError(
+            f"cannot write {what} {os.fspath(raw)}: the trailing slash names a folder; name a file (inside it)"
+        )
+    if os.fspath(raw) == STDOUT:
+        return
+    path = Path(raw)
+    _check_links(path, what)
+    if is_stream(path):
+        _check_stream(path, what)
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
         raise OutputPathError(f"cannot write {what} {path}: it is a directory; name a file inside it")
-    folder = _first_existing(path.parent)
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a socket" if stat.S_ISSOCK(mode) else "a block device" if stat.S_ISBLK(mode) else "not a regular file"
+        raise OutputPathError(f"cannot write {what} {path}: it is {kind}, which edgeplug never replaces; name a regular file")
+    target = _resolve(path, what)
+    folder = _first_existing(target.parent)
     if not folder.is_dir():
         raise OutputPathError(f"cannot write {what} {path}: {folder} is a file, not a folder")
-    where = "its folder" if folder == path.parent else f"{folder}, where its folder would be created,"
+    where = "its folder" if folder == target.parent else f"{folder}, where its folder would be created,"
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if len(os.fsencode(target.name)) > name_max:
+        raise OutputPathError(
+            f"cannot write {what} {path}: its name is {len(os.fsencode(target.name))} bytes, "
+            f"longer than the {name_max} its folder allows; name it shorter"
+        )
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputPathError(f"cannot write {what} {path}: {where} is not writable")
     probe = _temporary(folder / "probe")
@@ -50,24 +141,58 @@ def _check_one(path: Path, what: str) -> None:
         raise OutputPathError(f"cannot write {what} {path}: {where} is not writable ({exc.strerror or exc})") from exc
 
 
-def check_output_paths(paths: Mapping[str, Optional[os.PathLike | str]]) -> None:
-    """Refuse targets that cannot be written, before any work: ``{"the .pte": path, "the report": path}``.
+def _identity(path: PathArg) -> Optional[tuple[int, int]]:
+    """(device, inode) of the file ``path`` names, or None where it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
-    Raises ``OutputPathError`` naming the target and why (a directory, a folder
-    that is a file or not writable, two targets that are the same file).
+
+def _same_key(path: PathArg) -> str:
+    text = os.fspath(path)
+    if text == STDOUT:
+        return STDOUT
+    return os.path.normcase(os.path.realpath(text))
+
+
+def check_output_paths(
+    paths: Mapping[str, Optional[PathArg]], inputs: Optional[Mapping[str, Optional[PathArg]]] = None
+) -> None:
+    """Refuse targets that cannot or must not be written, before any work.
+
+    ``paths``: ``{"the .pte": path, "the report": path}`` (None: not written).
+    ``inputs``: the files the run reads, ``{"the model file": path, ...}``; an
+    output that is one of them (by name, link or hard link) is refused.
+    Raises ``OutputPathError`` naming the target, why, and what to do.
     """
-    given = {what: Path(p) for what, p in paths.items() if p is not None}
+    given = {what: p for what, p in paths.items() if p is not None}
     for what, path in given.items():
         _check_one(path, what)
     seen: dict[str, str] = {}
     for what, path in given.items():
-        key = os.path.normcase(os.path.realpath(path))
+        if is_stream(path) and os.fspath(path) != STDOUT:
+            continue  # two streams to /dev/null are no conflict
+        key = _same_key(path)
         if key in seen:
             raise OutputPathError(
-                f"{seen[key]} and {what} are the same file ({path}): the second would replace the first; "
+                f"{seen[key]} and {what} are the same file ({os.fspath(path)}): the second would replace the first; "
                 "give them different paths"
             )
         seen[key] = what
+    for name, source in (inputs or {}).items():
+        if source is None:
+            continue
+        source_id = _identity(source)
+        for what, path in given.items():
+            if os.fspath(path) == STDOUT or source_id is None:
+                continue
+            if _identity(path) == source_id or _same_key(path) == _same_key(source):
+                raise OutputPathError(
+                    f"{what} would be written over {name} {os.fspath(source)}: edgeplug never replaces its own "
+                    f"inputs; give {what} another path"
+                )
 
 
 class _Interrupted(BaseException):
@@ -100,14 +225,19 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # short whatever the target's length: a name that fits its folder always has a temporary that fits
+    return path.with_name(f".{path.name[:_TEMP_STEM]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _bytes(data: Data) -> bytes:
+    return data.encode() if isinstance(data, str) else data
 
 
 def _write_temporary(tmp: Path, target: Path, data: Data) -> None:
     # 0o666 through open(): the umask applies, as for any new file
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
+        f.write(_bytes(data))
         f.flush()
         os.fsync(f.fileno())
     try:
@@ -117,31 +247,66 @@ def _write_temporary(tmp: Path, target: Path, data: Data) -> None:
     os.chmod(tmp, mode)  # an overwritten file keeps its mode
 
 
-def write_files(files: Mapping[os.PathLike | str, Data]) -> None:
-    """Write each ``{path: bytes or text}`` whole, then rename them all into place.
+def _stream(path: PathArg, data: Data) -> None:
+    if os.fspath(path) == STDOUT:
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        out.write(_bytes(data))
+        out.flush()
+        return
+    # no O_CREAT: a stream is an existing FIFO or device, never a new file
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "wb") as f:
+        f.write(_bytes(data))
 
-    Raises ``OSError`` (nothing replaced, no temporary left) when a write
-    fails. A signal during the write removes the temporaries, then is
-    delivered again with the handler that was in place.
+
+def write_files(files: Mapping[PathArg, Data]) -> None:
+    """Write each ``{path: bytes or text}``: regular files atomically, streams in place.
+
+    Regular files are written to temporaries first, then the streams, then the
+    temporaries are renamed into place: a failure before the renames replaces
+    nothing and leaves no temporary. Raises ``OSError`` naming the target, and
+    ``OutputPathError`` for a target that is neither a regular file, a missing
+    path nor a stream. A signal during the write removes the temporaries, then
+    is delivered again with the handler that was in place.
     """
-    targets = [(Path(p), data) for p, data in files.items()]
+    regular: list[tuple[Path, Data]] = []
+    streams: list[tuple[PathArg, Data]] = []
+    for p, data in files.items():
+        if is_stream(p):
+            streams.append((p, data))
+            continue
+        if names_a_folder(p):
+            raise OutputPathError(f"cannot write {os.fspath(p)}: the trailing slash names a folder; name a file")
+        _check_links(Path(p), "the file")
+        target = Path(os.path.realpath(p))  # a link stays; the file it names is replaced
+        try:
+            mode = os.stat(target).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise OutputPathError(f"cannot write {os.fspath(p)}: it is not a regular file, which edgeplug never replaces")
+        regular.append((target, data))
     temporaries: list[Path] = []
     try:
         with _signals_interrupt():
-            current = targets[0][0] if targets else None
+            current: PathArg = regular[0][0] if regular else ""
             try:
-                for path, data in targets:
+                for path, data in regular:
                     current = path
                     path.parent.mkdir(parents=True, exist_ok=True)
                     temporaries.append(_temporary(path))
                     _write_temporary(temporaries[-1], path, data)
-                for tmp, (path, _) in zip(temporaries, targets):
+                for path, data in streams:
+                    current = path
+                    _stream(path, data)
+                for tmp, (path, _) in zip(temporaries, regular):
                     current = path
                     os.replace(tmp, path)
             except OSError as exc:  # named by its target, not by the temporary
                 for tmp in temporaries:
                     tmp.unlink(missing_ok=True)
-                raise OSError(exc.errno, exc.strerror or str(exc), str(current)) from exc
+                raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(current)) from exc
             except BaseException:
                 for tmp in temporaries:
                     tmp.unlink(missing_ok=True)
@@ -151,9 +316,9 @@ def write_files(files: Mapping[os.PathLike | str, Data]) -> None:
         raise KeyboardInterrupt from None  # a handler that returned: stop the write all the same
 
 
-def write_file(path: os.PathLike | str, data: Data) -> None:
+def write_file(path: PathArg, data: Data) -> None:
     """``write_files({path: data})``."""
     write_files({path: data})
 
 
-__all__ = ["check_output_paths", "write_file", "write_files"]
+__all__ = ["STDOUT", "check_output_paths", "is_stream", "names_a_folder", "write_file", "write_files"]
