@@ -130,13 +130,26 @@ class LoweringResult:
             raise EdgeplugError("this was a dry run: there is no .pte to write")
         return self.program.buffer
 
-    def save(self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None) -> Path:
-        """Write the .pte (and the JSON report, with ``report``) atomically: each file appears whole or not at all."""
+    def save(
+        self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None, *, force: bool = False
+    ) -> Path:
+        """Write the .pte (and the JSON report, with ``report``): each file whole or not at all.
+
+        A regular file is replaced atomically; ``-`` (stdout), a FIFO or a
+        character device is streamed (``edgeplug.outputs``). A result whose
+        verification failed is refused (``VerificationError``) unless ``force``.
+        """
         from edgeplug.outputs import check_output_paths, write_files
 
+        v = self.report.verification
+        if v is not None and not v.passed and not force:
+            raise VerificationError(
+                f"not saving {os.fspath(path)}: verification failed ({' | '.join(v.failures())}); "
+                "the runtime would compute something else. Fix the lowering, or pass force=True to write it anyway"
+            )
         data = self.buffer
-        path = Path(path)
         check_output_paths({"the .pte": path, "the report": report})
+        path = Path(path) if os.fspath(path) != "-" else path
         self.report.output_path = str(path)
         self.report.output_bytes = len(data)
         files: dict[Path, bytes | str] = {path: data}
