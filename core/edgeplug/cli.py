@@ -308,14 +308,14 @@ def cmd_lower(args: argparse.Namespace) -> int:
     backend = get_backend(args.backend)
     out = _check_before_work(args, backend)
     _check_views(args)
-    model, inputs, label = load_model(args.model, progress=progress)
+    model, inputs, kwargs, label = load_model(args.model, progress=progress)
     if args.quantize:  # the backend's own quantizer, before lowering (edgeplug.quantization)
         from edgeplug.quantization import load_calibration, quantize
 
         calibration = load_calibration(args.calibration) if args.calibration else None
-        model = quantize(model, inputs, backend, args.quantize, calibration, progress=progress)
+        model = quantize(model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress)
     result = lower(
-        model, inputs, backend, verify=args.verify, dry_run=args.dry_run, model_name=label,
+        model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
         progress=progress, tolerance=args.tolerance,
     )
     report, v = result.report, result.report.verification
@@ -400,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument(
         "model",
         help="a built-in example name, or FILE.py:ATTR: FILE.py is executed (as `python FILE.py` would, "
-        "its folder on sys.path) and ATTR called to return (model, example_inputs)",
+        "its folder on sys.path) and ATTR called to return (model, args) or (model, args, kwargs)",
     )
     lo.add_argument("--backend", "-b", required=True)
     lo.add_argument(

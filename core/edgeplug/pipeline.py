@@ -541,6 +541,8 @@ def lower(
     from edgeplug.verification import check_tolerance
 
     b = _resolve(backend)
+    if verify and not dry_run:
+        refuse_verify_without_runtime(b)
     if not dry_run:
         b.require_available()
     job = Lowering(
@@ -566,6 +568,16 @@ def lower(
 
 
 # -- verification -----------------------------------------------------------------------
+
+
+def refuse_verify_without_runtime(backend: Backend) -> None:
+    """Refuse verification before any work for a backend whose programs cannot run here (``verify_method="none"``)."""
+    if backend.spec.verify_method == "none":
+        raise VerificationError(
+            f"backend {backend.name!r} cannot verify here: its BackendSpec.verify_method is 'none' (no runtime "
+            "for its programs on this host). Lower without --verify (verify=False) to write the .pte and run "
+            "it on the device, or use --dry-run to see the partitions; nothing was done"
+        )
 
 
 def _runtime_inputs(example_inputs: Sequence[Any]) -> tuple:

@@ -129,7 +129,14 @@ testpaths = ["tests"]
 '''
 
 
-def _readme(name: str, dist: str) -> str:
+def _readme(name: str, dist: str, verify: str) -> str:
+    if verify == "none":
+        lower = (
+            f"edgeplug lower llama --backend {name} -o llama.pte   # verify_method \"none\": no runtime here,\n"
+            "                                   # so check the .pte on the device (--verify is refused)"
+        )
+    else:
+        lower = f"edgeplug lower llama --backend {name} --verify   # runs the .pte, compares with eager"
     return f'''# {dist}
 
 An [edgeplug](https://pypi.org/project/edgeplug/) backend. Install it next to
@@ -138,7 +145,8 @@ edgeplug and it is a backend:
 ```sh
 pip install -e '.[test]'
 edgeplug plugins                   # {name}: loaded, and what it adds
-edgeplug lower llama --backend {name} --verify
+edgeplug lower llama --backend {name} --dry-run   # the partitions, no .pte
+{lower}
 pytest                             # the conformance suite for {name}
 ```
 '''
@@ -202,7 +210,7 @@ from edgeplug.testing.conformance import *  # noqa: F401,F403
 
 EDGEPLUG_BACKENDS = ["{name}"]
 ''',
-        "README.md": _readme(name, dist),
+        "README.md": _readme(name, dist, verify),
     }
     return files
 
