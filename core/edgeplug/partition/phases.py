@@ -113,11 +113,18 @@ def filter_verdict(filters: Sequence[Any], node: torch.fx.Node, ctx: FilterConte
     accepted: Optional[Verdict] = None
     for f in filters:
         raised: Optional[BaseException] = None
+        before = _shape_of(node)
         try:
             raw = f.fn(node, ctx)
         except Exception as exc:
             raised = exc
         try:
+            if raised is None and _shape_of(node) != before:
+                raise NotAnAnswer(
+                    "changed the program while answering (the node's op, arguments or the graph's node count); "
+                    "a filter only reads: the program it is handed is the lowering's, and a change there would "
+                    "be delegated unchecked. Do the change in a pass (edgeplug_passes) instead"
+                )
             answer = None if raised is not None else filter_answer(raw, f.name)
         except NotAnAnswer as exc:
             raised = exc
@@ -134,6 +141,16 @@ def filter_verdict(filters: Sequence[Any], node: torch.fx.Node, ctx: FilterConte
             return answer
         accepted = accepted or answer
     return accepted
+
+
+def _shape_of(node: torch.fx.Node) -> tuple:
+    """What a filter must leave as it was: the node's op, inputs and name, and how many nodes its graph has."""
+    return (node.name, node.op, node.target, node.args, node.kwargs, len(node.graph.nodes))
+
+
+def graph_fingerprint(gm: torch.fx.GraphModule) -> list[tuple]:
+    """Every node's name, op, target and inputs (by name): equal before and after the filters ran."""
+    return [(n.name, n.op, str(n.target), str(n.args), str(n.kwargs)) for n in gm.graph.nodes]
 
 
 def _raised_at(exc: BaseException, fn: Any) -> str:
@@ -367,7 +384,14 @@ def decide(
     partitioner's delegation spec for it. Reads the graph; changes nothing.
     """
     calls, constants = inner_support(gm)
+    before = graph_fingerprint(gm)
     accepted, refused = accept(calls, policy)
+    if graph_fingerprint(gm) != before:  # a filter changed another node than the one it was asked about
+        raise EdgeplugError(
+            f"a partitioner filter of backend {ctx.backend!r} changed the program while answering (a node's op "
+            "or inputs, or the nodes themselves); filters only read the program they are handed: move the "
+            "change into a pass (edgeplug_passes). `edgeplug plugins` lists the backend's filters; nothing was written"
+        )
     tags = form_partitions(gm, calls, accepted)
     dropped: dict[str, str] = {}
     if constant_only_policy:

@@ -18,6 +18,7 @@ __all__ = [
     "test_skip_table_holds_real_operator_overloads",
     "test_fusion_policy",
     "test_kernels_name_registered_ops",
+    "test_filters_answer_within_their_contract",
     "test_llama_lowers",
     "test_unavailable_backend_refuses_with_what_to_install",
     "test_kept_whole_ops_are_not_left_on_cpu",
@@ -107,7 +108,7 @@ def test_records_validate_and_name_a_backend(edgeplug_backend):
 def test_skip_table_holds_real_operator_overloads(edgeplug_backend):
     import torch
 
-    for op in edgeplug_backend.skip_ops:
+    for op in edgeplug_backend.keep_whole:
         assert isinstance(op, torch._ops.OpOverload), f"{op!r} is not an OpOverload"
         ns, name = op._schema.name.split("::")
         packet = getattr(getattr(torch.ops, ns), name)
@@ -158,6 +159,62 @@ def test_kernels_name_registered_ops(edgeplug_backend):
         )
 
 
+_EXAMPLE_PROGRAMS: dict = {}
+
+
+def _example_programs(name: str) -> tuple:
+    """(aten program, edge program) of one built-in example, exported once per session (callers copy)."""
+    if name not in _EXAMPLE_PROGRAMS:
+        import torch
+        from executorch.exir import EdgeCompileConfig, to_edge
+
+        from edgeplug.examples import load_model
+
+        loaded = load_model(name)
+        model, args = loaded[0], loaded[1]
+        kwargs = loaded[2] if len(loaded) > 2 and isinstance(loaded[2], dict) else None
+        aten = torch.export.export(model, tuple(args), kwargs)
+        edge = to_edge(torch.export.export(model, tuple(args), kwargs), compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        _EXAMPLE_PROGRAMS[name] = (aten, edge.exported_program())
+    return _EXAMPLE_PROGRAMS[name]
+
+
+def test_filters_answer_within_their_contract(edgeplug_backend):
+    """Each filter, on every node of every example (aten and edge), answers None/True/False/a Verdict and changes nothing."""
+    import copy
+
+    from edgeplug.examples import list_examples
+    from edgeplug.partition import FilterContext
+    from edgeplug.partition.phases import graph_fingerprint
+    from edgeplug.partition.verdict import NotAnAnswer, filter_answer
+
+    filters = edgeplug_backend.filters
+    if not filters:
+        pytest.skip(f"backend {edgeplug_backend.name!r} declares no partitioner filter")
+    problems = []
+    for example in list_examples():
+        for stage, program in zip(("before_decomposition", "partition"), _example_programs(example)):
+            ep = copy.deepcopy(program)
+            ctx = FilterContext(stage=stage, ep=ep, backend=edgeplug_backend.name)
+            for f in filters:
+                before = graph_fingerprint(ep.graph_module)
+                for node in list(ep.graph.nodes):
+                    if node.op != "call_function":
+                        continue
+                    where = f"filter {f.name!r} on {example}'s node {node.name!r} ({node.target}) at stage {stage!r}"
+                    try:
+                        filter_answer(f.fn(node, ctx), f.name)
+                    except NotAnAnswer as exc:
+                        problems.append(f"{where}: {exc}")
+                    except Exception as exc:
+                        problems.append(f"{where} raised {type(exc).__name__}: {exc}")
+                if graph_fingerprint(ep.graph_module) != before:
+                    problems.append(f"filter {f.name!r} changed {example}'s {stage} program; a filter only reads")
+                if len(problems) > 5:
+                    break
+    assert not problems, "\n".join(problems[:6])
+
+
 def _lowered(edgeplug_lowering, backend):
     return edgeplug_lowering(EXAMPLE, backend.name)
 
@@ -188,7 +245,7 @@ def test_unavailable_backend_refuses_with_what_to_install(edgeplug_backend):
     availability = edgeplug_backend.availability()
     if availability.ok:
         pytest.skip(f"{edgeplug_backend.name!r} can serialize here")
-    model, inputs, _ = load_model(EXAMPLE)
+    model, inputs, _, _ = load_model(EXAMPLE)
     with pytest.raises(BackendUnavailableError) as err:
         edgeplug.lower(model, inputs, edgeplug_backend)
     message = str(err.value)
@@ -202,7 +259,7 @@ def test_kept_whole_ops_are_not_left_on_cpu(edgeplug_backend, edgeplug_lowering)
     from edgeplug.partition import op_name
 
     report = _lowered(edgeplug_lowering, edgeplug_backend).report
-    kept = {op_name(op) for op in edgeplug_backend.skip_ops}
+    kept = {op_name(op) for op in edgeplug_backend.keep_whole}
     stranded = {op: n for op, n in report.cpu_ops.items() if op in kept}
     assert not stranded, (
         f"{edgeplug_backend.name}: ops kept whole through to_edge but left on the CPU: {stranded}"
