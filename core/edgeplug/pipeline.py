@@ -488,6 +488,13 @@ def _foreign_passes(job: Lowering) -> list[str]:
     return notes
 
 
+def _partition_of(job: Lowering) -> dict[str, str]:
+    """Node name -> its partition as the report names it: read from the lowered graph, or from the
+    partitioner's records where nothing was lowered."""
+    where = lowered_partitions(job.edge.exported_program().graph_module)
+    return where or {n: r.tag for r in job.partitioner.partitions for n in r.nodes}
+
+
 def _describe(job: Lowering) -> LoweringReport:
     b, p = job.backend, job.partitioner
     parts, delegated, cpu = _partitions(job)
@@ -503,7 +510,7 @@ def _describe(job: Lowering) -> LoweringReport:
         fusions=job.fusions,
         transforms=job.transforms,
         graph=annotate_graph(
-            job.graph, lowered_partitions(job.edge.exported_program().graph_module),
+            job.graph, _partition_of(job),
             {c.node: c.reason for c in cpu}, job.fusions, job.transforms,
         ),
         kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],

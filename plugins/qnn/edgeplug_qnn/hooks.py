@@ -24,7 +24,7 @@ def edgeplug_backends():
 
 @edgeplug.hookimpl
 def edgeplug_keep_whole():
-    yield KeepWhole(backend="qnn", ops=support.skip_decomp_ops())
+    yield KeepWhole(backend="qnn", ops=support.keep_whole_ops())
 
 
 @edgeplug.hookimpl

@@ -96,7 +96,7 @@ def _group_quant_ops():
     return (q.quantize_per_channel_group.default, q.dequantize_per_channel_group.default)
 
 
-def skip_decomp_ops():
+def keep_whole_ops():
     """Ops HTP keeps whole (it has a native op for each)."""
     import torch
 
@@ -137,7 +137,7 @@ def make_partitioner():
         specs = generate_qnn_executorch_compiler_spec(soc_model=soc(), backend_options=generate_htp_compiler_spec(use_fp16=True))
         return QnnPartitioner(specs)
     return SupportTablePartitioner(
-        "QnnBackend", supported_ops(), keep_whole=skip_decomp_ops(), dtypes=dtypes(), name="QNN (HTP)"
+        "QnnBackend", supported_ops(), keep_whole=keep_whole_ops(), dtypes=dtypes(), name="QNN (HTP)"
     )
 
 
