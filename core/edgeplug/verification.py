@@ -7,9 +7,14 @@ with its own reference outputs. Per output:
 - NaN and infinities are compared by position: a NaN (or +inf, -inf) where the
   reference has none, or the reverse, fails the output, with its count;
 - the largest |difference| is taken over the positions where both are finite;
-- the tolerance is the one given, else a default by the reference's dtype
-  (fp32/fp64: 1e-4; fp16/bf16: a few ulps at the output's magnitude;
-  integers and booleans: exact), and the check says which it used and why.
+- the lowered dtype must be the eager one;
+- integers and booleans are compared exactly, in their own dtype (never
+  through float64, where ``2**53 + 1 == 2**53``);
+- the tolerance is the one given (an absolute max |difference|), else a
+  default by the reference's dtype: fp32/fp64 1e-4 absolute; fp16/bf16
+  ``HALF_ULPS`` ulps at each eager value's own magnitude (an fp16 0 against
+  an eager 1e-3 is thousands of ulps off, and fails); the check says which it
+  used and why.
 """
 
 from __future__ import annotations
@@ -45,22 +50,40 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _is_half(dtype: torch.dtype) -> bool:
+    return dtype in (torch.float16, torch.bfloat16)
+
+
+def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype``'s representable numbers at each of ``values`` (float64 out).
+
+    Zero and subnormals get the subnormal spacing; a finite value ``x`` gets
+    ``eps * 2**floor(log2|x|)``.
+    """
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(values.to(torch.float64).abs())
+    floor_log2 = (exponent - 1).to(torch.float64)
+    lowest = math.log2(info.tiny)  # the smallest normal's exponent
+    return info.eps * torch.exp2(torch.clamp(floor_log2, min=lowest))
+
+
 def default_tolerance(reference: torch.Tensor) -> tuple[float, str]:
-    """``(tolerance, why)`` for an output whose reference is ``reference``."""
+    """``(tolerance, why)`` for an output whose reference is ``reference``.
+
+    fp16/bf16: the tolerance is per value (``HALF_ULPS`` ulps at each eager
+    value's own magnitude); the number returned is the largest it reaches.
+    """
     dtype = reference.dtype
-    if dtype in (torch.float16, torch.bfloat16):
+    if _is_half(dtype):
         finite = reference.detach()[torch.isfinite(reference.detach())]
-        magnitude = finite.abs().max().item() if finite.numel() else 0.0
-        eps = torch.finfo(dtype).eps
-        scale = max(magnitude, 1.0)
-        value = HALF_ULPS * eps * scale
-        return value, (
-            f"default for {_dtype_name(dtype)}: {HALF_ULPS} ulps at the output's magnitude "
-            f"({HALF_ULPS} x eps {eps:g} x max(|eager|={magnitude:.3g}, 1))"
+        largest = HALF_ULPS * ulp(finite, dtype).max().item() if finite.numel() else 0.0
+        return largest, (
+            f"default for {_dtype_name(dtype)}: {HALF_ULPS} ulps at each value's own magnitude "
+            f"(at most {largest:.3g} here)"
         )
     if dtype.is_floating_point or dtype.is_complex:
         return FP32_TOLERANCE, f"default for {_dtype_name(dtype)} outputs"
-    return 0.0, f"{_dtype_name(dtype)} output: must match exactly"
+    return 0.0, f"{_dtype_name(dtype)} output: must match exactly, compared in {_dtype_name(dtype)}"
 
 
 def _nonfinite_mismatches(a: torch.Tensor, e: torch.Tensor) -> tuple[list[str], int]:
@@ -79,10 +102,45 @@ def _nonfinite_mismatches(a: torch.Tensor, e: torch.Tensor) -> tuple[list[str], 
     return problems, matched
 
 
+def _exact_problems(a: torch.Tensor, e: torch.Tensor) -> tuple[list[str], float]:
+    """Integers and booleans: equal in their own dtype (no float64 round trip: 2**53 + 1 != 2**53)."""
+    differ = a != e
+    count = int(differ.sum())
+    if not count:
+        return [], 0.0
+    where = int(differ.reshape(-1).nonzero()[0])
+    got, want = a.reshape(-1)[where].item(), e.reshape(-1)[where].item()
+    if a.dtype == torch.bool:
+        diff = 1.0
+    else:  # python ints: no overflow
+        diff = float(max(abs(int(x) - int(y)) for x, y in zip(a[differ].tolist()[:4096], e[differ].tolist()[:4096])))
+    return [
+        f"{count} of {e.numel()} {_dtype_name(e.dtype)} values differ (compared exactly); "
+        f"first at flat index {where}: lowered {got}, eager {want}"
+    ], diff
+
+
+def _half_problems(a: torch.Tensor, e: torch.Tensor, dtype: torch.dtype) -> list[str]:
+    """fp16/bf16 with the default tolerance: at most ``HALF_ULPS`` ulps from each eager value."""
+    both = torch.isfinite(a) & torch.isfinite(e)
+    if not bool(both.any()):
+        return []
+    aa, ee = a[both], e[both]
+    ulps = (aa - ee).abs() / ulp(ee, dtype)
+    worst = int(ulps.argmax())
+    if ulps[worst].item() <= HALF_ULPS:
+        return []
+    over = int((ulps > HALF_ULPS).sum())
+    return [
+        f"{over} value(s) more than {HALF_ULPS} ulps from eager at their own magnitude; worst: "
+        f"lowered {aa[worst].item():.6g}, eager {ee[worst].item():.6g} ({ulps[worst].item():.3g} ulps of {_dtype_name(dtype)})"
+    ]
+
+
 def compare_output(
     index: int, lowered: torch.Tensor, reference: torch.Tensor, tolerance: Optional[float] = None, name: str = ""
 ) -> OutputCheck:
-    """One ``OutputCheck``: shape, NaN/inf by position, then the largest finite |difference|."""
+    """One ``OutputCheck``: shape, dtype, then integers exactly, floats NaN/inf by position and within tolerance."""
     label = name or f"output {index}"
     if tuple(lowered.shape) != tuple(reference.shape):
         raise VerificationError(f"{label}: lowered shape {tuple(lowered.shape)} != eager shape {tuple(reference.shape)}")
@@ -90,16 +148,36 @@ def compare_output(
         tol, why = default_tolerance(reference)
     else:
         tol, why = tolerance, "given"
+    problems: list[str] = []
+    if lowered.dtype != reference.dtype:
+        problems.append(
+            f"dtype {_dtype_name(lowered.dtype)} where eager gives {_dtype_name(reference.dtype)}: the program's "
+            "output type differs from the model's"
+        )
     a = lowered.detach().to("cpu")
     e = reference.detach().to("cpu")
+    exact = not (e.dtype.is_floating_point or e.is_complex()) and not (a.dtype.is_floating_point or a.is_complex())
+    if exact and tolerance is None:
+        if a.dtype != e.dtype:  # compare values in the wider of the two integer types
+            common = torch.promote_types(a.dtype, e.dtype)
+            a, e = a.to(common), e.to(common)
+        found, diff = _exact_problems(a, e)
+        problems += found
+        return OutputCheck(
+            output=index, name=name, shape=list(reference.shape), dtype=_dtype_name(reference.dtype),
+            max_abs_diff=diff, tolerance=0.0, tolerance_reason=why, problems=problems,
+        )
     if a.is_complex() or e.is_complex():
         a, e = torch.view_as_real(a.to(torch.complex128)), torch.view_as_real(e.to(torch.complex128))
     else:
         a, e = a.to(torch.float64), e.to(torch.float64)
-    problems, matched = _nonfinite_mismatches(a, e)
+    found, matched = _nonfinite_mismatches(a, e)
+    problems += found
     both = torch.isfinite(a) & torch.isfinite(e)
     diff = (a[both] - e[both]).abs().max().item() if bool(both.any()) else 0.0
-    if diff > tol:
+    if tolerance is None and _is_half(reference.dtype):
+        problems += _half_problems(a, e, reference.dtype)
+    elif diff > tol:
         problems.append(f"max |difference| {diff:.3e} > tolerance {tol:.3e}")
     return OutputCheck(
         output=index,
@@ -128,4 +206,4 @@ def compare_outputs(
     return [compare_output(i, a, e, tolerance, n) for i, (a, e, n) in enumerate(zip(lowered, reference, names))]
 
 
-__all__ = ["FP32_TOLERANCE", "HALF_ULPS", "check_tolerance", "compare_output", "compare_outputs", "default_tolerance"]
+__all__ = ["FP32_TOLERANCE", "HALF_ULPS", "check_tolerance", "compare_output", "compare_outputs", "default_tolerance", "ulp"]

@@ -14,6 +14,14 @@ interprets the delegate's partition (``LoweredBackendModule.original_module``):
   plugin's: batch norms folded into their convolution, 4-bit weights packed,
   all-zero zero points of symmetric weights dropped), constants are looked
   for as that preprocess stores them; the note counts each;
+- where the backend's preprocess mirror also says which dtypes its delegate
+  holds values in (``storage_dtypes(compile_specs)``: the Vulkan delegate
+  holds int64 as int32 and fp64 as fp32), every value entering the delegate
+  and every op's result in it is cast to that dtype, so the ops compute as
+  the delegate's runtime does (int32 products wrap), and the delegate's
+  outputs are cast back to the graph's dtypes, as the runtime's staging copy
+  does. An op the host cannot compute in that dtype fails verification,
+  saying so, rather than computing in the wider one;
 - each op the backend has a kernel for runs that kernel (on the wgpu adapter
   for ``device="wgpu"`` kernels), after the kernel's ``checks(OpCall)``, which
   holds the backend runtime's contract (e.g. Vulkan's prepacked weight);
@@ -150,6 +158,8 @@ class _Session:
         self.mutated_buffers: dict[str, torch.Tensor] = {}
         #: what the backend's preprocess did to constants that verification followed (BackendSpec.delegate_constants)
         self.preprocess: Counter = Counter()
+        #: "int64 as int32" -> how many values the delegate's dtype rules narrowed
+        self.narrowed: Counter = Counter()
 
     def gpu(self) -> Optional[GpuDevice]:
         if self.device is None and self.no_device is None:
@@ -192,10 +202,14 @@ class _Session:
         if preprocess is not None:
             self.preprocess.update(preprocess.counts)
             self.named += preprocess.read
-        interp = _DelegateInterpreter(self, name, gm, constants, keys)
+        storage = _storage_dtypes(preprocess, lowered)
+        values = [self.narrow(v, storage) for v in values]
+        interp = _DelegateInterpreter(self, name, gm, constants, keys, storage)
         with torch.no_grad():
             out = interp.run(*values, enable_io_processing=False)
         out = tuple(out) if isinstance(out, (list, tuple)) else (out,)
+        if storage:  # the runtime's staging copy gives outputs back in the graph's dtypes
+            out = tuple(_widen(o, want) for o, want in zip(out, _output_dtypes(gm)))
         specs = oe.graph_signature.output_specs
         if len(specs) != len(out):
             return out
@@ -205,6 +219,16 @@ class _Session:
             if spec.kind.name == "BUFFER_MUTATION":
                 self.mutated_buffers[str(spec.target)] = value
         return tuple(o for o, spec in zip(out, specs) if spec.kind.name != "BUFFER_MUTATION")
+
+    def narrow(self, value: Any, storage: Mapping[torch.dtype, torch.dtype]) -> Any:
+        """``value`` as the delegate holds it (tensors of a dtype ``storage`` narrows, cast)."""
+        if isinstance(value, torch.Tensor) and value.dtype in storage:
+            held = storage[value.dtype]
+            self.narrowed[f"{_dtype_name(value.dtype)} as {_dtype_name(held)}"] += 1
+            return value.to(held)
+        if isinstance(value, (tuple, list)):
+            return type(value)(self.narrow(v, storage) for v in value)
+        return value
 
     def _constant(self, name: str, lowered: Any, spec: Any, named: _NamedData, preprocess: Any, unread: set, keys: dict) -> Any:
         """One constant input of a delegate, read back from what the .pte stores (never zeros for a missing one)."""
@@ -265,11 +289,46 @@ class _Session:
         return out
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _storage_dtypes(preprocess: Any, lowered: Any) -> dict[torch.dtype, torch.dtype]:
+    """The dtypes the backend's delegate holds values in, from its preprocess mirror (empty: as the graph says)."""
+    rule = getattr(preprocess, "storage_dtypes", None)
+    if rule is None:
+        return {}
+    try:
+        return dict(rule(getattr(lowered, "compile_specs", None) or ()))
+    except Exception as exc:
+        raise VerificationError(
+            f"the backend's storage_dtypes rule failed ({type(exc).__name__}: {exc}): verification cannot follow "
+            "the dtypes the delegate computes in, so it does not claim a pass"
+        ) from exc
+
+
+def _output_dtypes(gm: torch.fx.GraphModule) -> list[Optional[torch.dtype]]:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    items = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    vals = [i.meta.get("val") if isinstance(i, Node) else None for i in items]
+    return [v.dtype if isinstance(v, torch.Tensor) else None for v in vals]
+
+
+def _widen(value: Any, dtype: Optional[torch.dtype]) -> Any:
+    if isinstance(value, torch.Tensor) and dtype is not None and value.dtype != dtype:
+        return value.to(dtype)
+    return value
+
+
 class _DelegateInterpreter(Interpreter):
-    def __init__(self, session: _Session, name: str, gm: torch.fx.GraphModule, constants: Mapping[str, str], keys: Mapping[str, str]) -> None:
+    def __init__(
+        self, session: _Session, name: str, gm: torch.fx.GraphModule, constants: Mapping[str, str],
+        keys: Mapping[str, str], storage: Optional[Mapping[torch.dtype, torch.dtype]] = None,
+    ) -> None:
         super().__init__(gm, garbage_collect_values=True)
         self.extra_traceback = False  # our errors already name the node
         self.session, self.name, self.constants, self.keys = session, name, constants, keys
+        self.storage = dict(storage or {})
 
     def run_node(self, n: Node) -> Any:
         if n.op != "call_function" or n.target is operator.getitem:
@@ -277,12 +336,20 @@ class _DelegateInterpreter(Interpreter):
         with self._set_current_node(n):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             try:
-                return self.session.run_op(self.name, n, args, kwargs, self.constants, self.keys)
+                out = self.session.run_op(self.name, n, args, kwargs, self.constants, self.keys)
             except EdgeplugError:
                 raise
             except Exception as exc:
                 op = self.session.op_name(n.target)
+                held = ", ".join(f"{_dtype_name(a)} as {_dtype_name(b)}" for a, b in self.storage.items())
+                if held:
+                    raise VerificationError(
+                        f"delegate {self.name!r}, node {n.name!r} ({op}) failed on the host in the dtypes the "
+                        f"delegate computes in ({held}): {type(exc).__name__}: {exc}. Verification cannot follow "
+                        "the delegate's dtype rules here, so it does not claim a pass"
+                    ) from exc
                 raise VerificationError(f"delegate {self.name!r}, node {n.name!r} ({op}) failed on the host: {type(exc).__name__}: {exc}") from exc
+            return self.session.narrow(out, self.storage) if self.storage else out
 
 
 class _TopInterpreter(Interpreter):
@@ -371,6 +438,10 @@ def _describe_run(session: _Session, backend: str) -> str:
     if top:
         parts.append(f"{sum(top.values())} top-level CPU ops ran with torch")
     parts.append(f"{session.named} constants read from named data" + (f", {session.inline} 0-d constants inline" if session.inline else ""))
+    if session.narrowed:
+        parts.append(
+            f"as the {backend} delegate holds values: " + ", ".join(f"{what} ({n} values)" for what, n in sorted(session.narrowed.items()))
+        )
     if session.preprocess:
         parts.append(f"as the {backend} delegate's preprocess stores them: " + ", ".join(f"{n} {what}" for what, n in sorted(session.preprocess.items())))
     return "; ".join(parts)

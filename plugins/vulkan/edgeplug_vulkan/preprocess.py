@@ -99,8 +99,39 @@ def unpack_int4(packed: torch.Tensor, columns: int) -> torch.Tensor:
     return both[:, :columns].to(torch.int8)
 
 
+def storage_dtypes(compile_specs: Any) -> dict[torch.dtype, torch.dtype]:
+    """dtype -> the dtype the Vulkan delegate holds it in, under ``compile_specs``.
+
+    The rule is executorch's own: its compile-spec parser and
+    ``VkGraphBuilder.get_effective_dtype`` (64-bit values held as 32-bit unless
+    ``downcast_64_bit`` is off, fp32 as fp16 with ``force_fp16``), with the
+    defaults ``vulkan_preprocess`` applies.
+    """
+    from types import SimpleNamespace
+
+    from executorch.backends.vulkan.serialization.vulkan_graph_builder import VkGraphBuilder
+    from executorch.backends.vulkan.vulkan_preprocess import parse_compile_spec
+
+    options = parse_compile_spec(list(compile_specs or ()))
+    flags = SimpleNamespace(
+        downcast_64_bit=options.get("downcast_64_bit", True), force_fp16=options.get("force_fp16", False)
+    )
+    out = {}
+    for dtype in (torch.int64, torch.float64, torch.float32):
+        held = VkGraphBuilder.get_effective_dtype(flags, dtype)
+        if held != dtype:
+            out[dtype] = held
+    return out
+
+
 class VulkanConstants:
-    """One Vulkan delegate's constants as its preprocess stores them."""
+    """One Vulkan delegate's constants as its preprocess stores them.
+
+    ``storage_dtypes(compile_specs)`` gives host verification the dtypes the
+    delegate computes in (``int64`` as ``int32`` by default).
+    """
+
+    storage_dtypes = staticmethod(storage_dtypes)
 
     def __init__(self, original: Any, named: Any) -> None:
         self.original = original
