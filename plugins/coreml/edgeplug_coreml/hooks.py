@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter
+from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter
 
 from edgeplug_coreml import support
 

@@ -14,10 +14,10 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from edgeplug import Availability
+from edgeplug.plugin import Availability
 
 if TYPE_CHECKING:  # the partition module imports executorch; plugins load without it
-    from edgeplug.partition import FilterContext
+    from edgeplug.plugin import FilterContext
 
 #: the coremltools release executorch 1.5.1 builds its Core ML programs with
 COREMLTOOLS = "coremltools==9.0"
@@ -181,7 +181,7 @@ def refuse_dtypes_coreml_lacks(node: Any, ctx: "FilterContext") -> Any:
     """Refuse a node that reads or writes a float64 or complex tensor: it stays on the CPU."""
     if node.op != "call_function":
         return None
-    from edgeplug.partition.verdict import refuse
+    from edgeplug.plugin import refuse
 
     for what, value in _tensor_values(node):
         dtype = str(value.dtype).removeprefix("torch.")
