@@ -184,10 +184,38 @@ def at_fault(exc: BaseException, backend: Any = None) -> str:
     return "torch" if any((f.f_globals.get("__name__") or "").startswith("torch") for f in _frames(exc)) else "unknown code"
 
 
-def stage_failure(exc: BaseException, stage: str, backend: Any) -> LoweringError:
-    """One ``LoweringError``: stage, backend, who is at fault, and the cause's first line."""
-    who = at_fault(exc, backend)
+def created_op_refused(exc: BaseException, created: Optional[dict[str, str]]) -> Optional[tuple[str, str]]:
+    """``(op, who created it)`` when ``exc`` refuses an op that edgeplug or a plugin brought into the
+    program (``created``: op name -> creator, as ``run_passes`` collects it), else None."""
+    if not created:
+        return None
+    text = " ".join(str(e) for e in _chain(exc))
+    for op in sorted(created, key=len, reverse=True):
+        if re.search(re.escape(op) + r"(?![\w])", text):
+            return op, created[op]
+    return None
+
+
+def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optional[dict[str, str]] = None) -> LoweringError:
+    """One ``LoweringError``: stage, backend, who is at fault, and the cause's first line.
+
+    Where the failure refuses an op that a transform created (``created``), the
+    transform is at fault, whichever library's check found it.
+    """
     cause = first_line(root_cause(exc)).rstrip(". ")
+    made = created_op_refused(exc, created)
+    if made is not None:
+        op, who = made
+        err = LoweringError(
+            f"stage {stage!r} failed for backend {backend.name!r}: {cause}. The refused op {op} was not in "
+            f"the model: {who} created it. The check that refused it is right to; the transform must create "
+            "only ops valid where they land (an aten op that is not core ATen only before to_edge, kept whole "
+            "by the backend's partitioner). Report it to whoever maintains that transform; --debug shows the traceback"
+        )
+        err.lowering_stage = stage
+        err.at_fault = who
+        return err
+    who = at_fault(exc, backend)
     outer = first_line(exc)
     if outer.rstrip(". ") != cause and not who.startswith("executorch's pass"):
         cause = f"{cause} (raised as {outer})"

@@ -36,6 +36,7 @@ from torch.export import ExportedProgram
 
 from edgeplug.backend import Backend, get_backend
 from edgeplug.errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
+from edgeplug.inputs import ExampleInputs, check_against_program, decode_inputs, example_inputs, runtime_inputs
 from edgeplug.records import FusionRecord, PassSpec, TransformRecord
 from edgeplug.report import (
     CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, Verification, annotate_graph, graph_of,
@@ -86,26 +87,66 @@ class Reference:
     """What eager computed, on copies: outputs, and the inputs and buffers after the call."""
 
     outputs: list[torch.Tensor]
-    #: the flattened inputs after the call (a model may change its inputs in place)
+    #: the inputs after the call, flattened in the program's input order (a model may change its inputs in place)
     inputs_after: list[Any] = field(default_factory=list)
     #: buffer name -> value after the call
     buffers_after: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: the eager model the outputs came from, to run further calls from its first state (decode steps)
+    model: Optional["EagerModel"] = field(default=None, repr=False)
+    #: the inputs after the call as the caller structured them (``inputs_after`` is flattened from this)
+    inputs_tree: Optional[ExampleInputs] = field(default=None, repr=False)
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
-def eager_reference(module: torch.nn.Module, inputs: tuple) -> Reference:
-    """Run ``module`` (a copy the caller does not hold) on a copy of ``inputs``."""
-    args = copy.deepcopy(inputs)
-    with torch.no_grad():
-        out = module(*args)
-    return Reference(
-        outputs=[t.detach() for t in _tensors(out)],
-        inputs_after=[x for x in pytree.tree_leaves(args)],
-        buffers_after={k: v.detach() for k, v in module.named_buffers()},
-    )
+class EagerModel:
+    """The model as verification runs it eagerly, on copies the caller does not hold.
+
+    Parameters are shared with the caller's model (calls run under ``no_grad`` and
+    only read them); every buffer is a detached copy, since a call may write it (KV
+    caches, counters), and a buffer that is a non-leaf tensor with a grad history
+    (a cache written under grad mode) copies where ``copy.deepcopy`` refuses.
+    ``reset()`` puts the buffers back to their first values, so a sequence of
+    calls (prefill, then decode steps) can be replayed.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self.initial = {name: b.detach().clone() for name, b in module.named_buffers()}
+
+    @classmethod
+    def of_module(cls, model: torch.nn.Module) -> "EagerModel":
+        # deepcopy's memo maps each parameter to itself and each buffer to its copy: anything else
+        # holding a buffer (a cache object beside the module) gets the same copy
+        memo: dict[int, Any] = {id(p): p for p in model.parameters()}
+        for b in model.buffers():
+            memo.setdefault(id(b), b.detach().clone())
+        return cls(copy.deepcopy(model, memo))
+
+    @classmethod
+    def of_program(cls, ep: ExportedProgram) -> "EagerModel":
+        return cls(_reference_module(ep))
+
+    def reset(self) -> None:
+        with torch.no_grad():
+            for name, b in self.module.named_buffers():
+                if name in self.initial:
+                    b.copy_(self.initial[name])
+
+    def __call__(self, given: ExampleInputs) -> Reference:
+        """Run one call on a copy of ``given``; buffers keep what the call wrote."""
+        args, kwargs = copy.deepcopy((given.args, given.kwargs))
+        with torch.no_grad():
+            out = self.module(*args, **kwargs)
+        return Reference(
+            outputs=[t.detach() for t in _tensors(out)],
+            inputs_after=pytree.tree_leaves((args, kwargs)),
+            buffers_after={k: v.detach().clone() for k, v in self.module.named_buffers()},
+            model=self,
+            inputs_tree=ExampleInputs(args, kwargs),
+        )
 
 
 # -- the result ------------------------------------------------------------------------
@@ -113,12 +154,21 @@ def eager_reference(module: torch.nn.Module, inputs: tuple) -> Reference:
 
 @dataclass
 class LoweringResult:
+    """What ``lower`` returns: the report, the programs at each stage, and ``save`` for the .pte."""
+
     report: LoweringReport
     exported_program: ExportedProgram
     edge: Any  # executorch EdgeProgramManager
     program: Any = None  # executorch ExecutorchProgramManager (None on dry run)
-    example_inputs: tuple = ()
+    #: the example inputs the program was lowered (and is verified) with: ``model(*args, **kwargs)``
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
     reference: Optional[Reference] = None
+
+    def runtime_inputs(self) -> list[Any]:
+        """The example inputs as the ``.pte``'s method takes them: one flat list in the program's input order
+        (keyword inputs in the order of its in-spec, ``None`` and scalars included)."""
+        return runtime_inputs(self.exported_program, ExampleInputs(self.args, self.kwargs))
 
     @property
     def eager_outputs(self) -> list[torch.Tensor]:
@@ -191,17 +241,21 @@ class Lowering:
     """The state ``STAGES`` share."""
 
     source: torch.nn.Module | ExportedProgram
-    inputs: tuple
+    inputs: ExampleInputs
     backend: Backend
     clock: StageClock
     dry_run: bool = False
     verify: bool = False
     tolerance: Optional[float] = None
     label: str = ""
+    #: ``torch.export``'s dynamic_shapes for a module source
+    dynamic_shapes: Any = None
     ep: Optional[ExportedProgram] = None
     reference: Optional[Reference] = None
     partitioner: Any = None
     fusions: list[FusionRecord] = field(default_factory=list)
+    #: op name -> who created it (a core transform, a plugin's pass): named when a check refuses one
+    created_ops: dict[str, str] = field(default_factory=dict)
     transforms: list[TransformRecord] = field(default_factory=list)
     #: the edge graph as the partitioner received it (the report's ``graph``, annotated in ``_describe``)
     graph: list[GraphNode] = field(default_factory=list)
@@ -219,8 +273,13 @@ def _without_grad(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _copy_model(model: torch.nn.Module) -> torch.nn.Module:
+    # buffers are copied detached: one written under grad mode (a KV cache) is not a leaf, and
+    # copy.deepcopy refuses such tensors
+    memo: dict[int, Any] = {}
+    for b in model.buffers():
+        memo.setdefault(id(b), b.detach().clone())
     try:
-        return _without_grad(copy.deepcopy(model))
+        return _without_grad(copy.deepcopy(model, memo))
     except Exception as exc:
         raise LoweringError(
             f"cannot copy the model ({type(exc).__name__}: {exc}); edgeplug lowers a copy so that your "
@@ -240,9 +299,21 @@ def _raised_in_user_code(exc: BaseException) -> Optional[Any]:
     return None
 
 
-def _run_eager(job: Lowering, module: torch.nn.Module) -> Reference:
+def _eager_model(job: Lowering) -> EagerModel:
+    if isinstance(job.source, ExportedProgram):
+        return EagerModel.of_program(job.source)
     try:
-        return eager_reference(module, job.inputs)
+        return EagerModel.of_module(job.source)
+    except Exception as exc:
+        raise LoweringError(
+            f"cannot copy the model's buffers for its eager run ({type(exc).__name__}: {exc}); edgeplug runs "
+            "the model on copies so that your model is left as it was. Make the model deep-copyable (copy.deepcopy)"
+        ) from exc
+
+
+def _run_eager(job: Lowering, eager: EagerModel) -> Reference:
+    try:
+        return eager(job.inputs)
     except Exception as exc:
         from edgeplug.failures import first_line
 
@@ -265,14 +336,23 @@ def _export(job: Lowering) -> None:
     import io
     import sys
 
-    job.reference = _run_eager(job, _copy_model(job.source))
+    job.reference = _run_eager(job, _eager_model(job))
     model = _copy_model(job.source)
+    args, kwargs = copy.deepcopy((job.inputs.args, job.inputs.kwargs))
     # torch.export prints the partial graph of a failed export to stderr; the error carries it
     # (``partial_fx_graph``, shown with --debug), so the user's terminal ends in one error line
     printed = io.StringIO()
     with torch.no_grad(), contextlib.redirect_stderr(printed):
-        job.ep = torch.export.export(model, copy.deepcopy(job.inputs))
+        job.ep = torch.export.export(model, args, kwargs, dynamic_shapes=job.dynamic_shapes)
     sys.stderr.write(printed.getvalue())  # what a successful export printed still reaches the user
+    _in_program_order(job)
+
+
+def _in_program_order(job: Lowering) -> None:
+    """The reference's inputs after the call, flattened as the program orders its inputs (keywords by its in-spec)."""
+    ref = job.reference
+    if ref is not None and ref.inputs_tree is not None:
+        ref.inputs_after = runtime_inputs(job.ep, ref.inputs_tree)
 
 
 def _reference_module(ep: ExportedProgram) -> torch.nn.Module:
@@ -291,14 +371,46 @@ def _program_reference(job: Lowering) -> None:
     job.ep = copy.deepcopy(job.source)
     for t in job.ep.state_dict.values():
         t.requires_grad_(False)
-    job.reference = _run_eager(job, _reference_module(job.source))
+    job.reference = _run_eager(job, _eager_model(job))
+    _in_program_order(job)
+
+
+def _fusion_pass(job: Lowering, stage: str) -> PassSpec:
+    """The core's fusion as a pass of ``stage``: its records go to the report, and the ops it
+    creates are remembered so that a later check refusing one names the fusion, not executorch."""
+    from edgeplug.graph.passes import core_pass
+
+    def fusion(ep: ExportedProgram) -> ExportedProgram:
+        from edgeplug.fusion import resolve_target
+        from edgeplug.graph.ops import op_name
+
+        out, job.fusions = fuse(ep, job.backend)
+        if any(r.outcome != "rejected" for r in job.fusions):
+            policy = job.backend.fusion_policy("rms_norm")
+            job.created_ops.setdefault(
+                op_name(resolve_target(policy, ep.dialect).op),
+                f"the edgeplug core's {stage}-stage rms_norm fusion, under the fusion policy of backend "
+                f"{job.backend.name!r} from {_policy_origin(job.backend, policy)}",
+            )
+        return out
+
+    return core_pass("fuse", fusion, stage=stage)
+
+
+def _policy_origin(backend: Backend, policy: Any) -> str:
+    origin = backend.origin(policy) if hasattr(backend, "origin") else None
+    return origin.describe() if origin is not None else backend.distribution
 
 
 def _export_passes(job: Lowering) -> None:
+    from edgeplug.fusion import fusion_stage
     from edgeplug.graph import recording, run_passes
 
+    passes = _export_stage_passes(job.ep, job.backend)
+    if fusion_stage(job.backend.fusion_policy("rms_norm")) == "export":
+        passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
     with recording() as log:
-        job.ep = run_passes(job.ep, _export_stage_passes(job.ep, job.backend), backend=job.backend)
+        job.ep = run_passes(job.ep, passes, backend=job.backend, created=job.created_ops)
     job.transforms = list(log)
 
 
@@ -307,6 +419,7 @@ def _edge_stage(job: Lowering) -> Any:
     edge passes, fusion, then the backend's pre-partition passes (the core's rewrites it chose)."""
     from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 
+    from edgeplug.fusion import fusion_stage
     from edgeplug.graph import recording, run_passes
     from edgeplug.graph.fold import fold_constant_subgraphs
     from edgeplug.graph.passes import core_pass
@@ -314,9 +427,7 @@ def _edge_stage(job: Lowering) -> Any:
     def constant_fold(ep: ExportedProgram) -> None:
         fold_constant_subgraphs(ep, budget=job.backend.spec.constant_fold_budget)
 
-    def fusion(ep: ExportedProgram) -> ExportedProgram:
-        out, job.fusions = fuse(ep, job.backend)
-        return out
+    fuses_here = fusion_stage(job.backend.fusion_policy("rms_norm")) == "edge"
 
     class EdgeplugEdgeStage(ExportedProgramPassBase):
         def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
@@ -325,11 +436,11 @@ def _edge_stage(job: Lowering) -> Any:
             passes = [
                 core_pass("constant fold", constant_fold),
                 *job.backend.passes_for("edge"),
-                core_pass("fuse", fusion),
+                *([_fusion_pass(job, "edge")] if fuses_here else []),
                 *job.backend.passes_for("pre_partition"),
             ]
             with recording() as log:
-                ep = run_passes(exported_program, passes, backend=job.backend)
+                ep = run_passes(exported_program, passes, backend=job.backend, created=job.created_ops)
             job.transforms = [*job.transforms, *log]  # after the export stage's
             job.graph = graph_of(ep)
             job.clock.enter("partition + delegate")
@@ -370,8 +481,8 @@ def _to_edge(job: Lowering) -> None:
                 job.ep,
                 transform_passes=ExportedProgramPassManager([_edge_stage(job)]),
                 partitioner=[job.partitioner],
-                # a dry run keeps whole ops it then does not delegate: skip the edge-IR check there
-                compile_config=EdgeCompileConfig(_check_ir_validity=not job.dry_run),
+                # the edge IR check runs in a dry run too: it lowers to a stand-in backend
+                compile_config=EdgeCompileConfig(_check_ir_validity=True),
             )
     except Exception as exc:
         if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
@@ -381,8 +492,10 @@ def _to_edge(job: Lowering) -> None:
 
 
 def _serialize(job: Lowering) -> None:
-    job.result.program = job.edge.to_executorch()
-    _ = job.result.program.buffer
+    program = job.edge.to_executorch()
+    _ = program.buffer
+    if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
+        job.result.program = program
 
 
 def _verify(job: Lowering) -> None:
@@ -407,7 +520,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("eager reference", _program_reference, lambda job: isinstance(job.source, ExportedProgram)),
     Stage("export passes", _export_passes),
     Stage("to_edge", _to_edge),
-    Stage("serialize .pte", _serialize, lambda job: not job.dry_run),
+    Stage("serialize .pte", _serialize),
     Stage("verify", _verify, lambda job: job.verify and not job.dry_run),
 )
 
@@ -426,17 +539,20 @@ def _run_stage(job: Lowering, stage: Stage) -> None:
         if ours is not None:  # e.g. a PassError executorch's pass manager wrapped
             ours.lowering_stage = getattr(ours, "lowering_stage", None) or job.clock.current
             raise name_the_plugin(ours, job.backend) from exc
-        raise stage_failure(exc, job.clock.current or stage.name, job.backend) from exc
+        raise stage_failure(exc, job.clock.current or stage.name, job.backend, job.created_ops) from exc
     job.clock.stop()
 
 
 # -- the report ----------------------------------------------------------------------
 
 
-def _count_delegated(edge_ep: ExportedProgram) -> tuple[list[PartitionSummary], Counter]:
+def _count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) -> tuple[list[PartitionSummary], Counter]:
+    """Partitions and delegated ops read from the lowered graph (a dry run's stand-in delegates
+    are named ``backend_id``, the backend they stand in for)."""
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
     from edgeplug.partition import op_name
+    from edgeplug.partition.standin import STAND_IN_ID
 
     parts: list[PartitionSummary] = []
     total: Counter = Counter()
@@ -446,7 +562,8 @@ def _count_delegated(edge_ep: ExportedProgram) -> tuple[list[PartitionSummary], 
             if n.op == "call_function" and n.target is not operator.getitem:
                 ops[op_name(n.target)] += 1
         total.update(ops)
-        parts.append(PartitionSummary(tag=name, backend_id=lowered.backend_id, nodes=sum(ops.values()), ops=dict(ops)))
+        real_id = backend_id if lowered.backend_id == STAND_IN_ID and backend_id else lowered.backend_id
+        parts.append(PartitionSummary(tag=name, backend_id=real_id, nodes=sum(ops.values()), ops=dict(ops)))
     return parts, total
 
 
@@ -466,15 +583,10 @@ def _cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, 
 def _partitions(job: Lowering) -> tuple[list[PartitionSummary], Counter, list[CpuNode]]:
     p, edge_ep = job.partitioner, job.edge.exported_program()
     default_reason = f"no reason recorded by the {job.backend.name} partitioner"
-    if not job.dry_run:
-        parts, delegated = _count_delegated(edge_ep)
-        return parts, delegated, _cpu_nodes(edge_ep.graph_module, p.cpu_reasons, default_reason)
-    parts = [PartitionSummary(tag=r.tag, backend_id=r.backend_id, nodes=len(r.nodes), ops=dict(r.ops)) for r in p.partitions]
-    delegated: Counter = Counter()
-    for r in p.partitions:
-        delegated.update(r.ops)
-    tagged = {n for r in p.partitions for n in r.nodes}
-    return parts, delegated, _cpu_nodes(edge_ep.graph_module, p.cpu_reasons, default_reason, tagged)
+    # read from the lowered graph, dry run or not: a dry run lowers the same partitions to a stand-in
+    real_ids = {r.backend_id for r in p.partitions}
+    parts, delegated = _count_delegated(edge_ep, next(iter(real_ids)) if len(real_ids) == 1 else None)
+    return parts, delegated, _cpu_nodes(edge_ep.graph_module, p.cpu_reasons, default_reason)
 
 
 def _foreign_passes(job: Lowering) -> list[str]:
@@ -520,16 +632,19 @@ def _describe(job: Lowering) -> LoweringReport:
     if p.stranded:
         report.notes.append(p.stranded_message())
     job.result = LoweringResult(
-        report=report, exported_program=job.ep, edge=job.edge, example_inputs=job.inputs, reference=job.reference
+        report=report, exported_program=job.ep, edge=job.edge, args=job.inputs.args, kwargs=job.inputs.kwargs,
+        reference=job.reference,
     )
     return report
 
 
 def lower(
     model_or_ep: torch.nn.Module | ExportedProgram,
-    example_inputs: Sequence[Any],
-    backend: str | Backend,
+    args: Any = (),
+    backend: str | Backend | None = None,
     *,
+    kwargs: Optional[dict[str, Any]] = None,
+    dynamic_shapes: Any = None,
     verify: bool = False,
     dry_run: bool = False,
     model_name: Optional[str] = None,
@@ -537,6 +652,14 @@ def lower(
     tolerance: Optional[float] = None,
 ) -> LoweringResult:
     """Lower a model (or aten-dialect ExportedProgram) for ``backend``.
+
+    The example inputs are one call's, as ``torch.export.export`` takes them:
+    ``args`` the positional inputs (a tuple; one tensor is one input), ``kwargs``
+    the keyword inputs (``edgeplug.inputs``). ``dynamic_shapes`` is passed to
+    ``torch.export`` for a module; an ExportedProgram is taken as it was exported
+    (keyword inputs and dynamic dimensions included), and the inputs must have
+    its structure. A program that keeps state in buffers (a KV cache) is verified
+    over several calls: the example inputs, then decode steps.
 
     Returns a ``LoweringResult``; ``.save(path)`` writes the .pte. With
     ``dry_run`` everything but serialization runs and the report says what
@@ -547,6 +670,7 @@ def lower(
     """
     from edgeplug.verification import check_tolerance
 
+    given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
     b = _resolve(backend)
     if verify and not dry_run:
         refuse_verify_without_runtime(b)
@@ -554,7 +678,8 @@ def lower(
         b.require_available()
     job = Lowering(
         source=model_or_ep,
-        inputs=tuple(example_inputs),
+        inputs=given,
+        dynamic_shapes=dynamic_shapes,
         backend=b,
         clock=StageClock(b.name, progress or (lambda msg: None)),
         dry_run=dry_run,
@@ -587,9 +712,35 @@ def refuse_verify_without_runtime(backend: Backend) -> None:
         )
 
 
-def _runtime_inputs(example_inputs: Sequence[Any]) -> tuple:
-    """The inputs as the runtime takes them: the leaves of the (possibly nested) example inputs."""
-    return tuple(x for x in pytree.tree_leaves(tuple(example_inputs)) if x is not None)
+def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_shapes: Any) -> ExampleInputs:
+    """``lower``'s arguments checked before any work: what was wrong, and what to pass instead."""
+    if backend is None:
+        raise EdgeplugError(
+            "edgeplug.lower needs a backend: lower(model, args, 'xnnpack') or backend='xnnpack' "
+            "(edgeplug.backends() lists the installed ones)"
+        )
+    if isinstance(backend, dict):
+        raise EdgeplugError(
+            "edgeplug.lower: the third argument is the backend, not keyword inputs; pass them as kwargs={...}"
+        )
+    if not isinstance(source, (torch.nn.Module, ExportedProgram)):
+        raise EdgeplugError(
+            f"edgeplug.lower takes a torch.nn.Module or a torch.export.ExportedProgram, not {type(source).__name__}"
+        )
+    given = example_inputs(args, kwargs, where="edgeplug.lower")
+    if isinstance(source, ExportedProgram):
+        if dynamic_shapes is not None:
+            raise EdgeplugError(
+                "edgeplug.lower: dynamic_shapes is for a module (it is passed to torch.export); an ExportedProgram "
+                "keeps the dynamic dimensions it was exported with: leave dynamic_shapes out"
+            )
+        check_against_program(source, given, where="edgeplug.lower")
+    return given
+
+
+def _runtime_inputs(result: LoweringResult, given: Optional[ExampleInputs] = None) -> list[Any]:
+    """``given`` (by default the result's example inputs) as the runtime takes them: flat, in the program's order."""
+    return runtime_inputs(result.exported_program, given or ExampleInputs(result.args, result.kwargs))
 
 
 @dataclass
@@ -600,6 +751,8 @@ class _Run:
     note: str = ""
     #: buffer name -> value after the run, where the runner can see it
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: the outputs of each further call (decode steps), in order
+    steps: list[list[torch.Tensor]] = field(default_factory=list)
 
 
 #: executorch's runtime error codes (runtime/core/error.h) a .pte commonly fails with
@@ -613,12 +766,18 @@ _RUNTIME_ERRORS = {
 }
 
 
-def _run_pte(result: LoweringResult) -> _Run:
+def _run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run:
+    """Run the .pte in executorch's runtime on the example inputs, then on each of ``calls`` with the same
+    loaded program (its mutable buffers persist between calls, as on a device); ``_Run.steps`` holds the
+    outputs of each of ``calls``."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
+    steps: list[list[torch.Tensor]] = []
     try:
         module = _load_for_executorch_from_buffer(result.buffer)
-        outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result.example_inputs))))
+        outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result))))
+        for call in calls:
+            steps.append(_tensors(module.forward(copy.deepcopy(_runtime_inputs(result, call)))))
     except RuntimeError as exc:
         code = re.search(r"error:? (0x[0-9a-fA-F]+)", str(exc))
         meaning = _RUNTIME_ERRORS.get(int(code.group(1), 16)) if code else None
@@ -627,8 +786,9 @@ def _run_pte(result: LoweringResult) -> _Run:
             + (f" ({meaning})" if meaning else "")
             + ". This is the runtime's refusal, not a lowering error of edgeplug's or a plugin's; "
             "lower without --verify to write the .pte anyway"
+            + (f" (it ran {len(steps) + 1} calls before this one)" if steps else "")
         ) from exc
-    return _Run(outs, "pte", "executorch runtime (host CPU)")
+    return _Run(outs, "pte", "executorch runtime (host CPU)", steps=steps)
 
 
 def _run_kernels(result: LoweringResult, backend: Backend) -> _Run:
@@ -642,7 +802,82 @@ def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
     # the host interpreter may change inputs in place, as the model does: give it copies
     return LoweringResult(
         report=result.report, exported_program=result.exported_program, edge=result.edge, program=result.program,
-        example_inputs=copy.deepcopy(tuple(result.example_inputs)), reference=result.reference,
+        args=copy.deepcopy(result.args), kwargs=copy.deepcopy(result.kwargs), reference=result.reference,
+    )
+
+
+#: decode steps verification runs after the example inputs' call, for a program that keeps state in buffers
+DECODE_STEPS = 3
+
+
+@dataclass
+class _Step:
+    """One further call verification makes (a decode step): its inputs and eager's outputs."""
+
+    inputs: ExampleInputs
+    outputs: list[torch.Tensor]
+
+
+def _keeps_state(ep: ExportedProgram) -> bool:
+    """Whether the lowered program writes buffers (a KV cache), at the top level or inside a delegate."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    if ep.graph_signature.buffers_to_mutate:
+        return True
+    return any(
+        s.kind.name == "BUFFER_MUTATION"
+        for _, lowered, _ in get_lowered_submodules(ep.graph_module)
+        for s in lowered.original_module.graph_signature.output_specs
+    )
+
+
+def decode_steps(result: LoweringResult, count: int = DECODE_STEPS) -> tuple[list[_Step], str]:
+    """For a program that keeps state in buffers: ``count`` calls continuing the example inputs (the next
+    tokens, ``edgeplug.inputs.decode_inputs``) with eager's outputs for each, replayed on the eager model
+    from its first state; and why fewer were made (empty when all were)."""
+    ref = result.reference
+    if ref is None or ref.model is None or result.edge is None:
+        return [], ""
+    ep = result.edge.exported_program()
+    if not _keeps_state(ep):
+        return [], ""
+    calls = decode_inputs(ep, ExampleInputs(result.args, result.kwargs), count, sizes_from=result.exported_program)
+    if not calls:
+        return [], "decode steps not run: the program's inputs do not match the example inputs' leaves"
+    from edgeplug.failures import first_line
+
+    steps: list[_Step] = []
+    eager = ref.model
+    eager.reset()
+    try:
+        eager(ExampleInputs(result.args, result.kwargs))
+        for call in calls:
+            steps.append(_Step(call, eager(call).outputs))
+    except Exception as exc:
+        return steps, (
+            f"decode steps stopped after {len(steps)}: eager raised {first_line(exc)} on step {len(steps) + 1} "
+            f"({calls[len(steps)].describe()})"
+        )
+    finally:
+        eager.reset()
+    return steps, ""
+
+
+def _compare_steps(steps: Sequence[_Step], runs: Sequence[list[torch.Tensor]], tolerance: Optional[float]) -> list:
+    from edgeplug.verification import compare_outputs
+
+    checks = []
+    for i, (step, outs) in enumerate(zip(steps, runs), start=1):
+        outs = list(outs)[len(outs) - len(step.outputs):] if len(outs) > len(step.outputs) else list(outs)
+        names = [f"decode {i}: output {j}" for j in range(len(step.outputs))]
+        checks += compare_outputs(outs, step.outputs, tolerance, names)
+    return checks
+
+
+def _steps_note(steps: Sequence[_Step]) -> str:
+    return (
+        f"prefill and {len(steps)} decode steps ran through one loaded program, its buffers kept between calls; "
+        f"each decode step: {steps[0].inputs.describe()}"
     )
 
 
@@ -696,8 +931,9 @@ def verify(
     if reference is None and result.reference is None:
         raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
     method = backend.spec.verify_method
+    steps, why_not = ([], "") if reference is not None else decode_steps(result)
     if method == "pte":
-        run = _run_pte(result)
+        run = _run_pte(result, [s.inputs for s in steps])
     elif method == "kernels":
         run = _run_kernels(result, backend)
     else:
@@ -717,5 +953,17 @@ def verify(
                 outs.append(value)
                 expected.append(after[name])
                 names.append(f"buffer {name!r} (updated in forward)")
+    notes = [run.note, why_not]
+    if steps and method == "pte":
+        names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
+        notes.append(_steps_note(steps))
+    elif steps:
+        notes.append(
+            "host kernels run one call at a time (the buffers a delegate owns are not carried to the next call), "
+            f"so the {len(steps)} decode steps were not run"
+        )
     checks = compare_outputs(outs, expected, tolerance, names)
-    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=run.note)
+    if steps and method == "pte":
+        checks += _compare_steps(steps, run.steps, tolerance)
+    note = "; ".join(x for x in notes if x)
+    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)

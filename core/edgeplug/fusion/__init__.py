@@ -88,6 +88,23 @@ def fuse_for_backend(ep: ExportedProgram, backend: Any) -> tuple[ExportedProgram
     return _fuse(ep, fused, delegation_veto(backend, fused))
 
 
+def fusion_stage(policy: Optional[FusionPolicy]) -> str:
+    """Where ``lower`` applies ``policy``: ``"export"`` (the aten program) or ``"edge"``.
+
+    A fused op in the ``aten`` namespace (``aten.rms_norm``) is not core ATen:
+    ExecuTorch's edge verifier accepts it only when it was in the program
+    before decomposition and a partitioner kept it whole, exactly as if the
+    model had called it. So such a policy fuses the aten program, before
+    ``to_edge``, and the op is then kept whole (and delegated) or decomposed
+    like any op the model wrote. A backend's own op (``et_vk.rms_norm``) is
+    outside the verifier's opset check: it fuses the edge program, after the
+    core's constant folding. ``None`` (no policy): ``"edge"``.
+    """
+    if policy is None:
+        return "edge"
+    return "export" if str(policy.target).split(".", 1)[0] == "aten" else "edge"
+
+
 def copy_program(ep: ExportedProgram) -> ExportedProgram:
     """A copy whose graph, signature and constant tables can change; tensors are shared."""
     gm = torch.fx.GraphModule(ep.graph_module, copy.deepcopy(ep.graph_module.graph))
@@ -112,5 +129,6 @@ __all__ = [
     "delegation_veto",
     "fuse_for_backend",
     "fuse_program",
+    "fusion_stage",
     "resolve_target",
 ]

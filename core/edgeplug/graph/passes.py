@@ -11,7 +11,7 @@ original cause, chained as ``__cause__``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -92,18 +92,23 @@ def _fail(spec: PassSpec, backend: Any, done: list[str], what: str, cause: BaseE
     return err
 
 
-def run_passes(ep: ExportedProgram, passes: Sequence[PassSpec], *, backend: Any = None) -> ExportedProgram:
+def run_passes(
+    ep: ExportedProgram, passes: Sequence[PassSpec], *, backend: Any = None, created: Optional[dict[str, str]] = None
+) -> ExportedProgram:
     """Run ``passes`` in order on ``ep`` and return the resulting program.
 
     ``PassSpec.fn(ep)`` returns a new ExportedProgram or None (changed in
     place). ``backend`` (an ``edgeplug.Backend``) names the plugin each pass
     came from in errors. Raises ``PassError`` for the first pass that raises or
-    leaves a program that fails ``check_program``.
+    leaves a program that fails ``check_program``. ``created``, when given,
+    gets ``op name -> the pass`` for every op a pass brought into a program
+    that had none (so a later check refusing that op can name who made it).
     """
     done: list[str] = []
     for spec in passes:
         reserve_node_names(ep)
         before = _snapshot(ep)
+        ops_before = _ops(ep) if created is not None else frozenset()
         try:
             out = spec.fn(ep)
         except Exception as exc:
@@ -120,8 +125,26 @@ def run_passes(ep: ExportedProgram, passes: Sequence[PassSpec], *, backend: Any 
                     gm.recompile()
         except Exception as exc:
             raise _fail(spec, backend, done, "left a broken program", exc) from exc
+        if created is not None:
+            for op in sorted(_ops(ep) - ops_before):
+                created.setdefault(op, describe_pass(spec, backend))
         done.append(spec.name)
     return ep
+
+
+def describe_pass(spec: PassSpec, backend: Any) -> str:
+    """``edge-stage pass 'x' of backend 'y', from <plugin>`` (or of the edgeplug core)."""
+    if spec.backend == "core":
+        return f"the edgeplug core's {spec.stage}-stage pass {spec.name!r}"
+    return f"{spec.stage}-stage pass {spec.name!r} of backend {spec.backend!r}, from {_who(spec, backend)}"
+
+
+def _ops(ep: ExportedProgram) -> frozenset[str]:
+    from edgeplug.graph.ops import op_name
+
+    return frozenset(
+        op_name(n.target) for gm in graph_modules(ep.graph_module) for n in gm.graph.nodes if n.op == "call_function"
+    )
 
 
 def _code_key(gm: torch.fx.GraphModule) -> tuple:
@@ -147,4 +170,4 @@ def core_pass(name: str, fn: Any, stage: str = "edge", order: int = 0) -> PassSp
     return PassSpec(backend="core", stage=stage, name=name, fn=fn, order=order)
 
 
-__all__ = ["BrokenProgram", "check_program", "core_pass", "run_passes"]
+__all__ = ["BrokenProgram", "check_program", "core_pass", "describe_pass", "run_passes"]

@@ -20,8 +20,7 @@ from edgeplug.partition.verdict import TAKEN, FilterContext, Verdict
 
 
 def _keep_whole_ops(backend: Backend) -> tuple[Any, ...]:
-    ops = getattr(backend, "keep_whole", None)
-    return ops if isinstance(ops, tuple) else tuple(backend.skip_ops)
+    return tuple(backend.keep_whole)
 
 
 def _fused_ops(backend: Backend) -> dict[str, str]:
@@ -34,8 +33,18 @@ def _fused_ops(backend: Backend) -> dict[str, str]:
     return out
 
 
+def _stand_in(spec: Any) -> Any:
+    """``spec`` with the dry run's stand-in backend id (its compile specs kept)."""
+    from executorch.exir.backend.partitioner import DelegationSpec
+
+    from edgeplug.partition.standin import STAND_IN_ID
+
+    return DelegationSpec(STAND_IN_ID, list(spec.compile_specs))
+
+
 class CorePartitioner(Partitioner):
-    """Wraps ``backend``'s partitioner; in ``dry_run`` mode it delegates nothing.
+    """Wraps ``backend``'s partitioner; in ``dry_run`` mode its partitions are lowered to a stand-in
+    backend (``edgeplug.partition.standin``): everything but the delegate's preprocess runs.
 
     Before decomposition (``ops_to_not_decompose``) it keeps an op whole only
     where the backend takes the node. ``partition`` asks the backend's
@@ -148,8 +157,6 @@ class CorePartitioner(Partitioner):
         self._inner_ops_to_not_decompose(ep)
         ops = self.keep_whole_ops(ep)
         if self.outcome is not None:  # after lowering: executorch's own check of what is left
-            if self.dry_run:
-                return [], None  # nothing was delegated; the stranded check ran in partition()
             keep = self._decomposable_keep_ops()
             return ops, lambda node: aten_overload(node.target) in keep and not is_qdq(node.target)
         ctx = self.context(ep, "before_decomposition")
@@ -175,12 +182,12 @@ class CorePartitioner(Partitioner):
         tags, specs = self._decide(ep, logged, dict(result.partition_tags))
         for node in gm.graph.nodes:
             node.meta.pop("delegation_tag", None)
-            if not self.dry_run and node in tags:
+            if node in tags:
                 node.meta["delegation_tag"] = tags[node]
-        if self.dry_run:
-            return PartitionResult(ep, {})
-        if self.outcome.stranded:  # fail here, before serialization, naming each op
+        if self.outcome.stranded:  # fail here, before serialization, naming each op (dry run or not)
             raise LoweringError(self.stranded_message())
+        if self.dry_run:  # the same partitions, lowered to the stand-in: only preprocess is skipped
+            specs = {tag: _stand_in(spec) for tag, spec in specs.items()}
         return PartitionResult(ep, specs)
 
     def _decide(self, ep: ExportedProgram, logged: dict[str, str], inner_specs: dict[str, Any]):
