@@ -112,6 +112,8 @@ class OutputCheck(BaseModel):
 
 
 class Verification(BaseModel):
+    """``edgeplug.verify``'s answer: each output of the lowered program compared with eager."""
+
     method: str  # "pte" (executorch runtime) or "kernels" (host kernels on a wgpu adapter)
     adapter: Optional[str] = None
     outputs: list[OutputCheck] = Field(default_factory=list)
@@ -131,6 +133,8 @@ class Verification(BaseModel):
 
 
 class LoweringReport(BaseModel):
+    """What a lowering did: partitions, ops on the CPU and why, fusions, transforms, timings, verification."""
+
     model: str
     backend: str
     distribution: str
@@ -142,7 +146,7 @@ class LoweringReport(BaseModel):
     cpu_nodes: list[CpuNode] = Field(default_factory=list)
     #: ops kept whole before decomposition that were not delegated (a lowering defect)
     kept_whole_on_cpu: list[CpuNode] = Field(default_factory=list)
-    #: skip-table ops the backend would not take at that node, so they were decomposed
+    #: keep-whole ops the backend would not take at that node, so they were decomposed
     decomposed_instead: list[CpuNode] = Field(default_factory=list)
     fusions: list[FusionRecord] = Field(default_factory=list)
     #: What constant folding and canonicalizing rewrites changed, in order.
@@ -205,6 +209,15 @@ class LoweringReport(BaseModel):
         for op, n in sorted(self.cpu_ops.items(), key=lambda kv: (-kv[1], kv[0])):
             reasons = sorted({c.reason for c in self.cpu_nodes if c.op == op})
             add(f"  {op:<40} x{n:<4} {'; '.join(reasons)}")
+        if self.stock is not None:
+            st = self.stock
+            if st.error:
+                add(f"stock executorch: {st.error}")
+            else:
+                add(
+                    f"stock executorch ({st.flow}): {len(st.partitions)} partitions, {st.delegated_nodes} nodes "
+                    f"delegated, {st.cpu_node_count} on CPU"
+                )
         if self.kept_whole_on_cpu:
             add(f"kept whole but left on CPU: {len(self.kept_whole_on_cpu)} nodes")
             for c in self.kept_whole_on_cpu:
