@@ -37,6 +37,15 @@ the frontier in its place, when:
   nothing to compute, and folding would store the leaf a second time;
 - its value is larger than the **budget** (``BackendSpec.constant_fold_budget``,
   bytes; 0 turns folding off): recorded (``outcome="refused"``) with its size;
+- the folds made so far, with it, would add more than the program's **total
+  budget** (``total_budget``; by default ``default_total_budget(ep)``: the
+  program's own constant bytes x ``TOTAL_RELATIVE``, at least
+  ``TOTAL_FLOOR`` and at most ``TOTAL_ABSOLUTE``): recorded
+  (``outcome="refused"``) with the budget and how it was reached. Folds are
+  admitted in graph order; one that reuses an identical constant costs
+  nothing. Forty layers that each fold ``arange(512*512) * k`` would store
+  40 MiB the runtime computes from nothing; under the total, the runtime
+  computes them, as stock ExecuTorch's program does;
 - **evaluating** it here fails, or gives another shape or dtype than the graph
   records: recorded (``outcome="refused"``) with the cause.
 
@@ -80,6 +89,33 @@ from edgeplug.records import TransformRecord
 TRANSFORM = "constant_fold"
 #: the budget a backend gets unless it sets its own (BackendSpec's default)
 DEFAULT_BUDGET = 1 << 20
+#: the total a program's folds may add: its own constants' bytes times this ...
+TOTAL_RELATIVE = 1.0
+#: ... but at least this many bytes (a program with no weights still gets its masks folded) ...
+TOTAL_FLOOR = 256 << 10
+#: ... and never more than this
+TOTAL_ABSOLUTE = 64 << 20
+
+
+def program_constant_bytes(ep: ExportedProgram) -> int:
+    """Bytes of the program's own parameters, buffers and lifted constants (each storage once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in [*ep.state_dict.values(), *ep.constants.values()]:
+        if isinstance(t, torch.Tensor) and id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def default_total_budget(ep: ExportedProgram) -> tuple[int, str]:
+    """``(bytes, how)``: the most all of ``ep``'s folds together may add."""
+    own = program_constant_bytes(ep)
+    total = min(TOTAL_ABSOLUTE, max(TOTAL_FLOOR, int(own * TOTAL_RELATIVE)))
+    return total, (
+        f"{TOTAL_RELATIVE:g}x the program's own {own:,} constant bytes, at least {TOTAL_FLOOR:,}, "
+        f"at most {TOTAL_ABSOLUTE:,}"
+    )
 
 
 @dataclass
@@ -93,18 +129,25 @@ class _Plan:
     checks: list[torch.fx.Node] = field(default_factory=list)
 
 
-def fold_constant_subgraphs(ep: ExportedProgram, *, budget: int = DEFAULT_BUDGET) -> list[TransformRecord]:
+def fold_constant_subgraphs(
+    ep: ExportedProgram, *, budget: int = DEFAULT_BUDGET, total_budget: Optional[int] = None
+) -> list[TransformRecord]:
     """Fold ``ep``'s constant-only frontier in place (see the module docstring).
 
     Works on aten and edge dialect programs. ``budget`` is the largest
-    constant (in bytes) one fold may create; 0 folds nothing. Returns the
-    records, each also given to ``edgeplug.graph.note``: folds, and frontier
-    nodes left as they are because of the budget or a failed evaluation.
+    constant (in bytes) one fold may create; 0 folds nothing.
+    ``total_budget`` is the most all folds together may add (None: the
+    default for ``ep``, ``default_total_budget``). Returns the records, each
+    also given to ``edgeplug.graph.note``: folds, and frontier nodes left as
+    they are because of a budget or a failed evaluation.
     """
     if budget < 0:
         raise ValueError(f"budget must be 0 (off) or a number of bytes, not {budget}")
+    if total_budget is not None and total_budget < 0:
+        raise ValueError(f"total_budget must be a number of bytes >= 0, not {total_budget}")
     if budget == 0:
         return []
+    total, how = default_total_budget(ep) if total_budget is None else (total_budget, "given")
     analysis = analyze_constants(ep)
     foldable = _foldable_nodes(ep, analysis)
     if not foldable:
@@ -115,6 +158,8 @@ def fold_constant_subgraphs(ep: ExportedProgram, *, budget: int = DEFAULT_BUDGET
         values = evaluate_constants(ep, plan.folds, analysis)
         failed = {n: f"not folded: {v}" for n, v in zip(plan.folds, values) if isinstance(v, ValueError)}
         if not failed:
+            failed = _over_total(plan.folds, values, total, how)
+        if not failed:
             break
         refused.update(failed)
     records = [_kept_record(n, why) for n, why in plan.kept.items()]
@@ -122,6 +167,29 @@ def fold_constant_subgraphs(ep: ExportedProgram, *, budget: int = DEFAULT_BUDGET
     for r in records:
         note(r)
     return records
+
+
+def _over_total(
+    folds: list[torch.fx.Node], values: list[Any], total: int, how: str
+) -> dict[torch.fx.Node, str]:
+    """Folds (in graph order) that would take the bytes added past ``total``, with why."""
+    made: list[torch.Tensor] = []
+    added = 0
+    over: dict[torch.fx.Node, str] = {}
+    for node, value in zip(folds, values):
+        if any(_identical(v, value) for v in made):
+            continue  # shares a constant already made: adds nothing
+        size = value.numel() * value.element_size()
+        if added + size > total:
+            over[node] = (
+                f"not folded: its value ({_describe(value)}, {size:,} bytes) would take the program's folded "
+                f"constants to {added + size:,} bytes, over its total folding budget of {total:,} bytes ({how}); "
+                "the runtime computes it instead"
+            )
+            continue
+        made.append(value)
+        added += size
+    return over
 
 
 # which nodes ---------------------------------------------------------------------
@@ -304,4 +372,7 @@ def _describe(t: torch.Tensor) -> str:
     return f"{tuple(t.shape)} {dtype}"
 
 
-__all__ = ["DEFAULT_BUDGET", "TRANSFORM", "fold_constant_subgraphs"]
+__all__ = [
+    "DEFAULT_BUDGET", "TOTAL_ABSOLUTE", "TOTAL_FLOOR", "TOTAL_RELATIVE", "TRANSFORM", "default_total_budget",
+    "fold_constant_subgraphs", "program_constant_bytes",
+]
