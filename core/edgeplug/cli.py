@@ -159,6 +159,16 @@ def _tolerance(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
+    return value
+
+
 def _default_output(spec: str, backend: str) -> Path:
     return Path(f"{Path(spec).stem.replace(':', '_')}-{backend}.pte")
 
@@ -208,6 +218,12 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
         backend.require_available()
     if args.calibration and not args.quantize:
         raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
+    if args.calibration_batches is not None and not args.quantize:
+        raise EdgeplugError("--calibration-batches needs --quantize SCHEME (it caps the calibration data)")
+    if args.calibration_batches is None:
+        from edgeplug.quantization import DEFAULT_CALIBRATION_BATCHES
+
+        args.calibration_batches = DEFAULT_CALIBRATION_BATCHES
     default = _default_output(args.model, backend.name)
     args.output = _in_folder(args.output, default)
     args.report = _in_folder(args.report, default.with_suffix(".json"))
@@ -312,8 +328,12 @@ def cmd_lower(args: argparse.Namespace) -> int:
     if args.quantize:  # the backend's own quantizer, before lowering (edgeplug.quantization)
         from edgeplug.quantization import load_calibration, quantize
 
-        calibration = load_calibration(args.calibration) if args.calibration else None
-        model = quantize(model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress)
+        limit = args.calibration_batches
+        calibration = load_calibration(args.calibration, limit) if args.calibration else None
+        model = quantize(
+            model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
+            calibration_batches=limit,
+        )
     result = lower(
         model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
         progress=progress, tolerance=args.tolerance,
@@ -435,6 +455,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--explore", metavar="DIR",
         help="write the graph with partition, CPU and fusion overlays for Google's Model Explorer into DIR "
         "(needs edgeplug[explorer]); a --report ending in .html is a self-contained page instead of JSON",
+    )
+    lo.add_argument(
+        "--calibration-batches", metavar="N", type=_positive_int, default=None,
+        help="read at most N calibration batches (default: 100); the report counts them and says when there were more",
     )
     lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")

@@ -56,6 +56,9 @@ class QuantizationInfo:
     #: the distribution that contributed the scheme
     distribution: str = ""
     calibration_batches: int = 0
+    #: the most calibration batches read (``quantize(calibration_batches=)``), and whether the data had more
+    calibration_limit: int = 0
+    calibration_cut: bool = False
     #: (stage, seconds) in the order they ran
     stages: list[tuple[str, float]] = field(default_factory=list)
     #: the RMSNorm recomposition before annotation, one record per match
@@ -69,6 +72,7 @@ class QuantizationInfo:
             quantizer_backend=self.backend, scheme=self.scheme, description=self.description,
             activation_bits=self.activation_bits, weight_bits=self.weight_bits, per_channel=self.per_channel,
             distribution=self.distribution, calibration_batches=self.calibration_batches,
+            calibration_limit=self.calibration_limit, calibration_cut=self.calibration_cut,
             norms=self.fusions,
         )
 
@@ -85,6 +89,9 @@ class QuantizationSummary(BaseModel):
     per_channel: Optional[bool] = None
     distribution: str = ""
     calibration_batches: int = 0
+    #: the cap on calibration batches, and whether the calibration data had more than it (they were not read)
+    calibration_limit: int = 0
+    calibration_cut: bool = False
     #: RMSNorms recomposed before annotation (``fused``/``folded_weight``) or refused, with why
     norms: list[FusionRecord] = Field(default_factory=list)
     #: set when the program was quantized for another backend than the one it is lowered for
@@ -98,6 +105,8 @@ class QuantizationSummary(BaseModel):
         bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
         what = f"{bits}, {self.weight_bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} weights"
         batches = f"{self.calibration_batches} calibration batch{'es' if self.calibration_batches != 1 else ''}"
+        if self.calibration_cut:
+            batches += f", the first {self.calibration_limit} of more (--calibration-batches)"
         lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {batches})"]
         if self.foreign:
             lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
@@ -208,6 +217,10 @@ def _batches(calibration: Optional[Iterable[Any]], example_inputs: tuple) -> Ite
     return calibration
 
 
+#: calibration batches read unless the caller says otherwise (``--calibration-batches``)
+DEFAULT_CALIBRATION_BATCHES = 100
+
+
 def quantize(
     model: Any,
     example_inputs: Sequence[Any],
@@ -216,12 +229,15 @@ def quantize(
     calibration: Optional[Iterable[Sequence[Any]]] = None,
     *,
     progress: Optional[Progress] = None,
+    calibration_batches: int = DEFAULT_CALIBRATION_BATCHES,
 ) -> Any:
     """Quantize ``model`` with ``backend``'s quantizer for ``scheme``; returns the converted GraphModule.
 
     ``calibration`` is an iterable of input tuples (a single tensor counts as a
     one-input tuple) run through the observed model; by default the example
-    inputs. The caller's model is not changed.
+    inputs. At most ``calibration_batches`` batches are read (a
+    generator that never ends is cut there); the report counts them and says
+    when the data had more. The caller's model is not changed.
     """
     import torch
     from torch.export import ExportedProgram
@@ -230,12 +246,14 @@ def quantize(
     from edgeplug.backend import get_backend
     from edgeplug.pipeline import transform
 
+    limit = check_calibration_batches(calibration_batches)
     b = get_backend(backend) if isinstance(backend, str) else backend
     rec = quant_scheme(b, scheme)  # before any work: an unknown scheme fails at once
     example_inputs = tuple(example_inputs)
     info = QuantizationInfo(
         backend=b.name, scheme=rec.scheme, description=rec.description, activation_bits=rec.activation_bits,
         weight_bits=rec.weight_bits, per_channel=rec.per_channel, distribution=b.distribution,
+        calibration_limit=limit,
     )
     timed = _QuantizeStages(b.name, rec.scheme, info, progress)
     if isinstance(model, ExportedProgram):
@@ -281,6 +299,9 @@ def _calibrate(prepared: Any, calibration: Any, example_inputs: tuple, info: Any
 
     with torch.no_grad():
         for batch in _batches(calibration, example_inputs):
+            if info.calibration_batches >= info.calibration_limit:
+                info.calibration_cut = True  # more than the cap: the rest is not read (a generator may never end)
+                break
             args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             prepared(*args)
             info.calibration_batches += 1
@@ -496,8 +517,25 @@ def describe_quantization(report: Any, model: Any, backend: Any) -> None:
         )
 
 
-def load_calibration(spec: str) -> list[tuple]:
-    """``FILE.py:ATTR`` -> a list of input tuples: ATTR is such an iterable, or a callable returning one."""
+def check_calibration_batches(value: Any) -> int:
+    """``value`` as a cap on calibration batches (an int >= 1); raises ``QuantizationError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise QuantizationError(
+            f"calibration_batches must be a whole number >= 1, not {value!r} "
+            f"(the default, {DEFAULT_CALIBRATION_BATCHES}, caps what a generator that never ends gives)"
+        )
+    return value
+
+
+def load_calibration(spec: str, limit: int = DEFAULT_CALIBRATION_BATCHES) -> list[tuple]:
+    """``FILE.py:ATTR`` -> a list of input tuples: ATTR is such an iterable, or a callable returning one.
+
+    At most ``limit`` + 1 are read (one more than the cap, so ``quantize`` can
+    say the data had more): a generator that never ends is cut.
+    """
+    import itertools
+
+    limit = check_calibration_batches(limit)
     if ":" not in spec:
         raise QuantizationError(f"--calibration {spec!r}: expected FILE.py:ATTR")
     from edgeplug.examples import import_user_file
@@ -506,7 +544,7 @@ def load_calibration(spec: str) -> list[tuple]:
     try:
         value = getattr(module, attr)
         data = value() if callable(value) else value
-        batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in data]
+        batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in itertools.islice(data, limit + 1)]
     except AttributeError as exc:
         raise QuantizationError(f"{path_s} has no {attr!r}: it must name input tuples, or a callable returning them") from exc
     except Exception as exc:
@@ -516,9 +554,11 @@ def load_calibration(spec: str) -> list[tuple]:
     return batches
 
 __all__ = [
+    "DEFAULT_CALIBRATION_BATCHES",
     "QUANT_STEPS",
     "QuantizationError",
     "QuantizationSummary",
+    "check_calibration_batches",
     "describe_quantization",
     "is_quantized",
     "load_calibration",
