@@ -11,18 +11,15 @@ from pathlib import Path
 import pytest
 
 from edgeplug import hookspecs
-from edgeplug.records import DEPRECATED_HOOKS, HOOK_RECORDS
+from edgeplug.records import HOOK_RECORDS
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 
 
 def _hooks() -> list[str]:
-    """The current hooks (deprecated names are documented as such, see below)."""
-    return sorted(
-        n for n, f in vars(hookspecs).items()
-        if n.startswith("edgeplug_") and inspect.isfunction(f) and n not in DEPRECATED_HOOKS
-    )
+    """Every hook hookspecs.py declares."""
+    return sorted(n for n, f in vars(hookspecs).items() if n.startswith("edgeplug_") and inspect.isfunction(f))
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +30,6 @@ def readme() -> str:
 
 def test_hookspecs_and_the_record_table_agree():
     assert _hooks() == sorted(HOOK_RECORDS)
-
-
-@pytest.mark.parametrize("old, new", sorted(DEPRECATED_HOOKS.items()))
-def test_deprecated_hooks_say_what_replaced_them(old, new):
-    assert callable(getattr(hookspecs, old)), f"{old} is no longer a hookspec: plugins using it break"
-    assert f"``{new}``" in inspect.getdoc(getattr(hookspecs, old))
-    assert f"``{old}``" in hookspecs.__doc__
 
 
 @pytest.mark.parametrize("hook", _hooks())

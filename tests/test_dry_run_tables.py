@@ -71,7 +71,8 @@ def test_a_copy_that_is_a_program_output_stays():
     """Removing it could make an output alias an input: it is kept (and reported on the CPU)."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    from edgeplug.graph.copies import is_identity_copy, remove_identity_copies
+    from edgeplug.graph.canonical import drop_identity_copies
+    from edgeplug.graph.copies import is_identity_copy
 
     class OutClone(nn.Module):
         def forward(self, x):
@@ -80,9 +81,11 @@ def test_a_copy_that_is_a_program_output_stays():
     ep = to_edge(torch.export.export(OutClone(), (torch.randn(2, 4),)), compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
     copies = [n for n in ep.graph.nodes if n.op == "call_function" and is_identity_copy(n)]
     assert len(copies) == 2
-    remove_identity_copies(ep)
+    records = drop_identity_copies(ep)
     left = [n for n in ep.graph.nodes if n.op == "call_function" and is_identity_copy(n)]
     assert len(left) == 1 and any(u.op == "output" for u in left[0].users)
+    assert [(r.transform, r.kind, r.removed, r.added) for r in records] == [("drop_identity_copies", "rewrite", 1, 0)]
+    assert records[0].node not in {n.name for n in ep.graph.nodes}
     x = torch.randn(2, 4)
     assert all(torch.equal(a, b) for a, b in zip(ep.module()(x), OutClone()(x)))
 

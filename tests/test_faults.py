@@ -78,7 +78,7 @@ class FaultyBackend:
             backend_id="XnnpackBackend",
             partitioner=self.partitioner,
             availability=self.availability,
-            verify="pte",
+            verify_method="pte",
         )
 
     def availability(self):

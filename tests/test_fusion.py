@@ -175,7 +175,7 @@ def test_fused_program_passes_the_edge_verifier(programs, backend):
         _, _, fused_ep, _ = programs(kind, backend)
         # aten.rms_norm is not core ATen: it is legal where the backend keeps it whole
         # (and in the "whole" bundle, exported with it preserved)
-        keep = [op for op in b.skip_ops if op == torch.ops.aten.rms_norm.default]
+        keep = [op for op in b.keep_whole if op == torch.ops.aten.rms_norm.default]
         if b.fusion_policy("rms_norm").target == "aten.rms_norm":
             assert keep, f"{backend} fuses into aten.rms_norm but does not keep it whole"
         if kind == "whole":

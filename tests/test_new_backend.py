@@ -53,11 +53,10 @@ def generated(tmp_path_factory):
 
 def test_the_generated_package_implements_every_hook_and_depends_on_the_testing_extra():
     from edgeplug import hookspecs
-    from edgeplug.records import DEPRECATED_HOOKS
 
     files = render("toyaccel")
     hooks = files["edgeplug_toyaccel/hooks.py"]
-    current = sorted(n for n in vars(hookspecs) if n.startswith("edgeplug_") and n not in DEPRECATED_HOOKS)
+    current = sorted(n for n in vars(hookspecs) if n.startswith("edgeplug_"))
     assert sorted(re.findall(r"^def (edgeplug_\w+)\(", hooks, re.M)) == current == sorted(HOOKS)
     assert hooks.count("@edgeplug.hookimpl") == len(current)
     pyproject = files["pyproject.toml"]

@@ -27,7 +27,7 @@ def _inputs():
 
 
 def test_keep_whole_uses_the_partition_predicate():
-    """matmul is in QNN's skip table but not in its support table: it must be decomposed."""
+    """matmul is in QNN's keep-whole table but not in its support table: it must be decomposed."""
     ep = torch.export.export(MatmulAndDouble(), _inputs())
     part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
     ops, keep = part.ops_to_not_decompose(ep)

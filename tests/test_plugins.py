@@ -118,7 +118,6 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site):
     assert b.plugin.entry_point == "tinycpu = edgeplug_fixture_good.hooks"
     assert b.spec.backend_id == "XnnpackBackend" and b.spec.verify_method == "pte"
     assert b.keep_whole == (torch.ops.aten.linear.default,)
-    assert b.skip_ops == b.keep_whole  # the old name
     assert [f.name for f in b.filters] == ["linear-verdict"]
     policy = b.fusion_policy("rms_norm")
     assert policy is not None and policy.target == "aten.rms_norm" and policy.fp32_accumulation
@@ -140,7 +139,7 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site):
 def test_third_party_plugin_adds_to_an_existing_backend(fixture_site):
     import torch
 
-    before = edgeplug.get_backend("xnnpack").skip_ops
+    before = edgeplug.get_backend("xnnpack").keep_whole
     assert torch.ops.aten.pixel_shuffle.default not in before
     fixture_site("good")
     xnnpack = edgeplug.get_backend("xnnpack")
@@ -225,9 +224,9 @@ def test_hook_that_raises_drops_its_plugin_and_says_which_hook(fixture_site):
         assert "raiser" not in edgeplug.backends()
     msg = _problem("raiser")
     assert "distribution edgeplug-fixture-raises 0.3.0" in msg
-    # the deprecated hook name is still called; the message keeps the file and line that raised
-    assert "failed at hook edgeplug_skip_decomp: RuntimeError: op table vendor_ops.json is missing" in msg
-    assert re.search(r"\(raised at \S*edgeplug_fixture_raises\.py:19 in edgeplug_skip_decomp\)", msg), msg
+    # the message keeps the file and line that raised
+    assert "failed at hook edgeplug_keep_whole: RuntimeError: op table vendor_ops.json is missing" in msg
+    assert re.search(r"\(raised at \S*edgeplug_fixture_raises\.py:19 in edgeplug_keep_whole\)", msg), msg
     with pytest.raises(UnknownBackendError) as err:
         edgeplug.get_backend("raiser")
     # asking for the backend tells the user why it is missing
@@ -292,7 +291,7 @@ def test_every_other_backend_keeps_working_when_plugins_are_broken(fixture_site)
         "brokenimport", "raiser", "badtype", "badfield", "badop", "typo", "future"
     }
     for name in FIRST_PARTY:
-        assert edgeplug.get_backend(name).skip_ops or name == "xnnpack"
+        assert edgeplug.get_backend(name).keep_whole or name == "xnnpack"
     model, inputs, _ = load_model("mlp")
     report = edgeplug.lower(model, inputs, "xnnpack", dry_run=True).report
     assert report.delegated_nodes == 3
@@ -461,18 +460,15 @@ def _hook_names() -> list[str]:
 @pytest.mark.parametrize("hook", _hook_names())
 def test_every_hook_is_exercised(hook, fixture_site):
     """datasette-style: every hook of the good fixture distribution reaches the resolved Backend."""
-    from edgeplug.records import DEPRECATED_HOOKS, HOOK_RECORDS
+    from edgeplug.records import HOOK_RECORDS
 
-    record_type = HOOK_RECORDS.get(DEPRECATED_HOOKS.get(hook, hook))
+    record_type = HOOK_RECORDS.get(hook)
     assert record_type is not None, f"{hook} yields no record type the manager validates"
-    fixture_site("good" if hook not in DEPRECATED_HOOKS else "hook_raises")
+    fixture_site("good")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PluginWarning)
         edgeplug.backends()
-    dist = "edgeplug-fixture-good" if hook not in DEPRECATED_HOOKS else "edgeplug-fixture-raises"
-    if hook in DEPRECATED_HOOKS:  # its hook raises, and the problem names the old hook: it was called
-        assert f"failed at hook {hook}:" in _problem("raiser")
-        return
+    dist = "edgeplug-fixture-good"
     b = edgeplug.get_backend("tinycpu")
     ours = [c.record for c in b.contributions if c.plugin.distribution == dist and isinstance(c.record, record_type)]
     assert ours, f"no {record_type.__name__} from {hook} reached the resolved backend"
@@ -650,15 +646,29 @@ def test_records_for_a_backend_no_plugin_registers_are_reported(fixture_site):
     assert edgeplug.get_backend("toyaccel").fusion_policies == ()
 
 
-def test_old_names_still_work():
-    import torch
+def test_one_name_per_concept_old_names_are_refused(edgeplug_register):
+    """0.1 keeps no aliases: each old name fails loudly, naming what to use."""
+    from pydantic import ValidationError
 
-    spec = edgeplug.BackendSpec(backend="x", description="d", backend_id="X", partitioner=list, verify="pte")
-    assert spec.verify_method == "pte" and spec.verify == "pte"
-    assert edgeplug.SkipDecomp is edgeplug.KeepWhole
-    rec = edgeplug.SkipDecomp(backend="x", ops=(torch.ops.aten.linear.default,))
-    assert isinstance(rec, edgeplug.KeepWhole)
-    assert edgeplug.verify.__name__ == "verify"
+    with pytest.raises(ValidationError, match="verify"):
+        edgeplug.BackendSpec(backend="x", description="d", backend_id="X", partitioner=list, verify="pte")
+    spec = edgeplug.BackendSpec(backend="x", description="d", backend_id="X", partitioner=list, verify_method="pte")
+    assert not hasattr(spec, "verify")
+    with pytest.raises(AttributeError, match="SkipDecomp"):
+        edgeplug.SkipDecomp  # noqa: B018
+    assert not hasattr(edgeplug.get_backend("xnnpack"), "skip_ops")
+    assert not hasattr(plugins.manager(), "records")
+
+    class OldHook:
+        @edgeplug.hookimpl
+        def edgeplug_skip_decomp(self):
+            return []
+
+    edgeplug_register(OldHook(), name="old-hook")
+    with pytest.warns(PluginWarning):
+        edgeplug.backends()
+    msg = _problem("old-hook")
+    assert "edgeplug_skip_decomp" in msg and "edgeplug_keep_whole" in msg  # the hooks it lists
 
 
 # -- `edgeplug plugins` --------------------------------------------------------------

@@ -1,14 +1,42 @@
 """edgeplug: a plugin framework for ExecuTorch backends.
 
-The public API (stable)::
+This module is the user's surface; backend authors import from
+``edgeplug.plugin``. Every other module may change without notice. The names,
+one line each:
 
-    edgeplug.backends() -> list[str]
-    edgeplug.get_backend(name) -> Backend
-    edgeplug.transform(ep, backend) -> ExportedProgram
-    edgeplug.fuse(ep, backend) -> (ExportedProgram, list[FusionRecord])
-    edgeplug.lower(model_or_ep, example_inputs, backend, *, verify=False, dry_run=False) -> LoweringResult
-    edgeplug.quantize(model, example_inputs, backend, scheme, calibration=None) -> torch.fx.GraphModule
-        # the backend's own PT2E quantizer (edgeplug.quantization); lower() takes the result
+Lowering:
+
+- ``backends``: ``backends() -> list[str]``, the installed, loadable backends.
+- ``get_backend``: ``get_backend(name) -> Backend``, one backend resolved across every plugin.
+- ``Backend``: one backend's records (spec, keep-whole ops, filters, fusion policies, kernels, passes).
+- ``transform``: ``transform(ep, backend) -> ExportedProgram``, the export stage ``lower`` runs.
+- ``fuse``: ``fuse(ep, backend) -> (ExportedProgram, list[FusionRecord])``, the core's fusions on an edge program.
+- ``lower``: ``lower(model_or_ep, args, backend, *, verify=False, dry_run=False, ...) -> LoweringResult``.
+- ``quantize``: ``quantize(model, args, backend, scheme, calibration=None) -> GraphModule``, the backend's PT2E quantizer; ``lower`` takes the result.
+- ``verify``: ``verify(result, backend) -> Verification``, the lowered program run and compared with eager.
+- ``LoweringResult``: what ``lower`` returns: the report, the programs, ``save`` for the .pte.
+- ``LoweringReport``: partitions, ops on the CPU and why, fusions, transforms, timings, verification.
+- ``Verification``: each output of the lowered program compared with eager.
+- ``plugins``: the plugin manager module (``edgeplug.plugins.register(...)``, ``problems()``).
+
+Errors (all are ``EdgeplugError``):
+
+- ``EdgeplugError``: the base class of every error edgeplug raises on purpose.
+- ``UnknownBackendError``: no loadable backend has that name (the message says why).
+- ``BackendUnavailableError``: the backend's delegate cannot be serialized here (e.g. a missing SDK).
+- ``PluginConflictError``: two plugins contribute the same thing.
+- ``PassError``: a pass failed or left a broken graph.
+- ``LoweringError``: the lowering failed at a named stage.
+- ``KernelError``: a host kernel refused or failed a call.
+- ``VerificationError``: verification could not run the lowered program.
+- ``RuntimeRefusedError``: ExecuTorch's runtime refused to load or run the program.
+- ``OutputPathError``: the .pte or report cannot be written where asked.
+
+Records and ``hookimpl`` (also here for plugins written as ``@edgeplug.hookimpl``;
+``edgeplug.plugin`` documents them): ``API_VERSION``, ``Availability``,
+``BackendSpec``, ``FusionPolicy``, ``FusionRecord``, ``TransformRecord``,
+``KeepWhole``, ``Kernel``, ``PartitionerFilter``, ``PassSpec``, ``QuantScheme``,
+``hookimpl``.
 
 Importing edgeplug is cheap: torch, executorch and the plugins load on first use.
 """
@@ -17,6 +45,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeplug.errors import (
+    BackendUnavailableError,
+    EdgeplugError,
+    KernelError,
+    LoweringError,
+    OutputPathError,
+    PassError,
+    PluginConflictError,
+    RuntimeRefusedError,
+    UnknownBackendError,
+    VerificationError,
+)
 from edgeplug.hookspecs import hookimpl
 from edgeplug.records import (
     API_VERSION,
@@ -30,7 +70,6 @@ from edgeplug.records import (
     PartitionerFilter,
     PassSpec,
     QuantScheme,
-    SkipDecomp,
 )
 
 __version__ = "0.1.0"
@@ -44,6 +83,7 @@ _LAZY = {
     "lower": ("edgeplug.pipeline", "lower"),
     "LoweringResult": ("edgeplug.pipeline", "LoweringResult"),
     "LoweringReport": ("edgeplug.report", "LoweringReport"),
+    "Verification": ("edgeplug.report", "Verification"),
     "quantize": ("edgeplug.quantization", "quantize"),
     "verify": ("edgeplug.pipeline", "verify"),
 }
@@ -65,6 +105,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BackendUnavailableError",
+    "EdgeplugError",
+    "KernelError",
+    "LoweringError",
+    "OutputPathError",
+    "PassError",
+    "PluginConflictError",
+    "RuntimeRefusedError",
+    "UnknownBackendError",
+    "VerificationError",
     "API_VERSION",
     "Availability",
     "BackendSpec",
@@ -76,7 +126,7 @@ __all__ = [
     "PartitionerFilter",
     "PassSpec",
     "QuantScheme",
-    "SkipDecomp",
     "hookimpl",
     *_LAZY,
+    "plugins",
 ]

@@ -56,11 +56,6 @@ class Backend:
     def version(self) -> str:
         return self.plugin.version
 
-    @property
-    def skip_ops(self) -> tuple[Any, ...]:
-        """The old name of ``keep_whole``."""
-        return self.keep_whole
-
     def records(self, record_type: type[R]) -> tuple[R, ...]:
         """This backend's records of one type (any record type, e.g. a newer hook's)."""
         return tuple(c.record for c in self.contributions if isinstance(c.record, record_type))

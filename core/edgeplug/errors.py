@@ -10,6 +10,8 @@ class PluginConflictError(EdgeplugError):
 
 
 class UnknownBackendError(EdgeplugError, KeyError):
+    """No loadable backend has the name asked for (the message says why: not installed, a conflict, ...)."""
+
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
 

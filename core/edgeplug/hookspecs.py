@@ -19,8 +19,6 @@ Hooks, in the order the lowering pipeline uses them:
 A module-level function whose name starts with ``edgeplug_`` but lacks the
 ``@edgeplug.hookimpl`` marker, or names no hook, is reported when the plugin
 loads (the plugin is dropped), as pytest reports a misspelt ``pytest_`` hook.
-The old hook name ``edgeplug_skip_decomp`` is still called (deprecated; it is
-``edgeplug_keep_whole``).
 
 The author's guide, docs/writing-a-backend.md, shows each hook with an example.
 """
@@ -64,11 +62,6 @@ def edgeplug_keep_whole() -> Iterable[KeepWhole]:
     only where the backend's support check and filters say the node will be
     delegated, so a kept-whole op is never left on the CPU.
     """
-
-
-@hookspec(warn_on_impl=DeprecationWarning("edgeplug_skip_decomp is deprecated: rename it edgeplug_keep_whole"))
-def edgeplug_skip_decomp() -> Iterable[KeepWhole]:
-    """Deprecated name of ``edgeplug_keep_whole``; still called, same records."""
 
 
 @hookspec

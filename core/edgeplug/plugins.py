@@ -50,7 +50,6 @@ from pydantic import BaseModel, ValidationError
 
 from edgeplug import hookspecs
 from edgeplug.records import (
-    DEPRECATED_HOOKS,
     HOOK_RECORDS,
     BackendSpec,
     FusionPolicy,
@@ -589,7 +588,7 @@ class PluginManager:
                 continue
             if pm.parse_hookimpl_opts(plugin, name) is None:
                 known = ", ".join(HOOK_RECORDS)
-                what = "" if name in HOOK_RECORDS or name in DEPRECATED_HOOKS else f", and names no hook (the hooks are: {known})"
+                what = "" if name in HOOK_RECORDS else f", and names no hook (the hooks are: {known})"
                 return (
                     f"function {name} is not marked @edgeplug.hookimpl, so it would never be "
                     f"called{what}; decorate it with @edgeplug.hookimpl (or rename it if it is no hook)"
@@ -601,9 +600,7 @@ class PluginManager:
         pm = pluggy.PluginManager(hookspecs.PROJECT)
         pm.add_hookspecs(hookspecs)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # the old hook name: still called
-                pm.register(plugin, name=info.name)
+            pm.register(plugin, name=info.name)
             pm.check_pending()  # a misspelt hook would otherwise be ignored silently
         except Exception as exc:  # e.g. a hookimpl with an unknown name or argument
             known = ", ".join(HOOK_RECORDS)
@@ -614,8 +611,7 @@ class PluginManager:
         if unmarked is not None:
             return [], PluginProblem(info, "registration", unmarked)
         out: list[BaseModel] = []
-        hooks = [*HOOK_RECORDS.items(), *((old, HOOK_RECORDS[new]) for old, new in DEPRECATED_HOOKS.items())]
-        for hook, record_type in hooks:
+        for hook, record_type in HOOK_RECORDS.items():
             caller = getattr(pm.hook, hook, None)
             for impl in caller.get_hookimpls() if caller is not None else ():
                 stage = f"hook {hook}"
@@ -717,15 +713,12 @@ class PluginManager:
         ``unclaimed()``).
         """
         if isinstance(kind, str):
-            kind = HOOK_RECORDS[DEPRECATED_HOOKS.get(kind, kind)]
+            kind = HOOK_RECORDS[kind]
         return [
             c
             for c in self._state().contributions
             if (kind is None or isinstance(c.record, kind)) and (backend is None or c.record.backend == backend)
         ]
-
-    #: The old name of ``contributions``: (plugin, record) pairs.
-    records = contributions
 
     def backend_specs(self) -> dict[str, tuple[PluginInfo, BackendSpec]]:
         """Registered backends that are available (no conflict): name -> (plugin, spec)."""

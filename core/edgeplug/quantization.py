@@ -135,7 +135,7 @@ def _backend_name(backend: Any) -> str:
 def _contributions(backend: str) -> list[tuple[Any, QuantScheme]]:
     from edgeplug.plugins import manager
 
-    return [(info, rec) for info, rec in manager().records("edgeplug_quantizers", backend)]
+    return [(info, rec) for info, rec in manager().contributions("edgeplug_quantizers", backend)]
 
 
 def schemes(backend: Any) -> list[QuantScheme]:

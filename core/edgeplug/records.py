@@ -114,22 +114,6 @@ class BackendSpec(_Record):
     #: backend; 0 turns the core's constant folding off.
     constant_fold_budget: int = Field(default=1 << 20, ge=0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _old_verify_name(cls, data: Any) -> Any:
-        # ``verify=`` was the field's name before 0.2; still accepted
-        if isinstance(data, dict) and "verify" in data:
-            data = dict(data)
-            if "verify_method" in data:
-                raise ValueError("give verify_method only (verify is its old name)")
-            data["verify_method"] = data.pop("verify")
-        return data
-
-    @property
-    def verify(self) -> str:
-        """The old name of ``verify_method``."""
-        return self.verify_method
-
     @field_validator("api_version")
     @classmethod
     def _check_api(cls, v: int) -> int:
@@ -163,10 +147,6 @@ class KeepWhole(_Record):
                     "torch.ops.aten.linear.default, not torch.ops.aten.linear)"
                 )
         return tuple(ops)
-
-
-#: The old name of ``KeepWhole`` (and of its hook, ``edgeplug_skip_decomp``).
-SkipDecomp = KeepWhole
 
 
 class PartitionerFilter(_Record):
@@ -428,6 +408,3 @@ HOOK_RECORDS: dict[str, type[BaseModel]] = {
     "edgeplug_passes": PassSpec,
     "edgeplug_quantizers": QuantScheme,
 }
-
-#: old hook name -> the hook that replaced it (still called, same record type)
-DEPRECATED_HOOKS: dict[str, str] = {"edgeplug_skip_decomp": "edgeplug_keep_whole"}

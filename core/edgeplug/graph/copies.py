@@ -1,11 +1,12 @@
-"""Copies that change nothing, and a pass that removes them.
+"""Copies that change nothing (``is_identity_copy``).
 
 ``to_edge`` leaves layout-only copies in a program: ``clone`` (as
 ``_clone_dim_order``), ``alias_copy``, ``lift_fresh_copy``, a dim-order or
 dtype conversion to what the tensor already is, an ``expand_copy`` to the
 shape it has. A backend whose real flow removes them before partitioning
-(QNN's own pass manager does) chooses this pass, so partitions and the report
-are those of the real flow, not broken by copies no device would run.
+(QNN's own pass manager does) chooses the rewrite ``drop_identity_copies``
+(``edgeplug.graph.canonical``), so partitions and the report are those of the
+real flow, not broken by copies no device would run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from torch.export import ExportedProgram
 
 from edgeplug.graph.ops import qualified_name
 
@@ -57,21 +57,3 @@ def is_identity_copy(node: torch.fx.Node) -> bool:
         return False
     return name in _ALWAYS or (_dim_order(src) is not None and _dim_order(src) == _dim_order(out))
 
-
-def remove_identity_copies(ep: ExportedProgram) -> None:
-    """Replace every identity copy by what it copies (in place).
-
-    A copy whose value is a program output stays: removing it could make an
-    output alias an input or another output.
-    """
-    gm = ep.graph_module
-    removed = False
-    for node in list(gm.graph.nodes):
-        if not is_identity_copy(node) or any(u.op == "output" for u in node.users):
-            continue
-        node.replace_all_uses_with(node.args[0])
-        gm.graph.erase_node(node)
-        removed = True
-    if removed:
-        gm.graph.lint()
-        gm.recompile()

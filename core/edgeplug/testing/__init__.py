@@ -1,7 +1,7 @@
 """Testing edgeplug backends: a pytest plugin and the conformance suite.
 
 Every backend, first-party or third-party, must pass the conformance suite in
-``edgeplug.testing.conformance``: its records are valid, its skip table holds
+``edgeplug.testing.conformance``: its records are valid, its keep-whole table holds
 real operator overloads, its fusion policy (if it declares one) names a real
 operator, the Llama example lowers for it (or, where its delegate cannot
 serialize here, lowers as a dry run and the real lowering stops with an error

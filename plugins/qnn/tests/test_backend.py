@@ -39,4 +39,4 @@ def test_availability_names_what_is_missing_in_the_sdk(monkeypatch, tmp_path):
 
 def test_htp_keeps_its_native_ops_whole():
     aten = __import__("torch").ops.aten
-    assert {aten.linear.default, aten.rms_norm.default, aten.hardswish.default} <= set(edgeplug.get_backend("qnn").skip_ops)
+    assert {aten.linear.default, aten.rms_norm.default, aten.hardswish.default} <= set(edgeplug.get_backend("qnn").keep_whole)

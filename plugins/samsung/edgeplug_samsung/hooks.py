@@ -21,7 +21,7 @@ def edgeplug_backends():
 
 @edgeplug.hookimpl
 def edgeplug_keep_whole():
-    yield KeepWhole(backend="samsung", ops=support.skip_decomp_ops())
+    yield KeepWhole(backend="samsung", ops=support.keep_whole_ops())
 
 
 @edgeplug.hookimpl

@@ -80,7 +80,7 @@ def _quant_ops():
     )
 
 
-def skip_decomp_ops():
+def keep_whole_ops():
     import torch
 
     a = torch.ops.aten
@@ -96,4 +96,4 @@ def make_partitioner():
 
         chipset = os.environ.get(CHIPSET_VAR, DEFAULT_CHIPSET)
         return EnnPartitioner([gen_samsung_backend_compile_spec(chipset)])
-    return SupportTablePartitioner("EnnBackend", supported_ops(), keep_whole=skip_decomp_ops(), dtypes=dtypes())
+    return SupportTablePartitioner("EnnBackend", supported_ops(), keep_whole=keep_whole_ops(), dtypes=dtypes())
