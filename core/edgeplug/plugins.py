@@ -366,11 +366,22 @@ class TimeLimit(Exception):
     """A plugin's code ran past its time limit (see ``_time_limit``)."""
 
 
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` (or a caller of it) is executing a module's import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _time_limit:
     """Interrupt the block after ``seconds`` with ``TimeLimit`` (SIGALRM; main thread only).
 
     Where no alarm can be set (another thread, a platform without SIGALRM,
     an alarm handler the application installed) the block runs unlimited.
+    An import in progress is never interrupted: the limit takes effect when
+    it returns.
     """
 
     def __init__(self, seconds: float, what: str) -> None:
@@ -388,6 +399,9 @@ class _time_limit:
             return self
 
         def expire(signum: int, frame: Any) -> None:
+            if _importing(frame):  # stopping an import half-way leaves C extensions half-initialised
+                signal.setitimer(signal.ITIMER_REAL, 0.05)  # (numpy then crashes the process): retry after it
+                return
             raise TimeLimit(f"{self.what} took longer than {self.seconds:g} s and was stopped")
 
         self.previous = signal.signal(signal.SIGALRM, expire)
@@ -636,8 +650,9 @@ class PluginManager:
                     return [], PluginProblem(
                         info,
                         stage,
-                        f"yielded {what}; {hook} yields edgeplug.plugin.{record_type.__name__} records "
-                        f"only (a dict is not converted: build the record){at or _defined_at(impl.function)}",
+                        f"yielded {what}; {hook} yields edgeplug.plugin.{record_type.__name__} records only"
+                        + (" (a dict is not converted: build the record)" if isinstance(item, dict) else "")
+                        + (at or _defined_at(impl.function)),
                     )
         return out, None
 
