@@ -23,6 +23,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 #: DESIGN.md's fusion-policy table for the first-party backends
 POLICIES = {
+    "coreml": ("aten.rms_norm", False),
     "qnn": ("aten.rms_norm", False),
     "samsung": ("aten.rms_norm", False),
     "vulkan": ("et_vk.rms_norm", False),

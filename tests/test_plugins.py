@@ -20,7 +20,7 @@ from edgeplug import plugins
 from edgeplug.errors import PluginConflictError, UnknownBackendError
 from edgeplug.plugins import PluginWarning
 
-FIRST_PARTY = {"qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
+FIRST_PARTY = {"coreml", "qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
 
 
 @pytest.fixture(autouse=True)

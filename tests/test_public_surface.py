@@ -8,9 +8,18 @@ purpose: the snapshot below must be updated with it.
 from __future__ import annotations
 
 import ast
+import builtins
+import dataclasses
+import difflib
+import inspect
+import os
+import re
 import subprocess
 import sys
+import tomllib
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +87,112 @@ def test_an_unknown_author_name_says_where_the_surface_is_listed():
 
     with pytest.raises(AttributeError, match=r"edgeplug\.plugin\.__all__"):
         edgeplug.plugin.CorePartitioner  # noqa: B018  (internal: not on the author's surface)
+
+
+# -- the snapshot of both surfaces ------------------------------------------------------
+
+SNAPSHOT = Path(__file__).resolve().parent / "public_surface.txt"
+UPDATE = "EDGEPLUG_UPDATE_SURFACE"
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def _signature(obj: Any) -> str:
+    try:
+        return _ADDRESS.sub("", str(inspect.signature(obj)))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _members(cls: type) -> list[str]:
+    """The public attributes a class of the project defines (not those of pydantic, Exception or object)."""
+    fields = set(getattr(cls, "model_fields", {})) | {"model_config"}
+    if dataclasses.is_dataclass(cls):
+        fields |= {f.name for f in dataclasses.fields(cls)}  # in the signature already
+    out = []
+    for name in sorted({n for c in cls.__mro__ if c.__module__.startswith("edgeplug") for n in vars(c)}):
+        if name.startswith("_") or name in fields:
+            continue
+        value = inspect.getattr_static(cls, name)
+        if isinstance(value, property):
+            out.append(f"    .{name}: property")
+        elif isinstance(value, (staticmethod, classmethod)) or inspect.isfunction(value):
+            out.append(f"    .{name}{_signature(getattr(cls, name))}")
+        else:
+            out.append(f"    .{name}: {type(value).__name__}")
+    return out
+
+
+def _describe(module: str, name: str, obj: Any) -> list[str]:
+    where = f"{module}.{name}"
+    if inspect.ismodule(obj):
+        own = {
+            n: v for n, v in vars(obj).items()
+            if not n.startswith("_") and (getattr(v, "__module__", None) == obj.__name__ or (n.isupper() and not callable(v)))
+        }
+        return [f"{where}: module", *(f"    .{n}" + (f" = {v!r}" if n.isupper() else "") for n, v in sorted(own.items()))]
+    if inspect.isclass(obj):
+        bases = ", ".join(b.__name__ for b in obj.__bases__)
+        return [f"{where}: class({bases}){_signature(obj)}", *_members(obj)]
+    if callable(obj):
+        return [f"{where}: function{_signature(obj)}"]
+    return [f"{where}: {type(obj).__name__} = {_ADDRESS.sub('', repr(obj))}"]
+
+
+def _surface() -> list[str]:
+    import importlib
+
+    lines = []
+    for module in PUBLIC_MODULES:
+        mod = importlib.import_module(module)
+        for name in sorted(mod.__all__):
+            lines += _describe(module, name, getattr(mod, name))
+    return lines
+
+
+def test_both_surfaces_match_the_checked_in_snapshot():
+    now = _surface()
+    if os.environ.get(UPDATE):
+        SNAPSHOT.write_text("\n".join(now) + "\n")
+    assert SNAPSHOT.is_file(), f"{SNAPSHOT.name} is missing: run {UPDATE}=1 pytest tests/test_public_surface.py"
+    before = SNAPSHOT.read_text().splitlines()
+    diff = "\n".join(difflib.unified_diff(before, now, "tests/public_surface.txt", "the code now", lineterm=""))
+    assert now == before, (
+        "the public surface changed (edgeplug.__all__ or edgeplug.plugin.__all__, a signature, a member):\n"
+        f"{diff}\n"
+        "If the change is deliberate, document the name in its module's docstring, then update the snapshot with "
+        f"`{UPDATE}=1 pytest tests/test_public_surface.py` and commit tests/public_surface.txt with the change."
+    )
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_every_public_name_is_documented(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    assert len(mod.__all__) == len(set(mod.__all__)), f"{module}.__all__ names something twice"
+    missing, undocumented = [], []
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        if f"``{name}``" not in mod.__doc__:
+            missing.append(name)
+        if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj):
+            own = vars(obj).get("__doc__") if inspect.isclass(obj) else obj.__doc__
+            if not (own or "").strip() or (inspect.isclass(obj) and own.startswith(f"{name}(")):  # a dataclass's generated doc
+                undocumented.append(name)
+    assert not missing, f"{module}'s docstring does not name {missing}: add a line for each"
+    assert not undocumented, f"these names of {module} have no docstring of their own: {undocumented}"
+
+
+def test_a_deprecation_warning_from_edgeplug_fails_the_tests():
+    """pyproject quiets the dependencies' deprecations, not ours: a deprecated path in edgeplug is an error."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    filters = config["tool"]["pytest"]["ini_options"]["filterwarnings"]
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        for spec in filters:  # pytest applies them in order, each over the ones before
+            action, message, category, module = (spec.split(":") + ["", "", "", ""])[:4]
+            warnings.filterwarnings(action, message, getattr(builtins, category or "Warning"), module)
+        for module in ("edgeplug.pipeline", "edgeplug_vulkan.delegate"):
+            with pytest.raises(DeprecationWarning):
+                warnings.warn_explicit("old", DeprecationWarning, "x.py", 1, module=module)
+        warnings.warn_explicit("old", DeprecationWarning, "x.py", 1, module="torch.export")  # quiet
