@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PLUGINS := vulkan webgpu qnn samsung xnnpack
+PLUGINS := vulkan webgpu qnn samsung xnnpack coreml
 STAMP := $(VENV)/.edgeplug-installed
 
 .PHONY: setup demo test test-fast bench zoo clean

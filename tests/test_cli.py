@@ -95,7 +95,7 @@ def test_backends_lists_each_with_distribution_version_and_availability(cli):
     header, *rows = out.splitlines()
     assert header.split() == ["backend", "distribution", "version", "verify", "serializes", "here"]
     table = {r.split()[0]: r for r in rows if r.strip() and not r.startswith("wgpu adapter:")}
-    assert set(table) == {"qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
+    assert set(table) == {"coreml", "qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
     assert table["vulkan"].split()[:5] == ["vulkan", "edgeplug-vulkan", "0.1.0", "kernels", "yes"]
     assert table["xnnpack"].split()[:5] == ["xnnpack", "edgeplug-xnnpack", "0.1.0", "pte", "yes"]
     assert "no: the QNN SDK is not configured (QNN_SDK_ROOT is not set)" in table["qnn"]
@@ -125,7 +125,7 @@ def test_backends_with_a_conflict_lists_the_others_and_names_both_distributions(
     code, out, err = cli("backends")
     assert code == 0
     listed = {line.split()[0] for line in out.splitlines()[1:] if line.strip() and not line.startswith("wgpu")}
-    assert listed == {"qnn", "samsung", "webgpu", "xnnpack"}
+    assert listed == {"coreml", "qnn", "samsung", "webgpu", "xnnpack"}
     assert "unavailable backend: backend 'vulkan' is unavailable: backend 'vulkan' is registered twice" in err
     assert "edgeplug-vulkan" in err and "edgeplug-fixture-vulkan-clone" in err
 
@@ -278,7 +278,7 @@ def test_unknown_backend(cli):
     code, stdout, stderr = cli("lower", "mlp", "--backend", "tpu")
     assert code == 2 and stdout == ""
     assert "edgeplug: error: no backend named 'tpu'" in stderr
-    assert "Installed backends: qnn, samsung, vulkan, webgpu, xnnpack" in stderr
+    assert "Installed backends: coreml, qnn, samsung, vulkan, webgpu, xnnpack" in stderr
 
 
 def test_unknown_example(cli):
@@ -344,7 +344,7 @@ def test_an_empty_plugin_allow_list_means_unset(cli, monkeypatch):
     monkeypatch.setenv("EDGEPLUG_PLUGINS", "")
     code, out, err = cli("backends", "--no-adapter")
     assert code == 0, err
-    assert {r.split()[0] for r in out.splitlines()[1:] if r.strip()} == {"qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
+    assert {r.split()[0] for r in out.splitlines()[1:] if r.strip()} == {"coreml", "qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
 
 
 # -- atomic writes -----------------------------------------------------------------

@@ -367,7 +367,7 @@ def test_unknown_backend_lists_installed_ones_and_suggests_the_nearest():
         edgeplug.get_backend("vulkn")
     msg = str(err.value)
     assert "no backend named 'vulkn'; did you mean 'vulkan'?" in msg
-    assert "Installed backends: qnn, samsung, vulkan, webgpu, xnnpack" in msg
+    assert "Installed backends: coreml, qnn, samsung, vulkan, webgpu, xnnpack" in msg
     # a name anyone could register on PyPI is never suggested
     assert "pip install" not in msg
     with pytest.raises(UnknownBackendError) as err:
