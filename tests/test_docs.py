@@ -161,7 +161,7 @@ def test_the_guide_covers_what_authors_asked_for(guide):
         "edgeplug new-backend", "exir_ops.edge.aten.div.Tensor", "torch.ops.aten.div.Tensor",
         "aten.rms_norm", "et_vk.rms_norm", "namespace.name.overload", "## Choosing `backend_id`",
         "pytest --pyargs edgeplug.testing.conformance --edgeplug-backend", "edgeplug[testing]",
-        "edgeplug.partition.refuse", "RmsNormKernelSuite",
+        "edgeplug.plugin.refuse", "RmsNormKernelSuite",
     ):
         assert text in guide, f"docs/writing-a-backend.md does not mention {text}"
 

@@ -31,9 +31,10 @@ def _plugin_sources() -> list[Path]:
     return sorted(p for p in (ROOT / "plugins").glob("*/edgeplug_*/**/*.py"))
 
 
-def _private_imports(path: Path, root: Path = ROOT) -> list[str]:
-    """``file:line: module`` for each import of an edgeplug module other than the two public ones."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+def _private_imports(path: Path, root: Path = ROOT, *, source: str = "", allowed: tuple[str, ...] = ()) -> list[str]:
+    """``file:line: module`` for each import of an edgeplug module other than the two public ones
+    (and the packages in ``allowed``, with their submodules)."""
+    tree = ast.parse(source or path.read_text(), filename=str(path))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -45,7 +46,8 @@ def _private_imports(path: Path, root: Path = ROOT) -> list[str]:
         else:
             continue
         for module in modules:
-            if (module == "edgeplug" or module.startswith("edgeplug.")) and module not in PUBLIC_MODULES:
+            ours = module == "edgeplug" or module.startswith("edgeplug.")
+            if ours and module not in PUBLIC_MODULES and not any(module == a or module.startswith(a + ".") for a in allowed):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {module}")
     return found
 
@@ -59,6 +61,18 @@ def test_first_party_plugins_import_only_the_public_surfaces():
         "edgeplug.plugin (add them to its __all__ and docstring if they belong to the author's surface):\n  "
         + "\n  ".join(bad)
     )
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/writing-a-backend.md"])
+def test_the_docs_examples_import_only_the_public_surfaces(doc):
+    """What the docs show is what authors copy: records and helpers come from edgeplug.plugin."""
+    path = ROOT / doc
+    blocks = re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+    assert blocks, f"{doc} has no python example"
+    # the conformance suite and the example models are packages of their own, documented as such
+    allowed = ("edgeplug.testing", "edgeplug.examples")
+    bad = [hit for block in blocks for hit in _private_imports(path, ROOT, source=block, allowed=allowed)]
+    assert not bad, f"{doc}'s examples import internal modules (line numbers within each block): {bad}"
 
 
 def test_the_import_check_sees_private_imports(tmp_path):
