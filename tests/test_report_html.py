@@ -63,8 +63,12 @@ def _check_page_against_report(browser, html: Path, report: dict) -> None:
     assert page.inner_text("#sum-partitions b") == str(len(report["partitions"]))
     assert page.inner_text("#sum-cpu b") == str(report["summary"]["cpu_nodes"])
     for c in report["cpu_nodes"][:3]:  # clicking a CPU node shows why it stayed there
+        page.click("#view-edgeplug")
+        page.click(f"#cpu-nodes td:text-is('{c['node']}')")  # the table row brings the node into view
+        page.click("#detail")  # (clears nothing: the graph click below is what is checked)
         page.click(f"g.node[data-name='{c['node']}']")
         assert page.inner_text("#detail .reason") == c["reason"]
+        assert page.inner_text("#detail dd:nth-of-type(1)") == c["node"]
     if report.get("stock") and not report["stock"]["error"]:
         s = report["stock"]
         rows = {r[0]: r[1:] for r in page.eval_on_selector_all(
@@ -170,6 +174,10 @@ def test_a_big_graph_opens_collapsed_and_expands_by_module(browser, tmp_path):
     page.click("g.group[data-group='blocks.3']")  # expands that layer only
     assert len(p.all("g.node[data-name^='b3_']", "data-name")) == 40
     assert "blocks.3" not in p.all("g.group", "data-group")
+    page.click("g.node[data-name='b3_n1']")  # any module above a node collapses: blocks.3.attn here
+    page.click("#detail button[data-collapse='blocks.3.attn']")
+    assert "blocks.3.attn" in p.all("g.group", "data-group")
+    assert p.all("g.node[data-name^='b3_']", "data-name") == []
     page.fill("#search", "b7_n39")  # search reaches into a collapsed layer
     page.press("#search", "Enter")
     assert page.inner_text("#detail .reason") == "refused by a test"

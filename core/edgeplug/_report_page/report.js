@@ -35,7 +35,12 @@
   function view(name, nodes, partitions, flow) {
     var byName = {}, colors = {};
     partitions.forEach(function (p, i) { colors[p.tag] = PALETTE[i % PALETTE.length]; });
-    nodes.forEach(function (n) { byName[n.name] = n; n.group = groupOf(n.module); });
+    nodes.forEach(function (n) {
+      byName[n.name] = n;
+      n.group = groupOf(n.module);
+      // every module path above the node (blocks, blocks.3, blocks.3.attn): each can be collapsed
+      n.prefixes = n.module ? n.module.split(".").map(function (_, i, a) { return a.slice(0, i + 1).join("."); }) : [];
+    });
     return { name: name, nodes: nodes, byName: byName, colors: colors, partitions: partitions, flow: flow };
   }
   var views = { edgeplug: view("edgeplug", R.graph || [], R.partitions || [], "edgeplug " + R.backend) };
@@ -152,7 +157,10 @@
   // -- the graph --------------------------------------------------------------------------------
   var state = { view: "edgeplug", collapsed: {}, weights: false, selected: null, query: "", pos: {}, tx: 0, ty: 0, k: 1 };
   function current() { return views[state.view]; }
-  function unitOf(n) { return n.group && state.collapsed[n.group] ? "group:" + n.group : n.name; }
+  function unitOf(n) {
+    for (var i = 0; i < n.prefixes.length; i++) if (state.collapsed[n.prefixes[i]]) return "group:" + n.prefixes[i];
+    return n.name;
+  }
   function visible(n) { return state.weights || n.op !== "weight"; }
   function matches(n) {
     var q = state.query;
@@ -169,7 +177,7 @@
       if (!visible(n)) return;
       var id = unitOf(n), u = units[id];
       if (!u) {
-        u = units[id] = { id: id, nodes: [], group: id.indexOf("group:") === 0 ? n.group : null };
+        u = units[id] = { id: id, nodes: [], group: id.indexOf("group:") === 0 ? id.slice(6) : null };
         unitIds.push(id);
       }
       u.nodes.push(n);
@@ -238,6 +246,7 @@
     var box = g.graph();
     state.width = box.width || 100; state.height = box.height || 100;
     el("viewport").innerHTML = parts.join("");
+    if (!v.nodes.length) parts.push('<text x="20" y="30">This report holds no graph (written before edgeplug recorded one): lower the model again.</text>');
     el("graph-status").textContent = v.flow + ": " + unitIds.length + " boxes drawn (" + v.nodes.length + " nodes; " +
       Object.keys(state.collapsed).filter(function (k) { return state.collapsed[k]; }).length + " groups collapsed)";
     legend();
@@ -291,7 +300,9 @@
       }).join(", ") + "</dd>";
     }
     html += links("reads", n.inputs) + links("read by", users);
-    if (n.group) html += '<dt>group</dt><dd><button class="linklike" data-collapse="' + esc(n.group) + '">collapse ' + esc(n.group) + "</button></dd>";
+    if (n.prefixes.length) html += "<dt>collapse its module</dt><dd>" + n.prefixes.map(function (p) {
+      return '<button class="linklike" data-collapse="' + esc(p) + '">' + esc(p) + "</button>";
+    }).join(" \u203a ") + "</dd>";
     el("detail").innerHTML = html + "</dl>";
   }
 
@@ -300,7 +311,7 @@
     var v = current(), n = v.byName[name];
     if (!n) return;
     var redraw = false;
-    if (n.group && state.collapsed[n.group]) { state.collapsed[n.group] = false; redraw = true; }
+    n.prefixes.forEach(function (p) { if (state.collapsed[p]) { state.collapsed[p] = false; redraw = true; } });
     if (n.op === "weight" && !state.weights) { state.weights = true; el("weights").checked = true; redraw = true; }
     state.selected = name;
     if (redraw) render();
@@ -330,7 +341,14 @@
     svg.addEventListener("click", function (e) {
       var g = e.target.closest("g.node, g.group");
       if (!g) return;
-      if (g.dataset.group) { state.collapsed[g.dataset.group] = false; render(); center(state.pos["group:" + g.dataset.group] ? "group:" + g.dataset.group : Object.keys(state.pos)[0]); return; }
+      if (g.dataset.group) {  // expand it, and keep its first node in view
+        var grp = g.dataset.group;
+        state.collapsed[grp] = false;
+        render();
+        var first = current().nodes.filter(function (n) { return visible(n) && n.prefixes.indexOf(grp) >= 0; })[0];
+        if (first) center(unitOf(first));
+        return;
+      }
       select(g.dataset.name);
     });
     svg.addEventListener("mouseover", function (e) {
