@@ -185,3 +185,31 @@ def test_edgeplug_backends_lists_coreml_as_unavailable_without_coremltools(monke
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("coreml "))
     assert "no: coremltools is blocked" in row, out
+
+
+def test_the_lowering_context_quiets_core_ml_and_restores_everything_even_on_error():
+    import logging
+
+    import tqdm
+
+    quiet = edgeplug.get_backend("coreml").spec.lowering_context
+    edgeplug.get_backend("coreml").make_partitioner()  # coremltools and its converters are loaded
+    from coremltools.converters.mil.frontend.torch import ops as torch_frontend
+
+    executorch_logger, coremltools_logger = logging.getLogger("executorch"), logging.getLogger("coremltools")
+    before = (executorch_logger.level, coremltools_logger.level, list(logging.getLogger().filters))
+    executorch_logger.setLevel(logging.ERROR)  # what the CLI does without -v
+    try:
+        with pytest.raises(RuntimeError, match="inside"):
+            with quiet():
+                assert not coremltools_logger.isEnabledFor(logging.WARNING)
+                assert torch_frontend._tqdm is not tqdm.tqdm and issubclass(torch_frontend._tqdm, tqdm.tqdm)
+                assert torch_frontend._tqdm(range(3)).disable
+                raise RuntimeError("inside")
+        assert torch_frontend._tqdm is tqdm.tqdm
+        assert (coremltools_logger.level, list(logging.getLogger().filters)) == before[1:]
+        executorch_logger.setLevel(logging.NOTSET)  # -v: Core ML's output is shown as it is
+        with quiet():
+            assert torch_frontend._tqdm is tqdm.tqdm
+    finally:
+        executorch_logger.setLevel(before[0])
