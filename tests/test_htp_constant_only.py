@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgeplug
+from edgeplug.errors import LoweringError
 from edgeplug import PartitionerFilter, PassSpec
 
 QDQ = torch.ops.quantized_decomposed
@@ -42,8 +43,7 @@ class HtpModel(nn.Module):
         const = F.linear(self.table, self.w_const)  # constant-only: decomposed, CPU
         run = F.linear(x, self.w_run)  # reads x: kept whole, delegated
         run_q = F.linear(x, _dq(self.wq_run, self.scales, self.zp))  # weight dequantize travels with it
-        const_q = F.linear(self.table, _dq(self.wq_const, self.scales, self.zp))  # dq stays whole on CPU
-        return run + const + run_q + const_q
+        return run + const + run_q
 
 
 def _lower(model=None):
@@ -73,12 +73,10 @@ def assert_htp_layout(result) -> None:
     assert delegated.get("quantized_decomposed.dequantize_per_channel_group.default") == 1, delegated
     # the constant branches: decomposed (no linear at top level), wholly on the CPU
     assert "aten.linear.default" not in top, top
-    assert top.get("aten.mm.default") == 2 and top.get("aten.permute_copy.default") == 2, top
+    assert top.get("aten.mm.default") == 1 and top.get("aten.permute_copy.default") == 1, top
     assert "aten.mm.default" not in delegated and "aten.permute_copy.default" not in delegated, delegated
-    # the constant-only group dequantize stays whole, on the CPU
-    assert top.get("quantized_decomposed.dequantize_per_channel_group.default") == 1, top
     # the adds read x: delegated, so the constant branch is not left alone on the CPU
-    assert delegated.get("aten.add.Tensor") == 3 and "aten.add.Tensor" not in top
+    assert delegated.get("aten.add.Tensor") == 2 and "aten.add.Tensor" not in top
     assert len(rep.partitions) == 1
     for node, reason in reasons.items():
         assert reason.startswith("constant-only"), (node, reason)
@@ -95,12 +93,17 @@ def test_constant_branch_on_cpu_decomposed_rest_delegated(htp):
 
 
 def test_edge_graph_has_no_constant_linear(htp):
-    # the graph itself: two linears survive decomposition (the runtime ones), not four
+    # the graph itself: two linears survive decomposition (the runtime ones), not three, and
+    # both are inside the delegate (a dry run lowers to a stand-in, so its graph is there)
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    def linears(gm):
+        return [n for n in gm.graph.nodes if n.op == "call_function" and "linear" in str(n.target)]
+
     gm = htp.edge.exported_program().graph_module
-    linears = [n for n in gm.graph.nodes if n.op == "call_function" and "linear" in str(n.target)]
-    assert len(linears) == 2
-    const = edgeplug.graph.constant_only_nodes(htp.edge.exported_program())
-    assert not any(n in const for n in linears)
+    assert linears(gm) == []
+    inside = [n for _, lm, _ in get_lowered_submodules(gm) for n in linears(lm.original_module.graph_module)]
+    assert len(inside) == 2
 
 
 def test_report_names_the_reason(htp):
@@ -128,9 +131,33 @@ def test_keep_whole_filter(keep_whole):
     assert fn(nodes["linear"]) is False  # linear(table, w): constant-only, decomposed
     assert fn(nodes["linear_1"]) is True  # linear(x, w)
     assert fn(nodes["linear_2"]) is True  # linear(x, dq(wq))
-    assert fn(nodes["linear_3"]) is False  # linear(table, dq(wq)): constant-only through the dq
     dqs = [n for name, n in nodes.items() if name.startswith("dequantize_per_channel_group")]
-    assert len(dqs) == 2 and all(fn(n) is True for n in dqs)  # both stay whole
+    assert len(dqs) == 1 and fn(dqs[0]) is True  # stays whole, with the linear that reads it
+
+
+class ConstantGroupDequantize(nn.Module):
+    """linear(table, dq(wq)): constant-only through a group dequantize, which no runtime kernel
+    runs on the CPU (executorch has no out variant of dequantize_per_channel_group)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("table", torch.randn(4, 32, generator=g))
+        self.register_buffer("wq", torch.randint(-8, 8, (16, 32), generator=g, dtype=torch.int8))
+        self.register_buffer("scales", torch.rand(16, 4, generator=g) + 0.01)
+        self.register_buffer("zp", torch.zeros(16, 4, dtype=torch.int8))
+
+    def forward(self, x):
+        return x + F.linear(self.table, _dq(self.wq, self.scales, self.zp))
+
+
+def test_a_dry_run_fails_where_the_real_lowering_could_not_serialize():
+    """The dry run serializes (in memory) as the real flow does: a group dequantize left on the
+    CPU has no out variant, and the dry run says so in the stage the real lowering would."""
+    with pytest.raises(LoweringError) as info:
+        edgeplug.lower(ConstantGroupDequantize().eval(), (torch.randn(4, 16),), "qnn", dry_run=True)
+    assert info.value.lowering_stage == "serialize .pte"
+    assert "dequantize_per_channel_group" in str(info.value)
 
 
 class _DecomposeEverything:
@@ -141,11 +168,11 @@ class _DecomposeEverything:
 
 def test_a_filter_that_decomposes_everything_fails_the_check(edgeplug_register):
     edgeplug_register(_DecomposeEverything(), name="decompose-everything")
-    wrong = _lower()
-    delegated, top, _ = layout(wrong)
-    assert "aten.linear.default" not in delegated  # nothing kept whole any more
-    with pytest.raises(AssertionError):
-        assert_htp_layout(wrong)
+    # nothing is delegated any more: the group dequantize stays on the CPU, where no kernel runs
+    # it, and the dry run fails where the real lowering would (serialization)
+    with pytest.raises(LoweringError) as info:
+        _lower()
+    assert info.value.lowering_stage == "serialize .pte"
 
 
 def test_a_partition_that_splits_the_constant_branch_fails_the_check(monkeypatch):
@@ -203,13 +230,15 @@ class ConstLinear(nn.Module):
         return x + F.linear(self.table, self.w)
 
 
-def test_kept_whole_op_left_on_cpu_is_reported(edgeplug_register):
+def test_kept_whole_op_a_pass_rebuilds_on_the_cpu_fails_naming_the_pass(edgeplug_register):
     baseline = edgeplug.lower(ConstLinear(), (torch.randn(4, 16),), "qnn", dry_run=True)
     assert baseline.report.kept_whole_on_cpu == []
     edgeplug_register(_RebuildConstantLinear(), name="rebuild-constant-linear")
-    result = edgeplug.lower(ConstLinear(), (torch.randn(4, 16),), "qnn", dry_run=True)
-    stranded = result.report.kept_whole_on_cpu
-    assert [s.op for s in stranded] == ["aten.linear.default"]
-    assert "constant-only" in stranded[0].reason and "kept whole" in stranded[0].reason
-    assert stranded[0].node in result.report.to_table()
-    assert any("op(s) left on the CPU for backend 'qnn' that cannot run there" in n for n in result.report.notes)
+    # the dry run is as strict as a real lowering: the linear the pass made after decomposition
+    # cannot stay on the CPU, and the error blames the pass that made it, not executorch
+    with pytest.raises(LoweringError) as info:
+        edgeplug.lower(ConstLinear(), (torch.randn(4, 16),), "qnn", dry_run=True)
+    msg = str(info.value)
+    assert "aten.linear.default" in msg
+    assert "edge-stage pass 'rebuild-constant-linear' of backend 'qnn'" in msg
+    assert "executorch's own" not in msg
