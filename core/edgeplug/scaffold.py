@@ -88,7 +88,7 @@ def edgeplug_passes():
     # (after it) stage, ordered by before/after:
     #   yield edgeplug.PassSpec(backend=BACKEND, stage="export", name="my_pass", fn=my_pass)
     # the core's exact rewrites into ops your partitioner takes (docs/writing-a-backend.md):
-    #   from edgeplug.graph.canonical import rewrite_pass
+    #   from edgeplug.plugin import rewrite_pass
     #   yield rewrite_pass("scalar_to_tensor", backend=BACKEND)
     return ()
 
@@ -177,7 +177,7 @@ docs/writing-a-backend.md in edgeplug's repository has the contract of each.
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import BackendSpec
+from edgeplug.plugin import BackendSpec
 
 BACKEND = "{name}"
 
