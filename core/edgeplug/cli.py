@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import time
@@ -245,6 +246,8 @@ def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: 
         else:
             result.save(out, report=args.report)
     except OSError as exc:
+        if _is_stdout(exc.filename) and exc.errno in _STREAM_ERRORS:
+            raise  # stdout is the environment's: main() ends quietly with the error's own code
         raise EdgeplugError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was written") from exc
 
 
@@ -478,7 +481,38 @@ def _quiet_dependencies() -> None:
 
     for name in ("torchao", "torch", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # fake tensors log the whole traceback of an op's failing meta function at ERROR, then raise it:
+    # the error reaches the user once, as one line, through edgeplug's own message
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
+    # executorch's partitioners log progress on the root logger, and set its level when imported
+    logging.disable(logging.INFO)
     logging.getLogger().setLevel(logging.WARNING)
+
+
+#: errors writing to stdout/stderr that are the environment's, and the exit code each ends with
+_STREAM_ERRORS = {errno.EPIPE: 141, errno.ENOSPC: 74, errno.EIO: 74, errno.EDQUOT: 74, errno.EFBIG: 74}
+
+
+def _stream_failed(exc: OSError) -> int:
+    """stdout or stderr failed (closed pipe, full disk): say so if stderr still takes it, stop writing, give the code."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:  # nothing more may reach the broken stream, not even the interpreter's flush at exit
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                try:
+                    os.dup2(devnull, stream.fileno())
+                except (OSError, ValueError):
+                    pass
+        if exc.errno != errno.EPIPE:
+            try:
+                print(f"edgeplug: output failed: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+    finally:
+        os.close(devnull)
+    return _STREAM_ERRORS[exc.errno]
 
 
 class Terminated(BaseException):
@@ -514,6 +548,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Terminated as exc:
         _fail(args, exc, "terminated (SIGTERM); nothing was written")
         return 143
+    except OSError as exc:
+        if exc.errno not in _STREAM_ERRORS:  # any other is not the terminal's: say so as below
+            from edgeplug.failures import first_line
+
+            _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
+            return 2
+        return _stream_failed(exc)
     except SystemExit as exc:  # argparse exits before this try: this one came from the model's (or a plugin's) code
         _fail(args, exc, f"the model's code called sys.exit({exc.code!r}) while edgeplug was lowering it; nothing was written")
         return 2
