@@ -128,7 +128,7 @@ def no_div(node, ctx):
 
     # at the "partition" stage filters see edge ops, which are not torch.ops.aten ones
     if node.target in (exir_ops.edge.aten.div.Tensor, torch.ops.aten.div.Tensor):
-        from edgeplug.partition import refuse
+        from edgeplug.plugin import refuse
 
         return refuse("this NPU has no divide")
     return None
@@ -139,7 +139,7 @@ def rank_at_most_3(node, ctx):
 
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor) and val.dim() > 3:
-        from edgeplug.partition import refuse
+        from edgeplug.plugin import refuse
 
         return refuse(f"rank {val.dim()} > 3")
     return None
