@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import os
 from importlib import resources
 from typing import Any, Sequence
@@ -171,7 +172,7 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
     cpu: dict[str, int] = {}
     reasons: dict[str, str] = {}
     for n in gm.graph.nodes:
-        if n.op != "call_function" or "getitem" in str(n.target) or "executorch_call_delegate" in str(n.target):
+        if n.op != "call_function" or n.target is operator.getitem or "executorch_call_delegate" in str(n.target):
             continue
         cpu[op_name(n.target)] = cpu.get(op_name(n.target), 0) + 1
         reasons[n.name] = f"not delegated by {type(inner).__name__} (the stock flow records no reason)"
