@@ -11,6 +11,7 @@ exception stays chained as ``__cause__`` for ``--debug``.
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import sys
 import traceback
@@ -159,8 +160,8 @@ def at_fault(exc: BaseException, backend: Any = None) -> str:
     for frame in _frames(root_cause(exc)) if root_cause(exc).__traceback__ else _frames(exc):
         mod = frame.f_globals.get("__name__", "") or ""
         top = mod.split(".")[0]
-        if top in plugins:
-            return plugins[top].describe()
+        if top in plugins:  # the innermost frame of the plugin's code: its file and line
+            return f"{plugins[top].describe()} at {frame.f_code.co_filename}:{frame.f_lineno}"
         if top == "executorch":
             found = _executorch_pass(frame)
             if found:
@@ -196,6 +197,124 @@ def created_op_refused(exc: BaseException, created: Optional[dict[str, str]]) ->
     return None
 
 
+# -- the user's own mistakes ------------------------------------------------------------
+
+
+def _library_roots() -> tuple[str, ...]:
+    import sysconfig
+
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in sysconfig.get_paths()}
+    for mod in ("torch", "executorch", "edgeplug", "torchao"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__file__", None):
+            roots.add(os.path.dirname(os.path.dirname(os.path.abspath(m.__file__))))
+    return tuple(os.path.join(r, "") for r in roots if r)
+
+
+def _is_user_file(filename: str) -> bool:
+    """A real source file outside the standard library, site-packages and the libraries edgeplug drives."""
+    if not filename or filename.startswith("<") or not os.path.isfile(filename):
+        return False
+    path = os.path.abspath(filename)
+    return not path.startswith(_library_roots())
+
+
+def user_frame(exc: BaseException) -> Optional[tuple[str, int, str]]:
+    """``(file, line, function)`` of the innermost frame in the user's own code (the model file or a sibling)."""
+    for e in _chain(exc):
+        found = None
+        tb = e.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            module = tb.tb_frame.f_globals.get("__name__") or ""
+            if _is_user_file(code.co_filename) and not module.startswith("edgeplug"):  # plugins: edgeplug_*
+                found = (code.co_filename, tb.tb_lineno, code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
+            tb = tb.tb_next
+        if found is not None:
+            return found
+    return None
+
+
+def _where(frame: Optional[tuple[str, int, str]]) -> str:
+    if frame is None:
+        return ""
+    import linecache
+
+    file, line, func = frame
+    text = linecache.getline(file, line).strip()
+    return f" at {os.path.relpath(file) if not os.path.relpath(file).startswith('..') else file}:{line}, in {func}" + (
+        f" (`{text}`)" if text else ""
+    )
+
+
+_UNKNOWN_OUTPUT = re.compile(r"Found <class '([^']+)'> in output, which is not a known type")
+_TRAIN_MODE_OPS = ("_native_batch_norm_legit_functional", "native_batch_norm.default", "_native_batch_norm_legit.default")
+
+
+def _class_location(dotted: str) -> str:
+    module, _, name = dotted.rpartition(".")
+    cls = getattr(sys.modules.get(module), name, None)
+    if cls is None:
+        return ""
+    try:
+        file = inspect.getsourcefile(cls)
+        _, line = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return ""
+    return f" (defined at {os.path.relpath(file) if file and not os.path.relpath(file).startswith('..') else file}:{line})"
+
+
+def _node_line(exc: BaseException) -> str:
+    """The model's source line of the graph node a failing check was looking at, from its stack trace."""
+    import torch.fx
+
+    for frame in _frames(exc):
+        node = frame.f_locals.get("node")
+        if isinstance(node, torch.fx.Node):
+            trace = node.meta.get("stack_trace") or ""
+            found = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+            user = [f for f in found if _is_user_file(f[0])]
+            if user:
+                file, line, func = user[-1]
+                return _where((file, int(line), func))
+    return ""
+
+
+def user_mistake(exc: BaseException) -> Optional[tuple[str, str]]:
+    """``(what, fix)`` when ``exc`` comes from a mistake in the user's model torch.export or to_edge refuses.
+
+    Data-dependent control flow, an output type torch cannot flatten, a module
+    left in training mode: each names the place in the user's code and the fix.
+    """
+    cause = root_cause(exc)
+    text = "\n".join(str(e) for e in _chain(exc))
+    kind = type(cause).__name__
+    if kind in ("GuardOnDataDependentSymNode", "DataDependentOutputException") or "data-dependent expression" in text:
+        return (
+            f"the model branches on a tensor's value{_where(user_frame(exc))}, which torch.export cannot trace "
+            f"({first_line(cause).rstrip('. ')})",
+            "compute both sides and choose with torch.where, or write the branch with torch.cond; a branch on a "
+            "shape or a Python value traces",
+        )
+    m = _UNKNOWN_OUTPUT.search(text)
+    if m:
+        dotted = m.group(1)
+        name = dotted.rpartition(".")[2]
+        return (
+            f"the model returns a {name}{_class_location(dotted)}{_where(user_frame(exc))}, a type torch.export "
+            "cannot flatten into tensors",
+            f"register it before lowering (torch.export.register_dataclass({name}) for a dataclass, "
+            "torch.utils._pytree.register_pytree_node otherwise), or return a tuple or dict of tensors",
+        )
+    if any(op in text for op in _TRAIN_MODE_OPS) and ("Core ATen" in text or "not in" in text or "training" in text):
+        return (
+            f"the model holds a BatchNorm in training mode{_node_line(exc)}: its forward updates running "
+            "statistics (aten._native_batch_norm_legit_functional), which no inference program computes",
+            "call model.eval() before lowering",
+        )
+    return None
+
+
 def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optional[dict[str, str]] = None) -> LoweringError:
     """One ``LoweringError``: stage, backend, who is at fault, and the cause's first line.
 
@@ -214,6 +333,13 @@ def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optiona
         )
         err.lowering_stage = stage
         err.at_fault = who
+        return err
+    mistake = user_mistake(exc)
+    if mistake is not None:
+        what, fix = mistake
+        err = LoweringError(f"stage {stage!r} failed for backend {backend.name!r} in the model: {what}. Fix: {fix}")
+        err.lowering_stage = stage
+        err.at_fault = "the model"
         return err
     who = at_fault(exc, backend)
     outer = first_line(exc)
@@ -238,7 +364,8 @@ def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optiona
 def name_the_plugin(exc: BaseException, backend: Any) -> BaseException:
     """Put the plugin at fault (found in ``exc``'s traceback) at the front of an edgeplug error that lacks it."""
     who = at_fault(exc, backend)
-    if who.startswith("plugin ") and who not in str(exc) and exc.args and isinstance(exc.args[0], str):
+    named = who.rsplit(" at ", 1)[0]  # the plugin without its file and line
+    if who.startswith("plugin ") and named not in str(exc) and exc.args and isinstance(exc.args[0], str):
         exc.args = (f"{who}: {exc.args[0]}", *exc.args[1:])
         exc.at_fault = who
     return exc
@@ -248,4 +375,4 @@ def format_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-__all__ = ["name_the_plugin", "at_fault", "edgeplug_cause", "first_line", "format_traceback", "plugin_modules", "root_cause", "stage_failure"]
+__all__ = ["user_frame", "user_mistake", "name_the_plugin", "at_fault", "edgeplug_cause", "first_line", "format_traceback", "plugin_modules", "root_cause", "stage_failure"]
