@@ -247,6 +247,7 @@ def quantize(
     from edgeplug.pipeline import transform
 
     limit = check_calibration_batches(calibration_batches)
+    _refuse_second_quantization(model)
     b = get_backend(backend) if isinstance(backend, str) else backend
     rec = quant_scheme(b, scheme)  # before any work: an unknown scheme fails at once
     example_inputs = tuple(example_inputs)
@@ -269,6 +270,18 @@ def quantize(
     info.example_inputs, info.float_outputs = example_inputs, _float_outputs(model, example_inputs)
     converted.meta[META_KEY] = info
     return converted
+
+
+def _refuse_second_quantization(model: Any) -> None:
+    """A model ``quantize`` made, or one holding quantize/dequantize ops, is not quantized again."""
+    if not is_quantized(model):
+        return
+    done = quantization_info(model)
+    by = f"by {done.backend}'s quantizer, scheme {done.scheme!r}" if done is not None else "it holds quantize/dequantize ops"
+    raise QuantizationError(
+        f"the model is already quantized ({by}): quantizing it again would observe and round its "
+        "dequantized weights a second time. Quantize the float model once, or lower this one as it is"
+    )
 
 
 class _QuantizeStages:
