@@ -458,11 +458,12 @@ def _make_partitioner(job: Lowering) -> Any:
         raise
     except Exception as exc:
         from edgeplug.failures import first_line, root_cause
+        from edgeplug.plugins import plugin_location
 
         b = job.backend
         raise LoweringError(
             f"the partitioner factory (BackendSpec.partitioner) of backend {b.name!r}, from "
-            f"{b.plugin.describe()}, raised {first_line(root_cause(exc))}. Check the backend's "
+            f"{b.plugin.describe()}, raised {first_line(root_cause(exc))}{plugin_location(exc, b.plugin)}. Check the backend's "
             "configuration (its environment variables), or report it to the plugin's maintainers"
         ) from exc
 

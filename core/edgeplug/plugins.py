@@ -299,6 +299,11 @@ def _where(exc: BaseException, info: PluginInfo, plugin: object = None) -> str:
     return f" (no frame of the plugin's code in the traceback; its entry point is '{info.entry_point}')"
 
 
+def plugin_location(exc: BaseException, info: PluginInfo) -> str:
+    """' (raised at FILE:LINE in FUNC)': where in the plugin's own code ``exc`` was raised (or its entry point)."""
+    return _where(exc, info)
+
+
 def _package(info: PluginInfo, plugin: object = None) -> Optional[str]:
     """The plugin's top-level module name, from its entry point or its object."""
     if plugin is not None:
@@ -343,9 +348,12 @@ def _records_of(result: Any, hook: str) -> list[tuple[Any, str]]:
 
 
 def _defined_at(fn: Any) -> str:
-    """' (hook defined at FILE:LINE)', or '' for a callable Python cannot locate."""
+    """' (hook at FILE:LINE)': the first statement of the hook's body, or '' where Python cannot locate it."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
-    return f" (hook defined at {code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    if code is None:
+        return ""
+    body = sorted({line for _, _, line in code.co_lines() if line and line > code.co_firstlineno})
+    return f" (hook at {code.co_filename}:{body[0] if body else code.co_firstlineno})"
 
 
 ENV_HOOK_SECONDS = "EDGEPLUG_HOOK_TIMEOUT"

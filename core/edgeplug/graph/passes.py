@@ -79,9 +79,14 @@ def _fail(spec: PassSpec, backend: Any, done: list[str], what: str, cause: BaseE
             remedy = f"fix it, or unregister the plugin with edgeplug.plugins.unregister({origin.name!r})"
         else:
             remedy = "fix it"
+    located = ""
+    if origin is not None:
+        from edgeplug.plugins import plugin_location
+
+        located = plugin_location(cause, origin)
     err = PassError(
         f"{where} "
-        f"{what}: {type(cause).__name__}: {cause}. Passes run before it in this stage: {before}. "
+        f"{what}: {type(cause).__name__}: {cause}{located}. Passes run before it in this stage: {before}. "
         f"This is a bug in the pass; {remedy}."
     )
     err.pass_name = spec.name
