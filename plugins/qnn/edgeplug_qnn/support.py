@@ -27,7 +27,30 @@ def availability() -> Availability:
     lib = Path(root) / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
     if not lib.is_file():
         return Availability(ok=False, reason=f"{SDK_VAR}={root} has no lib/x86_64-linux-clang/libQnnHtp.so", hint=hint)
+    for name in ("libQnnHtp.so", "libQnnSystem.so"):  # what executorch's QNN wrapper loads, with their dependencies
+        path = lib.parent / name
+        if not path.is_file():
+            continue
+        failed = _load_error(path)
+        if failed:
+            return Availability(
+                ok=False,
+                reason=f"{SDK_VAR}={root}: {name} is there but does not load ({failed})",
+                hint=f"add {lib.parent} to LD_LIBRARY_PATH (its libraries load one another from there), "
+                "or install the SDK's missing dependency",
+            )
     return Availability(ok=True)
+
+
+def _load_error(path: Path) -> str:
+    """Why the dynamic loader refuses ``path`` (every dependency resolved now), or "" when it loads."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as exc:
+        return str(exc)
+    return ""
 
 
 def supported_ops():

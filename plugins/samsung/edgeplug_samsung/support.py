@@ -19,6 +19,15 @@ def availability() -> Availability:
         return Availability(ok=False, reason=f"the Exynos AI LiteCore SDK is not configured ({SDK_VAR} is not set)", hint=hint)
     if not Path(root).is_dir():
         return Availability(ok=False, reason=f"{SDK_VAR}={root} is not a folder", hint=hint)
+    for path in sorted(Path(root).glob("lib*/**/*.so")):  # the SDK's libraries, with their dependencies
+        failed = _load_error(path)
+        if failed:
+            return Availability(
+                ok=False,
+                reason=f"{SDK_VAR}={root}: {path.name} is there but does not load ({failed})",
+                hint=f"add {path.parent} to LD_LIBRARY_PATH (the SDK's libraries load one another from there), "
+                "or install the missing dependency",
+            )
     try:
         import executorch.backends.samsung.python.PyEnnWrapperAdaptor  # noqa: F401
     except ImportError as exc:
@@ -28,6 +37,17 @@ def availability() -> Availability:
             hint="build executorch with the Samsung backend enabled against the SDK",
         )
     return Availability(ok=True)
+
+
+def _load_error(path: Path) -> str:
+    """Why the dynamic loader refuses ``path`` (every dependency resolved now), or "" when it loads."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as exc:
+        return str(exc)
+    return ""
 
 
 def supported_ops():
