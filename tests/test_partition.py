@@ -80,7 +80,7 @@ def test_a_filter_that_raises_is_named(edgeplug_register):
     part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
     _, keep = part.ops_to_not_decompose(ep)
     node = next(n for n in ep.graph.nodes if n.name == "matmul")
-    with pytest.raises(EdgeplugError, match=r"filter 'raises' of backend 'qnn' from plugin 'raising-filter'.*node 'matmul'"):
+    with pytest.raises(EdgeplugError, match=r"filter 'raises' \(\S+test_partition\.py:\d+\) of backend 'qnn' from plugin 'raising-filter'.*node 'matmul'.*raised ValueError: boom at \S+test_partition\.py:\d+"):
         part.policy(node, part.context(ep, "before_decomposition"))
     # the support table said no first: the filter is not even asked for a refused node
     assert keep(node) is False
@@ -93,7 +93,7 @@ def test_examples_report_partitions_and_reasons(backend):
         pytest.skip(f"{backend} plugin not installed")
     from edgeplug.examples import load_model
 
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     rep = edgeplug.lower(model, inputs, backend, dry_run=True).report
     assert rep.partitions and rep.delegated_nodes > 0
     assert rep.kept_whole_on_cpu == []
@@ -106,7 +106,7 @@ def test_examples_report_partitions_and_reasons(backend):
 def test_llama_example_reports_every_graph_break(backend):
     from edgeplug.examples import load_model
 
-    model, inputs, _ = load_model("llama")
+    model, inputs, _, _ = load_model("llama")
     rep = edgeplug.lower(model, inputs, backend, dry_run=True).report
     assert rep.partitions
     assert rep.kept_whole_on_cpu == []
