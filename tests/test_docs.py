@@ -198,3 +198,49 @@ def test_the_guides_own_rewrite_example_runs_as_written():
     assert any("clamp" in t for t in targets) and not any("relu" in t for t in targets)
     assert [(r.transform, r.outcome, r.removed, r.added) for r in log] == [("relu_as_clamp", "applied", 1, 1)]
     assert torch.equal(ep.module()(x), before)  # the program computes what it computed, bit for bit
+
+
+def _shown(value):
+    """A record field's default as the guide writes it (`"none"`, `True`, `("input", ...)`, `{"leaf"}`)."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_shown(v) for v in value) + ")"
+    if isinstance(value, frozenset):
+        return "{" + ", ".join(_shown(v) for v in sorted(value)) + "}"
+    if callable(value):
+        return None  # described in words ("always available")
+    return str(value)
+
+
+@pytest.mark.parametrize("hook", ["edgeplug_backends", "edgeplug_fusion_policies"])
+def test_every_field_of_the_records_authors_fill_has_a_row_with_its_default(hook, guide):
+    """A field added to BackendSpec or FusionPolicy without a row (and its default) in the guide fails here."""
+    record = HOOK_RECORDS[hook]
+    section = re.search(rf"^### `{hook}`\n(.*?)(?=^### |^## )", guide, re.S | re.M).group(1)
+    assert "| field | default | meaning |" in section, f"the {hook} section's field table has no default column"
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \| .+ \|$", section, re.M))
+    missing = sorted(set(record.model_fields) - set(rows))
+    assert not missing, f"docs/writing-a-backend.md documents no {record.__name__} field {missing}"
+    stale = sorted(set(rows) - set(record.model_fields))
+    assert not stale, f"docs/writing-a-backend.md documents {record.__name__} fields that do not exist: {stale}"
+    for name, field in record.model_fields.items():
+        cell = rows[name].strip()
+        if field.is_required():
+            assert cell == "required", f"{record.__name__}.{name} is required; the guide says {cell!r}"
+            continue
+        shown = _shown(field.default)
+        assert cell != "required", f"{record.__name__}.{name} has a default; the guide calls it required"
+        if shown is not None:
+            assert f"`{shown}`" in cell, f"{record.__name__}.{name} defaults to {shown}; the guide says {cell!r}"
+
+
+def test_the_guide_says_what_each_answer_means(guide):
+    section = re.search(r"^## What each answer means\n(.*?)(?=^## )", guide, re.S | re.M)
+    assert section, "docs/writing-a-backend.md has no 'What each answer means' section"
+    text = section.group(1)
+    for words in ("a `dict`", "a `str`", "`refuse` not called", "`0`", '`"yes"`', "changing the program", "no `.pte`"):
+        assert words in text, f"the answers table does not say what happens to {words}"
+    from edgeplug.plugins import ENV_HOOK_SECONDS
+
+    assert ENV_HOOK_SECONDS in guide
