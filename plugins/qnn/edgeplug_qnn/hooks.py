@@ -58,6 +58,9 @@ def edgeplug_passes():
     yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_sdpa", fn=passes.decompose_sdpa, order=20)
     # the real flow removes layout-only copies before partitioning; so does ours (each one in the report)
     yield rewrite_pass("drop_identity_copies", backend="qnn")
+    # QnnPartitioner has no builder for mul/add/sub/div.Scalar (the real flow lifts scalar operands
+    # at export): as .Tensor ops with 0-d constants, QNN takes them (qwen3: 2 partitions -> 1)
+    yield rewrite_pass("scalar_to_tensor", backend="qnn")
 
 
 @edgeplug.hookimpl
