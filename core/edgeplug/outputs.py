@@ -91,6 +91,22 @@ def _check_links(path: Path, what: str) -> None:
             ) from exc
 
 
+def _check_name_length(target: Path, what: str, given: Optional[Path] = None) -> None:
+    """Each part of ``target`` fits its file system (the temporary's name is kept short: it always fits)."""
+    folder = _first_existing(Path(os.path.abspath(target)).parent)
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    for part in target.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise OutputPathError(
+                f"cannot write {what} {given or target}: its name is {size} bytes, "
+                f"longer than the {name_max} its folder allows; name it shorter"
+            )
+
+
 def _check_stream(path: Path, what: str) -> None:
     if not os.access(path, os.W_OK):
         raise OutputPathError(f"cannot write {what} {path}: it is not writable")
@@ -104,6 +120,7 @@ def _check_one(raw: PathArg, what: str) -> None:
     if os.fspath(raw) == STDOUT:
         return
     path = Path(raw)
+    _check_name_length(path, what)
     _check_links(path, what)
     if is_stream(path):
         _check_stream(path, what)
@@ -112,6 +129,8 @@ def _check_one(raw: PathArg, what: str) -> None:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         mode = None
+    except OSError as exc:
+        raise OutputPathError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
     if mode is not None and stat.S_ISDIR(mode):
         raise OutputPathError(f"cannot write {what} {path}: it is a directory; name a file inside it")
     if mode is not None and not stat.S_ISREG(mode):
@@ -122,15 +141,7 @@ def _check_one(raw: PathArg, what: str) -> None:
     if not folder.is_dir():
         raise OutputPathError(f"cannot write {what} {path}: {folder} is a file, not a folder")
     where = "its folder" if folder == target.parent else f"{folder}, where its folder would be created,"
-    try:
-        name_max = os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    if len(os.fsencode(target.name)) > name_max:
-        raise OutputPathError(
-            f"cannot write {what} {path}: its name is {len(os.fsencode(target.name))} bytes, "
-            f"longer than the {name_max} its folder allows; name it shorter"
-        )
+    _check_name_length(target, what, path)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputPathError(f"cannot write {what} {path}: {where} is not writable")
     probe = _temporary(folder / "probe")

@@ -1,0 +1,487 @@
+"""Hostile inputs (issue 28): the mistakes a new user makes, one case a line where it can be.
+
+Outputs that must never destroy another file, verification that follows the
+delegate's dtypes and compares what the README says, budgets on folding and
+calibration, and failures blamed on the right party. Most cases need no
+lowering; the few that do share one small lowered program.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import edgeplug
+from edgeplug import plugins
+
+EDGEPLUG = [sys.executable, "-m", "edgeplug.cli"]
+
+
+@pytest.fixture(autouse=True)
+def _clean(clean_plugin_env, monkeypatch, tmp_path):
+    for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT", "EDGEPLUG_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    plugins.reset()
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+@pytest.fixture(scope="module")
+def lowered():
+    """One small xnnpack program (verification passed) every output case saves."""
+    torch.manual_seed(0)
+    return edgeplug.lower(Tiny().eval(), (torch.randn(1, 4),), "xnnpack", verify=True)
+
+
+MODEL = """
+import torch
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+def make():
+    return Tiny().eval(), (torch.randn(1, 4),)
+
+def calibration():
+    return [(torch.randn(1, 4),)]
+"""
+
+
+def _first(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if line.startswith("edgeplug: error:"))
+
+
+# -- outputs: refused before any work -----------------------------------------------------
+
+
+def _setup_target(tmp_path: Path, kind: str) -> str:
+    model = tmp_path / "model.py"
+    if kind == "model file":
+        return "model.py"
+    if kind == "symlink to the model file":
+        (tmp_path / "link.pte").symlink_to(model)
+        return "link.pte"
+    if kind == "hard link to the model file":
+        os.link(model, tmp_path / "hard.pte")
+        return "hard.pte"
+    if kind == "calibration file":
+        return "calib.py"
+    if kind == "symlink loop":
+        (tmp_path / "a").symlink_to(tmp_path / "b")
+        (tmp_path / "b").symlink_to(tmp_path / "a")
+        return "a"
+    if kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(tmp_path / "sock"))
+        return "sock"
+    if kind == "name too long":
+        return "n" * 300 + ".pte"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("which", ["-o", "--report"])
+@pytest.mark.parametrize(
+    "kind, expect",
+    [
+        ("model file", "would be written over the model file"),
+        ("symlink to the model file", "would be written over the model file"),
+        ("hard link to the model file", "would be written over the model file"),
+        ("calibration file", "would be written over the calibration file"),
+        ("symlink loop", "its symbolic links form a loop"),
+        ("socket", "it is a socket, which edgeplug never replaces"),
+        ("name too long", "its name is 304 bytes, longer than the 255 its folder allows"),
+    ],
+)
+def test_an_output_that_must_not_be_written_is_refused_before_any_work(cli, tmp_path, which, kind, expect):
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "calib.py").write_text(MODEL)
+    before = {p: p.read_bytes() for p in (tmp_path / "model.py", tmp_path / "calib.py")}
+    target = _setup_target(tmp_path, kind)
+    code, stdout, stderr = cli(
+        "lower", "model.py:make", "-b", "xnnpack", "--quantize", "8a8w", "--calibration", "calib.py:calibration",
+        which, target,
+    )
+    assert code == 2 and stdout == ""
+    assert expect in _first(stderr), stderr
+    assert "[xnnpack] export" not in stderr and "executing model.py" not in stderr  # before any work
+    assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.parametrize("path", ["out/", "-"])
+def test_a_folder_or_stdout_twice_is_refused_as_a_file_name(tmp_path, path):
+    from edgeplug.errors import OutputPathError
+    from edgeplug.outputs import check_output_paths
+
+    if path == "out/":
+        with pytest.raises(OutputPathError, match="the trailing slash names a folder"):
+            check_output_paths({"the .pte": path})
+    else:
+        with pytest.raises(OutputPathError, match="the .pte and the report are the same file"):
+            check_output_paths({"the .pte": "-", "the report": "-"})
+
+
+# -- outputs: what is written, and how -----------------------------------------------------
+
+
+def test_a_character_device_stays_one(lowered):
+    before = os.stat("/dev/null")
+    lowered.save("/dev/null")
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+
+
+def test_a_fifo_is_streamed_into_not_replaced(lowered, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    lowered.save(fifo)
+    reader.join(30)
+    assert got == [lowered.buffer] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary, no renamed file
+
+
+def test_dash_is_stdout(lowered, capfdbinary):
+    lowered.save("-")
+    assert capfdbinary.readouterr().out == lowered.buffer
+
+
+def test_a_symlink_is_followed_and_stays_a_link(lowered, tmp_path):
+    (tmp_path / "real.pte").write_bytes(b"old")
+    (tmp_path / "link.pte").symlink_to(tmp_path / "real.pte")
+    lowered.save(tmp_path / "link.pte")
+    assert (tmp_path / "link.pte").is_symlink() and (tmp_path / "real.pte").read_bytes() == lowered.buffer
+
+
+def test_a_name_of_250_bytes_is_written(lowered, tmp_path):
+    target = tmp_path / ("n" * 246 + ".pte")
+    lowered.save(target)
+    assert target.read_bytes() == lowered.buffer and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_trailing_slash_on_the_command_line_is_a_folder(cli, tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    code, _, stderr = cli("lower", "model.py:make", "-b", "xnnpack", "-q", "-o", "outdir/", "--report", "rep/")
+    assert code == 0, stderr
+    assert sorted(p.name for p in (tmp_path / "outdir").iterdir()) == ["model-xnnpack.pte"]
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["model-xnnpack.json"]
+
+
+# -- verification compares what the README says ---------------------------------------------
+
+
+F16 = torch.float16
+
+
+@pytest.mark.parametrize(
+    "lowered_value, eager_value, problem",
+    [
+        (torch.tensor([2**53]), torch.tensor([2**53 + 1]), "1 of 1 int64 values differ (compared exactly)"),
+        (torch.zeros(4, dtype=F16), torch.full((4,), 1e-3, dtype=F16), "4 value(s) more than 4 ulps from eager"),
+        (torch.ones(2, dtype=torch.int32), torch.ones(2), "dtype int32 where eager gives float32"),
+        (torch.ones(2), torch.ones(2, dtype=torch.float64), "dtype float32 where eager gives float64"),
+        (torch.tensor([True]), torch.tensor([False]), "1 of 1 bool values differ"),
+        (torch.tensor([float("nan")]), torch.tensor([1.0]), "1 NaN where eager has none"),
+        (torch.full((2,), 1e-3, dtype=F16), torch.full((2,), 1e-3, dtype=F16), None),
+        (torch.tensor([1000.0], dtype=F16), torch.tensor([1000.5], dtype=F16).nextafter(torch.tensor([2000.0], dtype=F16)), None),
+        (torch.tensor([2**53 + 1]), torch.tensor([2**53 + 1]), None),
+    ],
+)
+def test_outputs_compare_exactly_in_their_dtype_or_in_ulps_at_their_magnitude(lowered_value, eager_value, problem):
+    from edgeplug.verification import compare_output
+
+    check = compare_output(0, lowered_value, eager_value)
+    if problem is None:
+        assert check.passed, check.problems
+    else:
+        assert not check.passed and problem in " | ".join(check.problems), check.problems
+
+
+def test_save_refuses_a_result_whose_verification_failed_unless_forced(int64_on_vulkan, tmp_path):
+    result = int64_on_vulkan
+    with pytest.raises(edgeplug.VerificationError, match="not saving .*verification failed .*force=True"):
+        result.save(tmp_path / "m.pte")
+    assert list(tmp_path.iterdir()) == []
+    result.save(tmp_path / "m.pte", force=True)
+    assert (tmp_path / "m.pte").read_bytes() == result.buffer
+
+
+class Hash(torch.nn.Module):
+    def forward(self, ids):
+        return (ids * 1000003) // 4096
+
+
+def _int64_case(backend: str):
+    return edgeplug.lower(Hash(), (torch.tensor([[123456789, 987654321, 5000]]),), backend, verify=True)
+
+
+@pytest.fixture(scope="module")
+def int64_on_vulkan():
+    return _int64_case("vulkan")
+
+
+def test_int64_arithmetic_fails_on_vulkan_as_its_runtime_computes_int32(int64_on_vulkan):
+    v = int64_on_vulkan.report.verification
+    assert not v.passed
+    # the value the Vulkan runtime gives (int32 wraps), not eager's 30140908049
+    assert "int64 values differ (compared exactly); first at flat index 0: lowered -409071, eager 30140908049" in v.failures()[0]
+    assert "as the vulkan delegate holds values: int64 as int32" in v.note
+
+
+@pytest.mark.slow
+def test_int64_arithmetic_fails_on_webgpu_too():
+    v = _int64_case("webgpu").report.verification
+    assert not v.passed and "lowered -409071, eager 30140908049" in v.failures()[0]
+
+
+# -- budgets ---------------------------------------------------------------------------------
+
+
+class Ramps(torch.nn.Module):
+    """``layers`` layers that each add ``arange(n) * k``: constant-only, and large together."""
+
+    def __init__(self, layers: int, n: int) -> None:
+        super().__init__()
+        self.layers, self.n = layers, n
+
+    def forward(self, x):
+        for k in range(self.layers):
+            x = x + torch.arange(self.n, dtype=torch.float32) * float(k + 2)
+        return x
+
+
+def _folds(ep, **kw):
+    from edgeplug.graph.fold import fold_constant_subgraphs
+
+    records = fold_constant_subgraphs(ep, **kw)
+    return [r for r in records if r.outcome != "refused"], [r for r in records if r.outcome == "refused"]
+
+
+def test_forty_ramps_are_not_folded_past_the_programs_total_budget():
+    ep = torch.export.export(Ramps(40, 512 * 512), (torch.randn(512 * 512),))
+    made, refused = _folds(ep)
+    assert made == [] and len(refused) == 80  # each mul and each arange, with why
+    assert "over its total folding budget of 262,144 bytes" in refused[0].detail
+    assert sum(t.numel() * t.element_size() for t in ep.constants.values()) < 1024
+
+
+def test_the_total_budget_admits_folds_in_graph_order():
+    ep = torch.export.export(Ramps(3, 25_000), (torch.randn(25_000),))  # 100,000 bytes a fold
+    made, refused = _folds(ep, total_budget=250_000)
+    assert [r.bytes_added for r in made] == [100_000, 100_000]
+    assert [r.node for r in refused] == ["mul_2", "arange_2"]  # the third fold, then what it reads
+    assert "would take the program's folded constants to 300,000 bytes, over its total" in refused[0].detail
+
+
+@pytest.mark.slow
+def test_forty_ramps_write_a_pte_within_twice_stocks_size():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    model, x = Ramps(40, 512 * 512), (torch.randn(512 * 512),)
+    stock = to_edge_transform_and_lower(torch.export.export(model, x), partitioner=[XnnpackPartitioner()])
+    stock_bytes = len(stock.to_executorch().buffer)
+    result = edgeplug.lower(model, x, "xnnpack")
+    assert len(result.buffer) <= 2 * stock_bytes
+    assert sum(1 for t in result.report.transforms if t.transform == "constant_fold" and t.outcome == "refused") == 80
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    """A generator that never ends, cut at 3 batches."""
+
+    def forever():
+        while True:
+            yield (torch.randn(1, 4),)
+
+    return edgeplug.quantize(Tiny().eval(), (torch.randn(1, 4),), "xnnpack", "8a8w", forever(), calibration_batches=3)
+
+
+def test_a_calibration_generator_that_never_ends_is_cut_and_counted(quantized):
+    from edgeplug.quantization import quantization_info
+
+    summary = quantization_info(quantized).summary()
+    assert (summary.calibration_batches, summary.calibration_cut) == (3, True)
+    assert "3 calibration batches, the first 3 of more (--calibration-batches)" in summary.table_lines()[0]
+
+
+def test_a_calibration_file_that_never_ends_is_read_to_the_cap(tmp_path):
+    from edgeplug.quantization import load_calibration
+
+    (tmp_path / "c.py").write_text("import itertools, torch\ndata = ((torch.zeros(1),) for _ in itertools.count())\n")
+    assert len(load_calibration("c.py:data", 5)) == 6  # one more than the cap: quantize says there were more
+
+
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["--calibration-batches", "0", "--quantize", "8a8w"], "'0': give at least 1"),
+        (["--calibration-batches", "x", "--quantize", "8a8w"], "'x' is not a whole number"),
+        (["--calibration-batches", "4"], "--calibration-batches needs --quantize SCHEME"),
+    ],
+)
+def test_calibration_batches_flag(cli, argv, expect):
+    code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", *argv)
+    assert code == 2 and expect in stderr
+
+
+def test_a_second_quantization_is_refused_up_front(quantized):
+    from edgeplug.quantization import QuantizationError
+
+    with pytest.raises(QuantizationError, match=r"already quantized \(by xnnpack's quantizer, scheme '8a8w'\)"):
+        edgeplug.quantize(quantized, (torch.randn(1, 4),), "xnnpack", "8a8w")
+
+
+# -- the right party blamed -----------------------------------------------------------------
+
+
+USER_MISTAKES = """
+import dataclasses, torch
+from {sibling} import Branchy
+
+class Local(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+@dataclasses.dataclass
+class Out:
+    y: torch.Tensor
+
+class ReturnsOut(torch.nn.Module):
+    def forward(self, x):
+        return Out(x + 1)
+
+class Train(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.bn(x)
+
+def branch():
+    return Local(), (torch.randn(2, 3),)
+
+def branch_in_sibling():
+    return Branchy(), (torch.randn(2, 3),)
+
+def dataclass_output():
+    return ReturnsOut(), (torch.randn(2, 3),)
+
+def train_mode():
+    return Train(), (torch.randn(4, 3),)
+"""
+
+SIBLING = """
+import torch
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+"""
+
+
+@pytest.mark.parametrize(
+    "case, expect",
+    [
+        ("branch", "in the model: the model branches on a tensor's value at mistakes.py:7, in Local.forward (`if x.sum() > 0:`)"),
+        ("branch_in_sibling", "the model branches on a tensor's value at {sibling}.py:6, in Branchy.forward"),
+        ("dataclass_output", "in the model: the model returns a Out (defined at mistakes.py:11), a type torch.export cannot"),
+        ("train_mode", "in the model: the model holds a BatchNorm in training mode at mistakes.py:25, in forward"),
+    ],
+)
+def test_the_users_mistake_names_the_model_the_line_and_the_fix(cli, tmp_path, case, expect):
+    sibling = f"sibling_{case}"  # a module name no other test imported
+    (tmp_path / f"{sibling}.py").write_text(SIBLING)
+    (tmp_path / "mistakes.py").write_text(USER_MISTAKES.format(sibling=sibling))
+    code, stdout, stderr = cli("lower", f"mistakes.py:{case}", "-b", "xnnpack", "-q")
+    first = _first(stderr)
+    assert code == 2 and expect.format(sibling=sibling) in first, first
+    assert "Fix: " in first and "bug in edgeplug" not in first and "executorch's own" not in first
+    fix = {"branch": "torch.where", "branch_in_sibling": "torch.cond", "dataclass_output": "register_dataclass(Out)",
+           "train_mode": "call model.eval() before lowering"}[case]
+    assert fix in first and len(stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "stdout, code, stderr",
+    [("closed pipe", 141, ""), ("/dev/full", 74, "edgeplug: output failed: No space left on device\n")],
+)
+def test_stdout_that_fails_is_the_environments_and_ends_quietly(stdout, code, stderr):
+    if stdout == "closed pipe":
+        read, target = os.pipe()
+        os.close(read)
+    else:
+        target = os.open("/dev/full", os.O_WRONLY)
+    try:
+        p = subprocess.run([*EDGEPLUG, "examples"], stdout=target, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(target)
+    assert (p.returncode, p.stderr.decode()) == (code, stderr)
+
+
+def _unloadable_library(path: Path) -> None:
+    """A real shared library that needs one that is nowhere on the loader path."""
+    libshm = Path(torch.__file__).parent / "lib" / "libshm.so"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(libshm.read_bytes().replace(b"libc10.so\0", b"libqq0.so\0"))
+
+
+@pytest.mark.parametrize(
+    "backend, variable, library",
+    [("qnn", "QNN_SDK_ROOT", "lib/x86_64-linux-clang/libQnnHtp.so"), ("samsung", "EXYNOS_AI_LITECORE_ROOT", "lib/x86_64/libenn.so")],
+)
+def test_an_sdk_whose_libraries_do_not_load_is_unavailable(monkeypatch, tmp_path, backend, variable, library):
+    _unloadable_library(tmp_path / "sdk" / library)
+    monkeypatch.setenv(variable, str(tmp_path / "sdk"))
+    a = edgeplug.get_backend(backend).availability()
+    assert not a.ok
+    assert f"{Path(library).name} is there but does not load (libqq0.so: cannot open shared object file" in a.reason
+    assert "LD_LIBRARY_PATH" in a.hint
+
+
+def test_w4_on_an_odd_linear_for_vulkan_is_one_error_line(cli, tmp_path):
+    (tmp_path / "odd.py").write_text(textwrap.dedent("""
+        import torch
+        class Odd(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(7, 3)
+            def forward(self, x):
+                return self.fc(x)
+        def make():
+            return Odd().eval(), (torch.randn(1, 7),)
+    """))
+    p = subprocess.run(
+        [*EDGEPLUG, "lower", "odd.py:make", "-b", "vulkan", "--quantize", "w4", "-q"], capture_output=True, text=True,
+        timeout=300,
+    )
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("edgeplug: error: stage 'partition + delegate' failed") and len(p.stderr.splitlines()) == 1, p.stderr
