@@ -103,9 +103,11 @@ def edgeplug_quantizers():
 
 def _pyproject(name: str, pkg: str, dist: str, version: str) -> str:
     __version__ = version
+    # hatchling builds from the sources as they are: `pip install .` leaves no build/ or
+    # *.egg-info in the author's checkout (setuptools writes both into it)
     return f'''[build-system]
-requires = ["setuptools>=77"]
-build-backend = "setuptools.build_meta"
+requires = ["hatchling>=1.26"]
+build-backend = "hatchling.build"
 
 [project]
 name = "{dist}"
@@ -121,8 +123,8 @@ test = ["edgeplug[testing]>={__version__}"]
 [project.entry-points.edgeplug]
 {name} = "{pkg}.hooks"
 
-[tool.setuptools.packages.find]
-include = ["{pkg}*"]
+[tool.hatch.build.targets.wheel]
+packages = ["{pkg}"]
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
