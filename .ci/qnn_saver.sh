@@ -16,18 +16,19 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 lay_out() {
-  "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$work/wheel" "$WHEEL_SPEC"
+  # (set -e does not hold inside a function called from `if`: each step says it failed)
+  "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$work/wheel" "$WHEEL_SPEC" || return 1
   local wheel
-  wheel=$(ls "$work"/wheel/onnxruntime_qnn-*.whl)
-  "$PY" -m zipfile -e "$wheel" "$work/unpacked"
+  wheel=$(ls "$work"/wheel/onnxruntime_qnn-*.whl) || return 1
+  "$PY" -m zipfile -e "$wheel" "$work/unpacked" || return 1
   local pkg="$work/unpacked/onnxruntime_qnn" libs="$work/unpacked/onnxruntime_qnn.libs"
   local dest="$work/sdk/lib/x86_64-linux-clang"
-  mkdir -p "$dest"
-  cp "$pkg"/libQnn*.so "$dest"/
+  mkdir -p "$dest" || return 1
+  cp "$pkg"/libQnn*.so "$dest"/ || return 1
   # ExecuTorch opens the HTP preparer under the SDK's name for it
-  cp "$pkg"/libHtpPrepare.so "$dest"/libQnnHtpPrepare.so
+  cp "$pkg"/libHtpPrepare.so "$dest"/libQnnHtpPrepare.so || return 1
   # the wheel's own libc++/libunwind, which the QNN libraries link by their hashed names
-  cp "$libs"/* "$dest"/
+  cp "$libs"/* "$dest"/ || return 1
   for lib in libQnnSaver.so libQnnSystem.so libQnnHtp.so libQnnHtpPrepare.so; do
     test -s "$dest/$lib" || { echo "qnn_saver: $wheel has no $lib" >&2; return 1; }
   done
