@@ -31,6 +31,7 @@ Errors (all are ``EdgeplugError``):
 - ``VerificationError``: verification could not run the lowered program.
 - ``RuntimeRefusedError``: ExecuTorch's runtime refused to load or run the program.
 - ``OutputPathError``: the .pte or report cannot be written where asked.
+- ``QuantizationError``: quantizing failed (the stage, and the graph node where calibration broke).
 
 Records and ``hookimpl`` (also here for plugins written as ``@edgeplug.hookimpl``;
 ``edgeplug.plugin`` documents them): ``API_VERSION``, ``Availability``,
@@ -53,6 +54,7 @@ from edgeplug.errors import (
     OutputPathError,
     PassError,
     PluginConflictError,
+    QuantizationError,
     RuntimeRefusedError,
     UnknownBackendError,
     VerificationError,
@@ -109,6 +111,7 @@ __all__ = [
     "EdgeplugError",
     "KernelError",
     "LoweringError",
+    "QuantizationError",
     "OutputPathError",
     "PassError",
     "PluginConflictError",

@@ -42,3 +42,7 @@ class RuntimeRefusedError(VerificationError):
 
 class OutputPathError(EdgeplugError):
     """An output path cannot be written (checked before any work)."""
+
+
+class QuantizationError(EdgeplugError):
+    """Quantizing a model failed, or was asked of a backend/scheme that cannot do it."""

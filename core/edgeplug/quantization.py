@@ -1,6 +1,6 @@
 """Quantization through a backend's own PT2E quantizer.
 
-``quantize(model, example_inputs, backend, scheme)`` runs, in order:
+``quantize(model, args, backend, scheme, kwargs=...)`` runs, in order:
 
 1. ``torch.export`` (skipped for an ExportedProgram);
 2. the backend's export-stage passes (``edgeplug.transform``);
@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from pydantic import BaseModel, Field
 
 from edgeplug.errors import EdgeplugError, RuntimeRefusedError, VerificationError
-from edgeplug.records import FusionRecord, QuantScheme
+from edgeplug.errors import QuantizationError
+from edgeplug.records import FusionRecord, QuantScheme, TransformRecord
 
 Progress = Callable[[str], None]
 
@@ -37,10 +38,6 @@ META_KEY = "edgeplug_quantization"
 #: off at one layer moves the next layers' outputs too (measured on XNNPACK: 1 step for the MLP
 #: and the Gemma-style block, 4 for the 2-layer Llama); a wrong weight or op is tens of steps off
 QUANT_STEPS = 8
-
-
-class QuantizationError(EdgeplugError):
-    """Quantizing a model failed, or was asked of a backend/scheme that cannot do it."""
 
 
 @dataclass
@@ -63,8 +60,10 @@ class QuantizationInfo:
     stages: list[tuple[str, float]] = field(default_factory=list)
     #: the RMSNorm recomposition before annotation, one record per match
     fusions: list[FusionRecord] = field(default_factory=list)
-    #: the float model's outputs on ``example_inputs`` (for |lowered - float| in reports)
-    example_inputs: tuple = ()
+    #: constant-only subgraphs folded before annotation (and folds refused, with why)
+    folds: list[TransformRecord] = field(default_factory=list)
+    #: the float model's outputs on ``inputs`` (``(args, kwargs)``; for |lowered - float| in reports)
+    inputs: tuple = ((), {})
     float_outputs: list[Any] = field(default_factory=list)
 
     def summary(self) -> "QuantizationSummary":
@@ -73,7 +72,7 @@ class QuantizationInfo:
             activation_bits=self.activation_bits, weight_bits=self.weight_bits, per_channel=self.per_channel,
             distribution=self.distribution, calibration_batches=self.calibration_batches,
             calibration_limit=self.calibration_limit, calibration_cut=self.calibration_cut,
-            norms=self.fusions,
+            norms=self.fusions, folds=self.folds,
         )
 
 
@@ -94,6 +93,8 @@ class QuantizationSummary(BaseModel):
     calibration_cut: bool = False
     #: RMSNorms recomposed before annotation (``fused``/``folded_weight``) or refused, with why
     norms: list[FusionRecord] = Field(default_factory=list)
+    #: constant-only subgraphs folded before annotation (``fold`` records; refusals say why)
+    folds: list[TransformRecord] = Field(default_factory=list)
     #: set when the program was quantized for another backend than the one it is lowered for
     foreign: bool = False
     #: what verification compared with, and per output |lowered - quantized| and |lowered - float|
@@ -117,6 +118,14 @@ class QuantizationSummary(BaseModel):
             told = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
             lines.append(f"  norms recomposed before annotation: {len(self.norms)} ({told})")
             lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
+        applied = [r for r in self.folds if r.outcome == "applied"]
+        if self.folds:
+            removed = sum(r.removed for r in applied)
+            lines.append(
+                f"  constant-only subgraphs folded before annotation: {len(applied)} ({removed} nodes removed)"
+                + (f", {len(self.folds) - len(applied)} left as they were" if len(applied) < len(self.folds) else "")
+            )
+            lines.extend(f"    {r.node} ({r.op}): {r.detail}" for r in self.folds if r.outcome == "refused")
         if self.reference:
             lines.append(f"  verification reference: {self.reference}")
         for i, q in enumerate(self.versus_quantized):
@@ -211,31 +220,29 @@ def recompose_norms(ep: Any, backend: Any) -> tuple[Any, list[FusionRecord]]:
     return fuse_program(ep, backend.fusion_policy("rms_norm"))
 
 
-def _batches(calibration: Optional[Iterable[Any]], example_inputs: tuple) -> Iterable[tuple]:
-    if calibration is None:
-        return [example_inputs]
-    return calibration
-
-
 #: calibration batches read unless the caller says otherwise (``--calibration-batches``)
 DEFAULT_CALIBRATION_BATCHES = 100
 
 
 def quantize(
     model: Any,
-    example_inputs: Sequence[Any],
-    backend: Any,
-    scheme: str,
+    args: Any = (),
+    backend: Any = None,
+    scheme: Optional[str] = None,
     calibration: Optional[Iterable[Sequence[Any]]] = None,
     *,
+    kwargs: Optional[dict[str, Any]] = None,
+    dynamic_shapes: Any = None,
     progress: Optional[Progress] = None,
     calibration_batches: int = DEFAULT_CALIBRATION_BATCHES,
 ) -> Any:
     """Quantize ``model`` with ``backend``'s quantizer for ``scheme``; returns the converted GraphModule.
 
-    ``calibration`` is an iterable of input tuples (a single tensor counts as a
-    one-input tuple) run through the observed model; by default the example
-    inputs. At most ``calibration_batches`` batches are read (a
+    ``args`` and ``kwargs`` are the example inputs as ``edgeplug.lower`` takes
+    them (``edgeplug.inputs``); ``dynamic_shapes`` is passed to ``torch.export``
+    for a module. ``calibration`` is an iterable of positional input tuples (a
+    single tensor counts as a one-input tuple) run through the observed model;
+    by default the example inputs. At most ``calibration_batches`` batches are read (a
     generator that never ends is cut there); the report counts them and says
     when the data had more. The caller's model is not changed.
     """
@@ -244,13 +251,26 @@ def quantize(
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from edgeplug.backend import get_backend
+    from edgeplug.inputs import check_against_program, example_inputs
     from edgeplug.pipeline import transform
 
+    if backend is None or scheme is None:
+        raise EdgeplugError(
+            "edgeplug.quantize needs a backend and a scheme: quantize(model, args, 'xnnpack', '8a8w') "
+            "(edgeplug.backends() lists the backends; each backend's schemes are in its quantizers)"
+        )
+    given = example_inputs(args, kwargs, where="edgeplug.quantize")
+    if isinstance(model, ExportedProgram):
+        if dynamic_shapes is not None:
+            raise EdgeplugError(
+                "edgeplug.quantize: dynamic_shapes is for a module (it is passed to torch.export); an "
+                "ExportedProgram keeps the dynamic dimensions it was exported with: leave dynamic_shapes out"
+            )
+        check_against_program(model, given, where="edgeplug.quantize")
     limit = check_calibration_batches(calibration_batches)
     _refuse_second_quantization(model)
     b = get_backend(backend) if isinstance(backend, str) else backend
     rec = quant_scheme(b, scheme)  # before any work: an unknown scheme fails at once
-    example_inputs = tuple(example_inputs)
     info = QuantizationInfo(
         backend=b.name, scheme=rec.scheme, description=rec.description, activation_bits=rec.activation_bits,
         weight_bits=rec.weight_bits, per_channel=rec.per_channel, distribution=b.distribution,
@@ -260,16 +280,37 @@ def quantize(
     if isinstance(model, ExportedProgram):
         ep = model
     else:
-        ep = timed("export", lambda: torch.export.export(model, example_inputs))
+        ep = timed("export", lambda: torch.export.export(model, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
     ep = timed("export passes", lambda: transform(ep, b))
     ep, info.fusions = timed("recompose norms", lambda: recompose_norms(ep, b))
+    ep, info.folds = timed("fold constants", lambda: fold_before_annotation(ep, b))
     quantizer = timed("build quantizer", lambda: make_quantizer(b, rec.scheme))
     prepared = timed("prepare", lambda: prepare_pt2e(ep.module(), quantizer))
-    timed("calibrate", lambda: _calibrate(prepared, calibration, example_inputs, info))
+    timed("calibrate", lambda: _calibrate(prepared, calibration, given, info))
     converted = timed("convert", lambda: convert_pt2e(prepared))
-    info.example_inputs, info.float_outputs = example_inputs, _float_outputs(model, example_inputs)
+    info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
     converted.meta[META_KEY] = info
     return converted
+
+
+def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRecord]]:
+    """``ep`` with its constant-only subgraphs folded (``edgeplug.graph.fold``), under ``backend``'s
+    fold budget, so the quantizer neither observes them nor breaks them.
+
+    A mask built from ``arange``/``cumsum``/``index`` at static shapes (transformers' decoders) is
+    what the lowering would fold anyway; left in, ``prepare_pt2e`` puts observers in its index
+    chain and calibration fails ("tensors used as indices must be long ..."). ``ep`` is left as it
+    was; every fold (and every refusal, with why) is a record in the quantization report.
+    """
+    from edgeplug.fusion import copy_program
+    from edgeplug.graph.fold import fold_constant_subgraphs
+
+    out = copy_program(ep)
+    records = fold_constant_subgraphs(out, budget=backend.spec.constant_fold_budget)
+    if not any(r.outcome == "applied" for r in records):
+        return ep, records
+    out.graph_module.recompile()
+    return out, records
 
 
 def _refuse_second_quantization(model: Any) -> None:
@@ -299,19 +340,62 @@ class _QuantizeStages:
         except EdgeplugError:
             raise
         except Exception as exc:
+            where = _graph_node_that_raised(exc)
             raise QuantizationError(
-                f"quantizing for backend {self.backend!r} with scheme {self.scheme!r} failed at {stage!r}: "
-                f"{type(exc).__name__}: {exc}"
+                f"quantizing for backend {self.backend!r} with scheme {self.scheme!r} failed at {stage!r}"
+                f"{where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                + (
+                    ". The observed program could not run there: a subgraph the quantizer annotated "
+                    "computes something it must not observe (e.g. indices). If it is constant at the example "
+                    "inputs' shapes, the fold before annotation should have taken it: the quantization "
+                    "report's folds say why it did not (a budget, a symbolic size)"
+                    if where and stage == "calibrate" else ""
+                )
             ) from exc
         self.info.stages.append((stage, time.perf_counter() - t))
         return value
 
 
-def _calibrate(prepared: Any, calibration: Any, example_inputs: tuple, info: Any) -> None:
+def _graph_node_that_raised(exc: BaseException) -> str:
+    """`` at node 'index' (torch.ops.aten.index.Tensor(...), from model.py:12)``: the innermost line of an
+    fx-generated forward in ``exc``'s traceback, and the model line its node came from; "" if none."""
+    import linecache
+    import re as _re
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<eval_with_key>")]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    line = (linecache.getline(frame.filename, frame.lineno) or frame.line or "").strip()
+    m = _re.match(r"^([A-Za-z_]\w*)\s*=\s*(.*)$", line)
+    if not m:
+        return f" in the graph's code ({line})" if line else ""
+    name, call = m.group(1), m.group(2)
+    source = ""
+    gm = frame_gm = None
+    tb = exc.__traceback__
+    while tb is not None:  # the GraphModule whose forward raised: its node holds the model's line
+        if tb.tb_frame.f_code.co_filename == frame.filename:
+            frame_gm = tb.tb_frame.f_locals.get("self")
+        tb = tb.tb_next
+    gm = frame_gm
+    node = next((n for n in gm.graph.nodes if n.name == name), None) if hasattr(gm, "graph") else None
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines() if node is not None else []
+    files = [t.strip() for t in trace if t.strip().startswith("File ")]
+    if files:
+        source = f", from {files[-1].removeprefix('File ')}"
+    return f" at node {name!r} ({call[:120]}{source})"
+
+
+def _calibrate(prepared: Any, calibration: Any, given: Any, info: Any) -> None:
     import torch
 
     with torch.no_grad():
-        for batch in _batches(calibration, example_inputs):
+        if calibration is None:  # the example inputs, keywords included
+            prepared(*given.args, **given.kwargs)
+            info.calibration_batches += 1
+        for batch in calibration or ():
             if info.calibration_batches >= info.calibration_limit:
                 info.calibration_cut = True  # more than the cap: the rest is not read (a generator may never end)
                 break
@@ -322,17 +406,14 @@ def _calibrate(prepared: Any, calibration: Any, example_inputs: tuple, info: Any
         raise QuantizationError("the calibration data is empty: give at least one input tuple")
 
 
-def _float_outputs(model: Any, inputs: tuple) -> list[Any]:
-    import copy
-
-    import torch
-    import torch.utils._pytree as pytree
+def _float_outputs(model: Any, given: Any) -> list[Any]:
     from torch.export import ExportedProgram
 
-    module = model.module() if isinstance(model, ExportedProgram) else copy.deepcopy(model)
-    with torch.no_grad():
-        out = module(*copy.deepcopy(inputs))
-    return [t.detach() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    from edgeplug.pipeline import EagerModel
+
+    # on copies of the buffers, parameters shared: a KV cache written under grad mode copies too
+    eager = EagerModel.of_program(model) if isinstance(model, ExportedProgram) else EagerModel.of_module(model)
+    return eager(given).outputs
 
 
 def quantization_info(model: Any) -> Optional[QuantizationInfo]:
@@ -495,7 +576,7 @@ def verify_quantized(result: Any, backend: Any, model: Any, tolerance: Optional[
         summary = QuantizationSummary(quantizer_backend="unknown", scheme="unknown", description="quantized outside edgeplug")
     summary.reference = "the quantized model's eager output"
     summary.versus_quantized = [c.max_abs_diff for c in checks]
-    if info is not None and info.float_outputs and _same_inputs(info.example_inputs, tuple(result.example_inputs)):
+    if info is not None and info.float_outputs and _same_inputs(info.inputs, (result.args, result.kwargs)):
         summary.versus_float = [
             (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
             for a, f in zip(outs, info.float_outputs)
