@@ -160,6 +160,8 @@ class _Session:
         self.preprocess: Counter = Counter()
         #: "int64 as int32" -> how many values the delegate's dtype rules narrowed
         self.narrowed: Counter = Counter()
+        #: op -> how often torch could not take its narrowed inputs and got them cast back (same values)
+        self.widened: Counter = Counter()
 
     def gpu(self) -> Optional[GpuDevice]:
         if self.device is None and self.no_device is None:
@@ -330,6 +332,20 @@ class _DelegateInterpreter(Interpreter):
         self.session, self.name, self.constants, self.keys = session, name, constants, keys
         self.storage = dict(storage or {})
 
+    def _widened_retry(self, n: Node, args: tuple, kwargs: dict) -> Any:
+        """The op on its (already narrowed) inputs cast back to the graph's dtypes, or None if that fails too."""
+        back = {held: wide for wide, held in self.storage.items()}
+
+        def widen(v: Any) -> Any:
+            return v.to(back[v.dtype]) if isinstance(v, torch.Tensor) and v.dtype in back else v
+
+        try:
+            return self.session.run_op(
+                self.name, n, pytree.tree_map(widen, args), pytree.tree_map(widen, kwargs), self.constants, self.keys
+            )
+        except Exception:
+            return None
+
     def run_node(self, n: Node) -> Any:
         if n.op != "call_function" or n.target is operator.getitem:
             return super().run_node(n)
@@ -342,6 +358,10 @@ class _DelegateInterpreter(Interpreter):
             except Exception as exc:
                 op = self.session.op_name(n.target)
                 held = ", ".join(f"{_dtype_name(a)} as {_dtype_name(b)}" for a, b in self.storage.items())
+                widened = self._widened_retry(n, args, kwargs) if held else None
+                if widened is not None:  # e.g. gather: torch wants int64 indices; the values are the narrowed ones
+                    self.session.widened[op] += 1
+                    return self.session.narrow(widened, self.storage)
                 if held:
                     raise VerificationError(
                         f"delegate {self.name!r}, node {n.name!r} ({op}) failed on the host in the dtypes the "
@@ -441,6 +461,11 @@ def _describe_run(session: _Session, backend: str) -> str:
     if session.narrowed:
         parts.append(
             f"as the {backend} delegate holds values: " + ", ".join(f"{what} ({n} values)" for what, n in sorted(session.narrowed.items()))
+        )
+    if session.widened:
+        parts.append(
+            f"torch took the narrowed inputs of {_short(session.widened)} only cast back to the graph's dtypes "
+            "(same values; the result narrowed again)"
         )
     if session.preprocess:
         parts.append(f"as the {backend} delegate's preprocess stores them: " + ", ".join(f"{n} {what}" for what, n in sorted(session.preprocess.items())))

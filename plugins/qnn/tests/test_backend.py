@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import edgeplug
@@ -33,7 +35,13 @@ def test_availability_names_what_is_missing_in_the_sdk(monkeypatch, tmp_path):
     assert "set QNN_SDK_ROOT" in a.hint
     lib = tmp_path / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
     lib.parent.mkdir(parents=True)
-    lib.write_bytes(b"")
+    lib.write_bytes(b"")  # there, but no library the loader takes
+    a = edgeplug.get_backend("qnn").availability()
+    assert not a.ok and "libQnnHtp.so is there but does not load" in a.reason and "LD_LIBRARY_PATH" in a.hint
+    import torch
+
+    # a real library whose dependencies this process has loaded (torch's)
+    lib.write_bytes((Path(torch.__file__).parent / "lib" / "libshm.so").read_bytes())
     assert edgeplug.get_backend("qnn").availability().ok
 
 
