@@ -61,10 +61,10 @@ def cli(capsys):
 
 @pytest.fixture(scope="session")
 def llama_example():
-    """The built-in tiny Llama: (model, example_inputs)."""
+    """The built-in tiny Llama: (model, args)."""
     from edgeplug.examples import load_model
 
-    model, inputs, _ = load_model("llama")
+    model, inputs, _, _ = load_model("llama")
     return model, inputs
 
 

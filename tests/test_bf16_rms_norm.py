@@ -135,7 +135,7 @@ def _lowered_outputs(result, backend: str) -> tuple[list[torch.Tensor], str]:
     assert method == "pte", method
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
-    outs = _load_for_executorch_from_buffer(result.buffer).forward(tuple(result.example_inputs))
+    outs = _load_for_executorch_from_buffer(result.buffer).forward(result.runtime_inputs())
     return list(outs), "the .pte in executorch's runtime"
 
 

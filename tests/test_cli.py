@@ -229,7 +229,7 @@ def test_lower_takes_a_tolerance_only_if_it_is_finite_and_not_negative():
     from edgeplug.errors import EdgeplugError
     from edgeplug.examples import load_model
 
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     for bad in (float("nan"), float("inf"), -1e-9):
         with pytest.raises(EdgeplugError, match="tolerance must be a finite number >= 0"):
             edgeplug_lower(model, inputs, "xnnpack", verify=True, tolerance=bad)
@@ -290,10 +290,10 @@ def test_unknown_example(cli):
 @pytest.mark.parametrize(
     "attr, message",
     [
-        ("missing", "models.py has no callable 'missing'; it must define a function returning (model, example_inputs)"),
+        ("missing", "models.py has no callable 'missing'; it must define a function returning (model, args) or (model, args, kwargs)"),
         ("NOT_CALLABLE", "models.py has no callable 'NOT_CALLABLE'"),
-        ("not_a_pair", "models.py:not_a_pair returned Twice, expected a tuple (model, example_inputs)"),
-        ("not_a_model", "models.py:not_a_model returned a model of type str, expected a tuple (model, example_inputs)"),
+        ("not_a_pair", "models.py:not_a_pair returned Twice, expected a tuple (model, args) or (model, args, kwargs)"),
+        ("not_a_model", "models.py:not_a_model returned a model of type str, expected a tuple (model, args) or (model, args, kwargs)"),
         ("raises", "calling {path}:raises failed: FileNotFoundError: weights.bin"),
     ],
 )
@@ -324,7 +324,7 @@ def test_a_build_function_that_calls_sys_exit_is_an_error_not_a_silent_exit(cli,
     assert code == 2 and stdout == ""
     assert stderr.splitlines()[-1] == (
         f"edgeplug: error: calling {models}:exits failed: it called sys.exit(0); "
-        "a model file must return (model, example_inputs), not exit"
+        "a model file must return (model, args), not exit"
     )
 
 

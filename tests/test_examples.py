@@ -13,11 +13,11 @@ from edgeplug.examples import EXAMPLES, list_examples, load_model
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_follows_the_contract_and_is_deterministic(name):
-    model, inputs, label = load_model(name)
+    model, inputs, _, label = load_model(name)
     assert label == name
     assert isinstance(model, torch.nn.Module) and not model.training
     assert isinstance(inputs, tuple) and all(isinstance(t, torch.Tensor) for t in inputs)
-    again, inputs_again, _ = load_model(name)
+    again, inputs_again, _, _ = load_model(name)
     assert all(torch.equal(a, b) for a, b in zip(inputs, inputs_again))
     state, state_again = model.state_dict(), again.state_dict()
     assert state.keys() == state_again.keys()
@@ -59,7 +59,7 @@ def test_llama_is_causal(llama_example):
 
 
 def test_gemma_block_scales_by_one_plus_weight():
-    model, inputs, _ = load_model("gemma-block")
+    model, inputs, _, _ = load_model("gemma-block")
     targets = _targets(torch.export.export(model, inputs))
     assert torch.ops.aten.gelu.default in targets
     # Gemma's norm weight lives around 0 and is used as (1 + w)
@@ -77,10 +77,10 @@ def test_model_file_contract(tmp_path):
         "def as_list():\n"
         "    return torch.nn.Linear(4, 2), [torch.ones(3, 4)]\n"
     )
-    model, inputs, label = load_model(f"{path}:build")
+    model, inputs, _, label = load_model(f"{path}:build")
     assert isinstance(model, torch.nn.Linear) and label == f"{path}:build"
     assert len(inputs) == 1 and inputs[0].shape == (3, 4)
-    _, inputs, _ = load_model(f"{path}:as_list")
+    _, inputs, _, _ = load_model(f"{path}:as_list")
     assert isinstance(inputs, tuple) and len(inputs) == 1
 
 

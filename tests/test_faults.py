@@ -367,7 +367,7 @@ def test_nan_in_eager_at_the_same_positions_matches_and_hides_nothing(edgeplug_r
 def test_a_pass_that_changes_weights_in_place_never_reaches_the_callers_model(edgeplug_register):
     from edgeplug.examples import load_model
 
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     edgeplug_register(CorruptWeight(("xnnpack",), "inplace"), name="inplace-plugin")
     result = edgeplug.lower(model, inputs, "xnnpack", verify=True)

@@ -143,7 +143,7 @@ def test_llama_lowers_and_verifies_with_both_filters(edgeplug_register):
     from edgeplug.examples import load_model
 
     edgeplug_register(_FilteredXnnpack(), name="test-filtered-xnnpack")
-    model, inputs, _ = load_model("llama")
+    model, inputs, _, _ = load_model("llama")
     rep = edgeplug.lower(model, inputs, "xnnpack-filtered", verify=True).report
     assert rep.verification.max_abs_diff <= 1e-4, rep.to_table()
     delegated = {op for p in rep.partitions for op in p.ops}

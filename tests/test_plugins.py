@@ -162,7 +162,7 @@ def good_hooks(fixture_site):
 def test_third_party_backend_lowers_and_runs_through_its_hooks(good_hooks):
     from edgeplug.examples import load_model
 
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     result = edgeplug.lower(model, inputs, "tinycpu", verify=True, model_name="mlp")
     report = result.report
     assert report.distribution == "edgeplug-fixture-good 1.2.3"
@@ -186,7 +186,7 @@ def test_partitioner_filter_decides_what_stays_whole(good_hooks, monkeypatch):
     from edgeplug.examples import load_model
 
     monkeypatch.setattr(good_hooks, "linear_verdict", False)
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     report = edgeplug.lower(model, inputs, "tinycpu", dry_run=True, model_name="mlp").report
     assert "aten.linear.default" not in report.delegated_ops
     assert {"aten.addmm.default", "aten.mm.default"} & set(report.delegated_ops), report.delegated_ops
@@ -292,7 +292,7 @@ def test_every_other_backend_keeps_working_when_plugins_are_broken(fixture_site)
     }
     for name in FIRST_PARTY:
         assert edgeplug.get_backend(name).keep_whole or name == "xnnpack"
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     report = edgeplug.lower(model, inputs, "xnnpack", dry_run=True).report
     assert report.delegated_nodes == 3
 
@@ -317,7 +317,7 @@ def test_two_backends_of_one_name_make_only_that_backend_unavailable(fixture_sit
     assert [c.backend for c in plugins.conflicts()] == ["vulkan"]
     # every other backend keeps working, webgpu (same serialization as vulkan) included
     assert edgeplug.get_backend("webgpu").distribution == "edgeplug-webgpu"
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     assert edgeplug.lower(model, inputs, "xnnpack", dry_run=True).report.delegated_nodes == 3
     # following the advice resolves it
     monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "vulkanclone")

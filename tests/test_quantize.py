@@ -20,7 +20,7 @@ def _targets(gm) -> list:
 
 @pytest.fixture(scope="session")
 def gemma_qnn():
-    model, inputs, _ = load_model("gemma-block")
+    model, inputs, _, _ = load_model("gemma-block")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     lines: list[str] = []
     gm = edgeplug.quantize(model, inputs, "qnn", "8a8w", progress=lines.append)
@@ -55,7 +55,7 @@ def test_quantize_leaves_the_model_as_it_was_and_says_what_it_does(gemma_qnn):
 
 
 def test_calibration_data_sets_the_ranges():
-    model, (x,), _ = load_model("mlp")
+    model, (x,), _, _ = load_model("mlp")
     default = edgeplug.quantize(model, (x,), "samsung", "a8w8")
     wide = edgeplug.quantize(model, (x,), "samsung", "a8w8", calibration=[(x,), (4 * x,), [8 * x]])
     assert quantization_info(default).calibration_batches == 1
@@ -67,7 +67,7 @@ def test_calibration_data_sets_the_ranges():
 
 
 def test_unknown_scheme_fails_before_any_work():
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     with pytest.raises(QuantizationError, match=r"backend 'xnnpack' has no quantization scheme '16a8w'.*8a8w"):
         edgeplug.quantize(model, inputs, "xnnpack", "16a8w")
 

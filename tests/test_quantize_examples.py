@@ -21,7 +21,7 @@ def exported_examples():
     """Each example exported once; edgeplug.quantize takes the program as it is."""
     out = {}
     for name in sorted(EXAMPLES):
-        model, inputs, _ = load_model(name)
+        model, inputs, _, _ = load_model(name)
         with torch.no_grad():
             reference = model(*inputs)
         out[name] = (torch.export.export(model, inputs), inputs, reference)
@@ -30,7 +30,7 @@ def exported_examples():
 
 def test_examples_are_finite_everywhere():
     for name in sorted(EXAMPLES):
-        model, _, _ = load_model(name)
+        model, _, _, _ = load_model(name)
         for key, t in model.state_dict().items():
             assert torch.isfinite(t).all(), f"{name}: {key} holds a non-finite value, which no quantizer can observe"
 

@@ -27,7 +27,7 @@ def _delegates(result):
 
 @pytest.fixture(scope="session")
 def mlp_vulkan_w4():
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     quantized = edgeplug.quantize(model, inputs, "vulkan", "w4")
     return quantized, edgeplug.lower(quantized, inputs, "vulkan", verify=True, model_name="mlp")
 
@@ -146,7 +146,7 @@ def test_batch_norm_fold_is_followed_only_where_the_pte_holds_the_folded_tensors
 
 
 def test_quantized_xnnpack_program_verifies_within_steps_of_its_output_scale():
-    model, inputs, _ = load_model("mlp")
+    model, inputs, _, _ = load_model("mlp")
     quantized = edgeplug.quantize(model, inputs, "xnnpack", "8a8w")
     (step,) = output_steps(quantized)
     result = edgeplug.lower(quantized, inputs, "xnnpack", verify=True)
@@ -191,7 +191,7 @@ def _example_cases():
 @pytest.mark.parametrize("example,backend,scheme", list(_example_cases()))
 def test_examples_quantize_lower_and_verify(example, backend, scheme):
     """Issue 10's bar: every scheme of every backend; qnn and samsung (no SDK here) as dry runs."""
-    model, inputs, _ = load_model(example)
+    model, inputs, _, _ = load_model(example)
     quantized = edgeplug.quantize(model, inputs, backend, scheme)
     dry_run = backend in ("qnn", "samsung")
     report = edgeplug.lower(quantized, inputs, backend, verify=not dry_run, dry_run=dry_run, model_name=example).report
@@ -207,7 +207,7 @@ def test_examples_quantize_lower_and_verify(example, backend, scheme):
 
 @pytest.mark.slow
 def test_program_quantized_for_another_backend_is_named_and_its_runtime_failure_explained():
-    model, inputs, _ = load_model("gemma-block")
+    model, inputs, _, _ = load_model("gemma-block")
     quantized = edgeplug.quantize(model, inputs, "qnn", "8a8w")
     report = edgeplug.lower(quantized, inputs, "xnnpack", dry_run=True).report
     assert report.quantization.foreign and report.quantization.quantizer_backend == "qnn"

@@ -688,9 +688,10 @@ def lower(
         tolerance=check_tolerance(tolerance),
         label=model_name or type(model_or_ep).__name__,
     )
-    for stage in STAGES:
-        if stage.applies(job):
-            _run_stage(job, stage)
+    with torch.no_grad():  # lowering never needs grad, and grad mode must not change the program
+        for stage in STAGES:
+            if stage.applies(job):
+                _run_stage(job, stage)
     if verify and dry_run:
         job.report.notes.append("verification skipped: a dry run produces no program to run")
     job.report.stages = job.clock.timings

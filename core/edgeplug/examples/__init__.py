@@ -1,7 +1,8 @@
 """Built-in example models.
 
-Each example is a callable returning ``(model, example_inputs)``: the same
-contract as ``edgeplug lower FILE.py:ATTR``. Everything is built in code and
+Each example is a callable returning ``(model, args)``: the same contract as
+``edgeplug lower FILE.py:ATTR``, whose function may also return
+``(model, args, kwargs)`` (keyword inputs, as ``edgeplug.lower`` takes them). Everything is built in code and
 seeded; nothing is downloaded.
 """
 
@@ -46,29 +47,29 @@ def list_examples() -> dict[str, str]:
     return {k: d for k, (_, d) in EXAMPLES.items()}
 
 
-def _check_contract(result: Any, spec: str) -> tuple[Any, tuple[Any, ...]]:
-    """``(model, example_inputs)``: a module (or ExportedProgram) and its inputs."""
+def _check_contract(result: Any, spec: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """``(model, args)`` or ``(model, args, kwargs)``: a module (or ExportedProgram) and its example inputs."""
     import torch
 
-    expected = "expected a tuple (model, example_inputs)"
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise EdgeplugError(f"{spec} returned {type(result).__name__}, {expected}")
-    model, inputs = result
+    from edgeplug.inputs import example_inputs
+
+    expected = "expected a tuple (model, args) or (model, args, kwargs)"
+    if not (isinstance(result, tuple) and len(result) in (2, 3)):
+        size = f" of {len(result)} items" if isinstance(result, tuple) else ""
+        raise EdgeplugError(f"{spec} returned {type(result).__name__}{size}, {expected}")
+    model, args, kwargs = (*result, None) if len(result) == 2 else result
     if not isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
         raise EdgeplugError(
             f"{spec} returned a model of type {type(model).__name__}, {expected} "
             "whose model is a torch.nn.Module"
         )
-    if isinstance(inputs, list):
-        inputs = tuple(inputs)
-    elif not isinstance(inputs, tuple):
-        inputs = (inputs,)
-    return model, inputs
+    given = example_inputs(args, kwargs, where=f"{spec}'s return value (model, args, kwargs)")
+    return model, given.args, given.kwargs
 
 
 def _describe_exit(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r}); a model file must return (model, example_inputs), not exit"
+        return f"it called sys.exit({exc.code!r}); a model file must return (model, args), not exit"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -110,8 +111,10 @@ def import_user_file(
     return module, attr, path_s
 
 
-def load_model(spec: str, progress: Optional[Callable[[str], None]] = None) -> tuple[Any, tuple[Any, ...], str]:
-    """Resolve an example name or ``FILE.py:ATTR`` to ``(model, inputs, label)``.
+def load_model(
+    spec: str, progress: Optional[Callable[[str], None]] = None
+) -> tuple[Any, tuple[Any, ...], dict[str, Any], str]:
+    """Resolve an example name or ``FILE.py:ATTR`` to ``(model, args, kwargs, label)``.
 
     ``FILE.py`` is executed as ``python FILE.py`` would run it (its folder on
     ``sys.path``, so sibling imports work); ``progress`` is told so.
@@ -124,7 +127,7 @@ def load_model(spec: str, progress: Optional[Callable[[str], None]] = None) -> t
         if fn is None or not callable(fn):
             raise EdgeplugError(
                 f"{path_s} has no callable {attr!r}; it must define a function returning "
-                "(model, example_inputs)"
+                "(model, args) or (model, args, kwargs)"
             )
         try:
             result = fn()
@@ -134,7 +137,7 @@ def load_model(spec: str, progress: Optional[Callable[[str], None]] = None) -> t
     if spec.endswith(".py"):
         raise EdgeplugError(
             f"{spec!r} names a file but not what to call in it: use {spec}:FUNCTION, a function in the "
-            "file returning (model, example_inputs)"
+            "file returning (model, args) or (model, args, kwargs)"
         )
     import difflib
 

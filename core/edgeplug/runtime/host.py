@@ -406,7 +406,10 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
         raise VerificationError("the lowering result holds no edge program to run")
     ep = result.edge.exported_program()
     session = _Session(backend)
-    user_inputs = [x for x in pytree.tree_leaves(tuple(result.example_inputs))]
+    from edgeplug.inputs import ExampleInputs, runtime_inputs
+
+    # every leaf, None and scalars included, in the program's input order (keywords by its in-spec)
+    user_inputs = runtime_inputs(ep, ExampleInputs(result.args, result.kwargs))
     values: list[Any] = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind.name == "USER_INPUT":

@@ -79,7 +79,7 @@ class LoweringCache:
         key = (example, b.name, dry_run)
         if key not in self._results:
             try:
-                model, inputs, label = load_model(example)
+                model, inputs, _, label = load_model(example)
                 self._results[key] = edgeplug.lower(model, inputs, b, dry_run=dry_run, model_name=label)
             except Exception as exc:
                 self._results[key] = exc
