@@ -34,6 +34,7 @@ import contextlib
 import ctypes
 import itertools
 import json
+import logging
 import os
 import re
 import tempfile
@@ -43,6 +44,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from edgeplug.plugin import Availability
+
+logger = logging.getLogger(__name__)
 
 MODE_VAR = "EDGEPLUG_QNN_SAVER"
 DIR_VAR = "EDGEPLUG_QNN_SAVER_DIR"
@@ -271,6 +274,13 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
             yield records
         finally:
             QnnBackend.preprocess_multimethod = original
+    if records:  # what a .pte of this lowering is, said where the user sees it
+        ops = sum(r.nodes for r in records)
+        logger.warning(
+            "QNN saver mode (%s): %d partition(s), %d QNN nodes, recorded by QNN's saver under %s; each QNN "
+            "delegate holds a stand-in payload, not a context binary: a .pte from this lowering does not run",
+            MODE_VAR, len(records), ops, Path(records[-1].calls_file).parent,
+        )
 
 
 def lowered_records(edge_ep: Any) -> list[SaverRecord]:
