@@ -18,8 +18,9 @@ accepted. The saver validates no op against the HTP (it accepts every op
 config), so HTP-specific refusals show only on a device.
 
 What is written: nothing runnable. Each delegate's payload is a stand-in,
-``PAYLOAD_MAGIC`` followed by the partition's ``SaverRecord`` as JSON, which
-QNN's runtime refuses at load (it is no context binary). The records are also
+``PAYLOAD_MAGIC`` followed by the partition's ``SaverRecord`` as JSON: no QNN
+context binary, so QNN's runtime cannot run it (a lowering that recorded
+partitions says so on stderr, as a warning). The records are also
 on each lowered module's ``meta["_delegate_info_meta"]`` and, with the
 recorded API calls of each partition's graph, under the saver folder
 (``EDGEPLUG_QNN_SAVER_DIR``, or one temporary folder per process):
@@ -82,7 +83,17 @@ def availability() -> Availability:
         try:
             ctypes.CDLL(lib)
         except OSError as exc:
-            return Availability(ok=False, reason=f"{lib} does not load by name ({exc})", hint=hint)
+            return Availability(
+                ok=False, hint=hint,
+                reason=f"{lib} is in {lib_dir} but does not load by name, as ExecuTorch opens it ({exc})",
+            )
+        loaded = _loaded_from(lib)
+        if loaded is not None and loaded.resolve() != (lib_dir / lib).resolve():
+            return Availability(
+                ok=False, hint=hint,
+                reason=f"{lib} loads by name from {loaded.parent}, not from {lib_dir}: LD_LIBRARY_PATH names "
+                f"another QNN library folder than {SDK_VAR}",
+            )
     try:
         import executorch.backends.qualcomm.python.PyQnnManagerAdaptor  # noqa: F401
     except ImportError as exc:
@@ -91,6 +102,19 @@ def availability() -> Availability:
             hint="Install an executorch wheel built with the QNN backend (executorch 1.5.1 on x86-64 Linux is)",
         )
     return Availability(ok=True)
+
+
+def _loaded_from(lib: str) -> Optional[Path]:
+    """Where this process loaded ``lib`` from (Linux's /proc/self/maps), or None if unknown."""
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return None
+    for line in maps:
+        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+        if path.endswith("/" + lib):
+            return Path(path)
+    return None
 
 
 def compile_specs(soc: Any, out_dir: Optional[str] = None) -> list:

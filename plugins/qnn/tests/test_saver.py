@@ -130,5 +130,12 @@ def test_saver_mode_names_what_is_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path))
     a = qnn.availability()
     assert not a.ok and "lib/x86_64-linux-clang/libQnnSaver.so" in a.reason
+    libs = tmp_path / "lib" / "x86_64-linux-clang"
+    libs.mkdir(parents=True)
+    for name in saver.LIBRARIES:  # there (empty), but what loads by name is not these
+        (libs / name).write_bytes(b"")
+    a = qnn.availability()
+    # without the libraries on the loader path: they do not load; in the saver CI job: another folder's do
+    assert not a.ok and a.reason.startswith("libQnnSaver.so ") and str(libs) in a.reason, a.reason
     monkeypatch.setenv(saver.MODE_VAR, "0")  # off: the SDK check of the device path again
     assert "libQnnHtp.so" in qnn.availability().reason
