@@ -467,7 +467,18 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
     lo.add_argument("--debug", action="store_true", help=f"on an error, print its traceback too (or set {DEBUG_ENV}=1)")
     lo.set_defaults(fn=cmd_lower)
+    from edgeplug.zoo._cli import add_arguments as add_zoo_arguments  # argparse only: no torch
+
+    zo = sub.add_parser("zoo", help="lower a model set x backends x schemes, each cell in its own process (local or Ray)")
+    add_zoo_arguments(zo)
+    zo.set_defaults(fn=cmd_zoo)
     return p
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from edgeplug.zoo._cli import command
+
+    return command(args)
 
 
 def _quiet_dependencies() -> None:
