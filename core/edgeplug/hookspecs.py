@@ -129,11 +129,12 @@ def edgeplug_passes() -> Iterable[PassSpec]:
 
 @hookspec
 def edgeplug_quantizers() -> Iterable[QuantScheme]:
-    """PT2E quantization schemes of a backend, for ``edgeplug.quantize`` and ``lower --quantize``.
+    """Quantization schemes of a backend, for ``edgeplug.quantize`` and ``lower --quantize``.
 
     Called once when plugins load. Yield one ``QuantScheme`` per scheme
     (``"8a8w"``, ``"w4"``, ...) with a factory that builds the backend's own
-    torchao ``Quantizer``; the factory is called only when that scheme is used,
+    torchao ``Quantizer`` (``kind="pt2e"``) or the torchao config that
+    ``quantize_`` applies to the model (``kind="source_transform"``); the factory is called only when that scheme is used,
     and must never reach the network. A backend with no scheme cannot be
     quantized for (the error lists the backends that can); two schemes of one
     name for one backend are an error naming both distributions.

@@ -806,7 +806,8 @@ def describe_record(record: Any) -> str:
     if isinstance(record, PassSpec):
         return f"{record.stage} pass {record.name!r}"
     if isinstance(record, QuantScheme):
-        return f"quantization scheme {record.scheme!r}"
+        how = " (torchao source transform)" if record.kind == "source_transform" else ""
+        return f"quantization scheme {record.scheme!r}{how}"
     return name
 
 

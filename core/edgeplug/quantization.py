@@ -11,6 +11,11 @@
 4. ``prepare_pt2e`` with the scheme's quantizer (from the backend's
    ``edgeplug_quantizers`` records), calibration, ``convert_pt2e``.
 
+A ``source_transform`` scheme (torchao's ``quantize_`` with the config the
+scheme's factory returns: 8da4w, int4 weight-only) instead transforms a deep
+copy of the model, then exports it and runs the export-stage passes; there is
+no calibration. Either way the lowering verifies against the quantized model.
+
 The result is the converted ``torch.fx.GraphModule``; ``quantization_info(gm)``
 returns what was done (backend, scheme, timings, the recomposed norms), which
 ``edgeplug.lower`` puts in its report.
@@ -39,6 +44,13 @@ META_KEY = "edgeplug_quantization"
 #: and the Gemma-style block, 4 for the 2-layer Llama); a wrong weight or op is tens of steps off
 QUANT_STEPS = 8
 
+#: default verification tolerance of an output of a source-transform scheme with dynamically
+#: quantized activations, as a fraction of the output's largest magnitude: there is no static
+#: output scale, and XNNPACK picks each row's activation scale and rounds as torchao's reference
+#: does but not bit for bit (measured: tiny Llama 8da4w, |lowered - quantized| 0.8% of max|logit|,
+#: |lowered - float| 11%); a wrong weight or group is as far off as the float error or more
+DYNAMIC_RELATIVE = 0.03
+
 
 @dataclass
 class QuantizationInfo:
@@ -52,6 +64,8 @@ class QuantizationInfo:
     per_channel: bool
     #: the distribution that contributed the scheme
     distribution: str = ""
+    #: "pt2e" (prepare/calibrate/convert) or "source_transform" (torchao's quantize_ before export)
+    kind: str = "pt2e"
     calibration_batches: int = 0
     #: the most calibration batches read (``quantize(calibration_batches=)``), and whether the data had more
     calibration_limit: int = 0
@@ -72,7 +86,7 @@ class QuantizationInfo:
             activation_bits=self.activation_bits, weight_bits=self.weight_bits, per_channel=self.per_channel,
             distribution=self.distribution, calibration_batches=self.calibration_batches,
             calibration_limit=self.calibration_limit, calibration_cut=self.calibration_cut,
-            norms=self.fusions, folds=self.folds,
+            norms=self.fusions, folds=self.folds, kind=self.kind,
         )
 
 
@@ -87,6 +101,8 @@ class QuantizationSummary(BaseModel):
     weight_bits: Optional[int] = None
     per_channel: Optional[bool] = None
     distribution: str = ""
+    #: "pt2e" or "source_transform" (torchao's quantize_ on a copy of the model; no calibration)
+    kind: str = "pt2e"
     calibration_batches: int = 0
     #: the cap on calibration batches, and whether the calibration data had more than it (they were not read)
     calibration_limit: int = 0
@@ -101,6 +117,8 @@ class QuantizationSummary(BaseModel):
     reference: str = ""
     versus_quantized: list[float] = Field(default_factory=list)
     versus_float: list[float] = Field(default_factory=list)
+    #: per output, the cosine similarity of the lowered program's output and the float model's (1.0: same direction)
+    cosine_to_float: list[float] = Field(default_factory=list)
 
     def table_lines(self) -> list[str]:
         bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
@@ -108,6 +126,8 @@ class QuantizationSummary(BaseModel):
         batches = f"{self.calibration_batches} calibration batch{'es' if self.calibration_batches != 1 else ''}"
         if self.calibration_cut:
             batches += f", the first {self.calibration_limit} of more (--calibration-batches)"
+        if self.kind == "source_transform":
+            what, batches = f"torchao source transform: {self.description}", "no calibration"
         lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {batches})"]
         if self.foreign:
             lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
@@ -130,6 +150,8 @@ class QuantizationSummary(BaseModel):
             lines.append(f"  verification reference: {self.reference}")
         for i, q in enumerate(self.versus_quantized):
             versus_float = f", |lowered - float| = {self.versus_float[i]:.3e}" if i < len(self.versus_float) else ""
+            if i < len(self.cosine_to_float):
+                versus_float += f", cosine to float = {self.cosine_to_float[i]:.4f}"
             lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}{versus_float}")
         return lines
 
@@ -274,9 +296,16 @@ def quantize(
     info = QuantizationInfo(
         backend=b.name, scheme=rec.scheme, description=rec.description, activation_bits=rec.activation_bits,
         weight_bits=rec.weight_bits, per_channel=rec.per_channel, distribution=b.distribution,
-        calibration_limit=limit,
+        calibration_limit=limit, kind=rec.kind,
     )
     timed = _QuantizeStages(b.name, rec.scheme, info, progress)
+    if rec.kind == "source_transform":
+        _check_source_transform(model, rec, b, calibration)
+        ep = _source_transform(model, given, b, rec, timed, dynamic_shapes)
+        converted = ep.module()
+        info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
+        converted.meta[META_KEY] = info
+        return converted
     if isinstance(model, ExportedProgram):
         ep = model
     else:
@@ -291,6 +320,47 @@ def quantize(
     info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
     converted.meta[META_KEY] = info
     return converted
+
+
+def _check_source_transform(model: Any, rec: QuantScheme, backend: Any, calibration: Any) -> None:
+    """Before any work: a source transform needs the module itself and takes no calibration data."""
+    from torch.export import ExportedProgram
+
+    if isinstance(model, ExportedProgram):
+        raise QuantizationError(
+            f"scheme {rec.scheme!r} of backend {backend.name!r} is a torchao source transform: it rewrites the "
+            "model's linear layers before export, so it needs the nn.Module, not an ExportedProgram. Pass the "
+            "module (edgeplug.quantize(model, inputs, ...)), or pick a PT2E scheme of the backend"
+        )
+    if calibration is not None:
+        raise QuantizationError(
+            f"scheme {rec.scheme!r} of backend {backend.name!r} takes no calibration data (a torchao source "
+            "transform: its weights are quantized from their own values and any activations per call); "
+            "leave the calibration out"
+        )
+
+
+def _source_transform(model: Any, given: Any, backend: Any, rec: QuantScheme, timed: Any, dynamic_shapes: Any) -> Any:
+    """The exported program of a deep copy of ``model`` quantized with torchao's ``quantize_`` and the
+    scheme's config; the backend's export passes applied. ``model`` is left as it was."""
+    import copy
+
+    import torch
+    from torchao.quantization import quantize_
+
+    from edgeplug.pipeline import transform
+
+    config = timed("build config", lambda: make_quantizer(backend, rec.scheme))
+
+    def apply() -> Any:
+        with torch.no_grad():
+            copied = copy.deepcopy(model)
+            quantize_(copied, config)
+        return copied
+
+    copied = timed("transform", apply)
+    ep = timed("export", lambda: torch.export.export(copied, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
+    return timed("export passes", lambda: transform(ep, backend))
 
 
 def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRecord]]:
@@ -440,7 +510,12 @@ def is_quantized(model: Any) -> bool:
     graph = getattr(gm, "graph", None)
     if graph is None:
         return False
-    return any(n.op == "call_function" and "quantized_decomposed" in str(n.target) for n in graph.nodes)
+    return any(n.op == "call_function" and _is_quant_op(str(n.target)) for n in graph.nodes)
+
+
+def _is_quant_op(target: str) -> bool:
+    """PT2E's quantize/dequantize ops, and torchao's (a source transform's program after export)."""
+    return "quantized_decomposed" in target or (target.startswith("torchao.") and "quantize" in target)
 
 
 def output_steps(model: Any) -> list[Optional[float]]:
@@ -567,6 +642,13 @@ def verify_quantized(result: Any, backend: Any, model: Any, tolerance: Optional[
         if tol is None and step is not None:
             tol = QUANT_STEPS * step
             why = f"default for a quantized output: {QUANT_STEPS} steps of its output scale {step:.4g}"
+        elif tol is None and info is not None and info.kind == "source_transform" and info.activation_bits and e.is_floating_point():
+            largest = e.detach().abs().max().item() if e.numel() else 0.0
+            tol = DYNAMIC_RELATIVE * largest
+            why = (
+                f"default for dynamically quantized activations: {DYNAMIC_RELATIVE:.0%} of the output's largest "
+                f"magnitude {largest:.4g} (no static output scale)"
+            )
         check = compare_output(i, a, e, tol)
         if why is not None:
             check = check.model_copy(update={"tolerance_reason": why})
@@ -581,9 +663,21 @@ def verify_quantized(result: Any, backend: Any, model: Any, tolerance: Optional[
             (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
             for a, f in zip(outs, info.float_outputs)
         ]
+        summary.cosine_to_float = [_cosine(a, f) for a, f in zip(outs, info.float_outputs)]
     result.report.quantization = summary
     note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
     return Verification(method=method, adapter=adapter, outputs=checks, note=note)
+
+
+def _cosine(a: Any, b: Any) -> float:
+    """Cosine similarity of two outputs taken as flat vectors (NaN where shapes differ, or for a zero vector)."""
+    import torch
+
+    if a.shape != b.shape or not a.numel() or not (a.is_floating_point() and b.is_floating_point()):
+        return float("nan")
+    x, y = a.detach().double().flatten(), b.detach().double().flatten()
+    norms = x.norm() * y.norm()
+    return float("nan") if norms == 0 else float((x @ y / norms).item())
 
 
 def describe_quantization(report: Any, model: Any, backend: Any) -> None:
@@ -649,6 +743,7 @@ def load_calibration(spec: str, limit: int = DEFAULT_CALIBRATION_BATCHES) -> lis
 
 __all__ = [
     "DEFAULT_CALIBRATION_BATCHES",
+    "DYNAMIC_RELATIVE",
     "QUANT_STEPS",
     "QuantizationError",
     "QuantizationSummary",

@@ -322,16 +322,23 @@ _SCHEME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 
 
 class QuantScheme(_Record):
-    """A PT2E quantization scheme of a backend, for ``edgeplug.quantize`` and ``lower --quantize``.
+    """A quantization scheme of a backend, for ``edgeplug.quantize`` and ``lower --quantize``.
 
-    ``factory()`` returns a fresh, configured torchao ``Quantizer``
-    (executorch's ``QnnQuantizer``, ``XNNPACKQuantizer``, ...); building it
-    must not reach the network. The other fields say what the scheme means.
+    ``kind`` says what ``factory()`` returns: for ``"pt2e"`` (the default) a
+    fresh, configured torchao ``Quantizer`` (executorch's ``QnnQuantizer``,
+    ``XNNPACKQuantizer``, ...) that ``prepare_pt2e``/``convert_pt2e`` apply to
+    the exported program; for ``"source_transform"`` a torchao config
+    (``Int8DynamicActivationIntxWeightConfig``, ``IntxWeightOnlyConfig``, ...)
+    that ``torchao.quantization.quantize_`` applies to the model's linear layers
+    before export (on a deep copy: the caller's model is not changed). Building
+    either must not reach the network. The other fields say what the scheme means.
     """
 
     #: the name users pass (``--quantize 8a8w``), lower-case
     scheme: str
     factory: Callable[[], Any]
+    #: "pt2e": factory() is a PT2E Quantizer; "source_transform": a torchao config for quantize_
+    kind: Literal["pt2e", "source_transform"] = "pt2e"
     #: bits of the quantized activations; None: weight-only (activations stay float)
     activation_bits: Optional[int]
     weight_bits: int

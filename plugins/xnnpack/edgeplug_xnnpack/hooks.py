@@ -76,9 +76,28 @@ def _symmetric_per_channel():
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
 
 
+def _int8_dynamic_int4_weight(group_size: int):
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+    from torchao.quantization.granularity import PerGroup
+
+    return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+
+
 @edgeplug.hookimpl
 def edgeplug_quantizers():
+    from functools import partial
+
     yield edgeplug.QuantScheme(
         backend=BACKEND, scheme="8a8w", factory=_symmetric_per_channel, activation_bits=8, weight_bits=8,
         per_channel=True, description="8-bit activations, 8-bit symmetric per-channel weights (XNNPACKQuantizer)",
     )
+    # torchao's quantize_ on the linear layers, as ExecuTorch's LLM flows do; XNNPACK takes the dynamically
+    # quantized linear with grouped int4 weights (its partitioner's quant-affine configs)
+    for scheme, group in (("8da4w", 32), ("8da4w-g128", 128)):
+        yield edgeplug.QuantScheme(
+            backend=BACKEND, scheme=scheme, kind="source_transform", factory=partial(_int8_dynamic_int4_weight, group),
+            activation_bits=8, weight_bits=4, per_channel=False,
+            description=f"int8 dynamic per-token activations, int4 symmetric weights in groups of {group} "
+            "(torchao Int8DynamicActivationIntxWeightConfig on linear layers)",
+        )
