@@ -78,3 +78,90 @@ def test_calibration_failure_names_the_node_and_the_models_line(llama, monkeypat
     msg = str(info.value)
     assert "failed at 'calibrate' at node 'index'" in msg and "aten.index.Tensor" in msg
     assert "modeling_llama.py" in msg and "IndexError" in msg
+
+
+# -- torchao's source transform: 8da4w (int8 dynamic activations, int4 grouped weights) -----------
+
+
+@pytest.fixture(scope="module")
+def lowered_8da4w(llama):
+    model, inputs = llama
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    quantized = edgeplug.quantize(model, inputs, "xnnpack", "8da4w")
+    result = edgeplug.lower(quantized, inputs, "xnnpack", verify=True)
+    return before, quantized, result
+
+
+def test_8da4w_lowers_runs_and_stays_near_float(llama, lowered_8da4w):
+    model, inputs = llama
+    before, quantized, result = lowered_8da4w
+    report = result.report
+    # the .pte ran in executorch's runtime and agrees with the transformed eager model
+    assert report.verification.passed and report.verification.method == "pte"
+    q = report.quantization
+    assert (q.scheme, q.kind, q.weight_bits) == ("8da4w", "source_transform", 4)
+    assert q.reference == "the quantized model's eager output"
+    # the float figure: near the float model, and not the float model itself (the weights were rounded)
+    assert len(q.cosine_to_float) == 1 and 0.98 <= q.cosine_to_float[0] < 1.0
+    assert q.versus_float[0] > q.versus_quantized[0] > 0
+    table = report.to_table()
+    assert "torchao source transform" in table and "cosine to float" in table
+    # XNNPACK took every linear, each as the dynamically quantized form (no float linear, none on the CPU)
+    assert not any("linear" in op or "mm" in op for op in report.cpu_ops)
+    assert report.delegated_ops.get("aten.linear.default", 0) == 8  # 7 in the layer, the head
+    assert report.delegated_ops.get("torchao.choose_qparams_affine.default", 0) >= 1
+    # the caller's model is unchanged
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert all(type(m.weight) is torch.nn.Parameter for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_8da4w_verification_catches_a_wrong_weight(llama, lowered_8da4w):
+    """The default tolerance of a dynamically quantized output is tight enough that a program one weight
+    group off disagrees: the same .pte checked against a model with one group of one layer changed fails."""
+    from edgeplug.quantization import DYNAMIC_RELATIVE
+
+    model, inputs = llama
+    _, quantized, result = lowered_8da4w
+    with torch.no_grad():
+        right = quantized(*inputs)
+        wrong = edgeplug.quantize(_perturbed(model), inputs, "xnnpack", "8da4w")(*inputs)
+    tolerance = DYNAMIC_RELATIVE * right.abs().max().item()
+    assert edgeplug.verify(result, "xnnpack", reference=[right], tolerance=tolerance).passed
+    assert not edgeplug.verify(result, "xnnpack", reference=[wrong], tolerance=tolerance).passed
+
+
+def _perturbed(wrapper):
+    import copy
+
+    other = copy.deepcopy(wrapper)
+    with torch.no_grad():
+        w = other.model.model.layers[0].mlp.down_proj.weight
+        w[:, :32] = -w[:, :32] * 4  # one group of each row: negated and scaled
+    return other
+
+
+def test_unknown_and_misused_source_transform_schemes_fail_before_work(llama, monkeypatch):
+    model, inputs = llama
+    import torch.export
+
+    def no_export(*a, **k):
+        raise AssertionError("exported before the scheme was checked")
+
+    with pytest.raises(QuantizationError, match=r"no quantization scheme '8da3w'.*did you mean '8da4w'"):
+        monkeypatch.setattr(torch.export, "export", no_export)
+        edgeplug.quantize(model, inputs, "xnnpack", "8da3w")
+    monkeypatch.undo()
+    # a source transform rewrites the module: it takes no calibration data and no ExportedProgram
+    with pytest.raises(QuantizationError, match="takes no calibration data"):
+        edgeplug.quantize(model, inputs, "xnnpack", "8da4w", calibration=[inputs])
+    ep = torch.export.export(model, inputs)
+    with pytest.raises(QuantizationError, match="needs the nn.Module, not an ExportedProgram"):
+        edgeplug.quantize(ep, inputs, "xnnpack", "8da4w")
+
+
+def test_the_schemes_are_listed():
+    schemes = {s.scheme: s for s in edgeplug.quantization.schemes("xnnpack")}
+    assert {"8a8w", "8da4w", "8da4w-g128"} <= schemes.keys()
+    assert schemes["8da4w"].kind == "source_transform" and schemes["8a8w"].kind == "pt2e"
+    assert schemes["8da4w-g128"].factory().weight_granularity.group_size == 128
