@@ -114,10 +114,19 @@ def _exact_problems(a: torch.Tensor, e: torch.Tensor) -> tuple[list[str], float]
         diff = 1.0
     else:  # python ints: no overflow
         diff = float(max(abs(int(x) - int(y)) for x, y in zip(a[differ].tolist()[:4096], e[differ].tolist()[:4096])))
-    return [
+    problem = (
         f"{count} of {e.numel()} {_dtype_name(e.dtype)} values differ (compared exactly); "
         f"first at flat index {where}: lowered {got}, eager {want}"
-    ], diff
+    )
+    if e.dtype == torch.int64:
+        info = torch.iinfo(torch.int32)
+        wide = int(((e < info.min) | (e > info.max)).sum())
+        if wide:
+            problem += (
+                f"; {wide} eager values lie outside int32's range, which a delegate that holds int64 as int32 "
+                "cannot represent"
+            )
+    return [problem], diff
 
 
 def _half_problems(a: torch.Tensor, e: torch.Tensor, dtype: torch.dtype) -> list[str]:
