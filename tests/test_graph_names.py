@@ -97,3 +97,22 @@ def test_a_changed_torch_fails_loudly(monkeypatch):
         reserve_node_names(gm)
     message = str(info.value)
     assert torch.__version__ in message and UPSTREAM_ISSUE in message and "reserve_node_names" in message
+
+
+def test_a_copied_program_keeps_a_builtin_named_input_consistent():
+    """nn.Linear's input is named ``input``: fx's copy renames the node (``input_1``), so a copy
+    whose signature still says ``input`` fails torch's verifier. The core's copies stay valid."""
+    import torch
+
+    from edgeplug.fusion import copy_program
+    from edgeplug.graph.names import copy_exported_program
+
+    ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+    assert "input" in [n.name for n in ep.graph.nodes]
+    for copied in (copy_exported_program(ep), copy_program(ep)):
+        placeholders = [n.name for n in copied.graph.nodes if n.op == "placeholder"]
+        assert placeholders == [s.arg.name for s in copied.graph_signature.input_specs]
+        copied.validate()  # torch's own verifier
+        x = torch.randn(2, 4)
+        assert torch.equal(copied.module()(x), ep.module()(x))
+    assert [s.arg.name for s in ep.graph_signature.input_specs][-1] == "input"  # the original as it was

@@ -156,3 +156,12 @@ def test_no_fusion_where_the_kept_whole_op_would_not_be_delegated(edgeplug_regis
     assert len(report.fusions) == 5
     assert all(f.outcome == "rejected" and "would not delegate aten.rms_norm" in f.reason for f in report.fusions)
     assert not report.kept_whole_on_cpu
+
+
+def test_a_module_whose_input_shadows_a_builtin_lowers(edgeplug_register, table):
+    """nn.Sequential(Linear, ...) names its input ``input``: the export-stage fusion's copy of the
+    program must keep the signature consistent (it failed 'placeholders ... do not match')."""
+    edgeplug_register(_Plugin(table), "strict-npu-plugin")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+    report = edgeplug.lower(model, (torch.randn(2, 4),), BACKEND, dry_run=True).report
+    assert report.partitions and report.fusions == []

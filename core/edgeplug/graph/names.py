@@ -70,3 +70,28 @@ def reserve_node_names(gm: Any) -> int:
                 names.add(node.name)
                 added += 1
     return added
+
+
+def copy_exported_program(ep: Any) -> Any:
+    """``copy.deepcopy(ep)`` whose graph signature names the copy's nodes.
+
+    fx's graph copy renames a node whose name shadows a Python builtin (the
+    input of ``nn.Linear.forward(input)`` becomes ``input_1``) while the
+    signature's deep copy keeps ``input``: the copy then fails torch's own
+    verifier ("Input spec name input does not match node name input_1").
+    """
+    import copy
+    import dataclasses
+
+    out = copy.deepcopy(ep)
+    renamed = {
+        old.name: new.name
+        for old, new in zip(ep.graph_module.graph.nodes, out.graph_module.graph.nodes)
+        if old.name != new.name
+    }
+    if renamed:
+        for spec in [*out.graph_signature.input_specs, *out.graph_signature.output_specs]:
+            name = getattr(spec.arg, "name", None)
+            if name in renamed:
+                spec.arg = dataclasses.replace(spec.arg, name=renamed[name])
+    return out
