@@ -50,7 +50,7 @@ def test_quantize_leaves_the_model_as_it_was_and_says_what_it_does(gemma_qnn):
     model, _, before, gm, lines = gemma_qnn
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     stages = [s for s, _ in quantization_info(gm).stages]
-    assert stages == ["export", "export passes", "recompose norms", "build quantizer", "prepare", "calibrate", "convert"]
+    assert stages == ["export", "export passes", "recompose norms", "fold constants", "build quantizer", "prepare", "calibrate", "convert"]
     assert lines[0] == "[qnn] quantize 8a8w: export ..." and len(lines) == len(stages)
 
 
