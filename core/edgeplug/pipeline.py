@@ -963,7 +963,7 @@ def verify(
     if steps and method == "pte":
         names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
         notes.append(_steps_note(steps))
-    elif reference is None and method == "kernels" and result.edge is not None and _keeps_state(result.edge.exported_program()):
+    elif reference is None and method == "kernels" and _keeps_state(result.edge.exported_program()):
         notes.append(
             "host kernels run one call at a time (the buffers a delegate owns are not carried to the next call), "
             f"so the {DECODE_STEPS} decode steps were not run"
