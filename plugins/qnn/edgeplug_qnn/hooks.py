@@ -74,6 +74,7 @@ def edgeplug_quantizers():
         ("8a8w", 8, 8, "8-bit activations, 8-bit per-channel weights (QnnQuantizer; the HTP default)"),
         ("16a8w", 16, 8, "16-bit activations, 8-bit per-channel weights (QnnQuantizer; for accuracy-sensitive models)"),
         ("8a4w", 8, 4, "8-bit activations, 4-bit per-channel weights (QnnQuantizer; smallest weights)"),
+        ("16a4w", 16, 4, "16-bit activations, 4-bit per-channel weights (QnnQuantizer; the LLM recipes' default)"),
     ):
         yield edgeplug.QuantScheme(
             backend="qnn", scheme=scheme, factory=partial(qnn_quantizer, scheme),

@@ -161,7 +161,7 @@ def test_unknown_and_misused_source_transform_schemes_fail_before_work(llama, mo
 
 
 def test_the_schemes_are_listed():
-    schemes = {s.scheme: s for s in edgeplug.quantization.schemes("xnnpack")}
+    schemes = {s.scheme: s for s in edgeplug.get_backend("xnnpack").records(edgeplug.QuantScheme)}
     assert {"8a8w", "8da4w", "8da4w-g128"} <= schemes.keys()
     assert schemes["8da4w"].kind == "source_transform" and schemes["8a8w"].kind == "pt2e"
     assert schemes["8da4w-g128"].factory().weight_granularity.group_size == 128
