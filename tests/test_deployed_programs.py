@@ -194,6 +194,27 @@ def test_each_decode_step_is_compared_with_eager_from_the_same_state():
     assert [o.name for o in v.outputs if o.problems] == ["decode 1: output 0", "decode 2: output 0", "decode 3: output 0"]
 
 
+class _StartsAtFive(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.full((1, 4), 5.0))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total.sum(1)
+
+
+def test_a_written_buffer_the_model_holds_non_zero_fails_verification_and_is_named():
+    # executorch's runtime starts the mutable buffer without the model's 5s: the .pte computes 4 where eager gives 24
+    v = edgeplug.lower(_StartsAtFive(), torch.ones(1, 4), "xnnpack", verify=True).report.verification
+    assert not v.passed and v.outputs[0].max_abs_diff == 20.0
+    assert "the program writes buffer 'total', which the model holds non-zero" in v.note
+    zeroed = _StartsAtFive()
+    zeroed.total.zero_()
+    v = edgeplug.lower(zeroed, torch.ones(1, 4), "xnnpack", verify=True).report.verification
+    assert v.passed and "holds non-zero" not in v.note
+
+
 def test_cli_build_may_return_keyword_inputs(cli, tmp_path):
     (tmp_path / "kw.py").write_text(
         textwrap.dedent(

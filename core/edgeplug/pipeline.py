@@ -879,6 +879,16 @@ def _compare_steps(steps: Sequence[_Step], runs: Sequence[list[torch.Tensor]], t
     return checks
 
 
+def _buffers_the_pte_starts_at_zero(result: LoweringResult) -> list[str]:
+    """Buffers the program writes whose value in the model is not zero: executorch's runtime starts a
+    mutable buffer without the model's value (the .pte holds none for it), so the first call differs."""
+    ref = result.reference
+    if ref is None or ref.model is None or result.edge is None:
+        return []
+    written = set(result.edge.exported_program().graph_signature.buffers_to_mutate.values())
+    return sorted(n for n, t in ref.model.initial.items() if n in written and bool(torch.count_nonzero(t)))
+
+
 def _steps_note(steps: Sequence[_Step]) -> str:
     return (
         f"prefill and {len(steps)} decode steps ran through one loaded program, its buffers kept between calls; "
@@ -960,6 +970,14 @@ def verify(
                 expected.append(after[name])
                 names.append(f"buffer {name!r} (updated in forward)")
     notes = [run.note, why_not]
+    nonzero = _buffers_the_pte_starts_at_zero(result) if reference is None and method == "pte" else []
+    if nonzero:
+        notes.append(
+            f"the program writes buffer{'s' if len(nonzero) > 1 else ''} {', '.join(map(repr, nonzero))}, which the "
+            "model holds non-zero; executorch's runtime starts a mutable buffer without that value (the .pte "
+            "carries none), so eager and the .pte start from different states: reset the buffer to zeros before "
+            "lowering, or make it a constant if the program only reads it"
+        )
     if steps and method == "pte":
         names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
         notes.append(_steps_note(steps))
