@@ -15,6 +15,9 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml $(foreach p,$(PLUGINS),plugins/$(p)/pyproject.toml)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]' $(foreach p,$(PLUGINS),-e plugins/$(p))
+	# optimum-executorch (the deployed-program tests' exporter) pins an older transformers: no deps
+	$(BIN)/pip install -q --no-deps optimum-executorch==1.1.0
+	$(BIN)/pip install -q 'optimum>=2.0' accelerate
 	touch $(STAMP)
 
 setup: $(STAMP)
