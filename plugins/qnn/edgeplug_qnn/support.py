@@ -146,6 +146,7 @@ def soc():
 def make_partitioner():
     from edgeplug.plugin import SupportTablePartitioner
 
+    chip = soc()  # an unknown SoC is the user's mistake, with or without the SDK (a dry run for it means nothing)
     if availability().ok:  # the real partitioner, with compile specs for the chosen SoC
         from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
         from executorch.backends.qualcomm.utils.utils import (
@@ -156,8 +157,8 @@ def make_partitioner():
         from edgeplug_qnn import saver
 
         if saver.enabled():  # QNN's saver records each partition instead of compiling it
-            return QnnPartitioner(saver.compile_specs(soc()))
-        specs = generate_qnn_executorch_compiler_spec(soc_model=soc(), backend_options=generate_htp_compiler_spec(use_fp16=True))
+            return QnnPartitioner(saver.compile_specs(chip))
+        specs = generate_qnn_executorch_compiler_spec(soc_model=chip, backend_options=generate_htp_compiler_spec(use_fp16=True))
         return QnnPartitioner(specs)
     return SupportTablePartitioner(
         "QnnBackend", supported_ops(), keep_whole=keep_whole_ops(), dtypes=dtypes(), name="QNN (HTP)"
