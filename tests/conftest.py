@@ -9,8 +9,6 @@ are session-scoped and only built when a test asks for them.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 #: folders each holding installed test distributions (*.dist-info + modules)
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-ZOO_PATH = REPO / "bench" / "zoo.py"
 
 
 @pytest.fixture
@@ -87,11 +84,7 @@ def llama_edge(llama_exported):
 
 @pytest.fixture(scope="session")
 def zoo():
-    """bench/zoo.py as a module (bench/ is not a package): its tiny transformers models and stock lowering."""
-    name = "edgeplug_bench_zoo"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ZOO_PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses resolve their module by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """``edgeplug.zoo``: the built-in tiny transformers models (build, exported), the stock lowering, run_cell."""
+    import edgeplug.zoo
+
+    return edgeplug.zoo

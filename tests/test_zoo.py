@@ -1,16 +1,21 @@
-"""The model zoo, reduced: 2 architectures x 2 backends through bench/zoo.py's own code.
+"""The model zoo (``edgeplug.zoo``, ``edgeplug zoo``), reduced.
 
-The full matrix (``make zoo``) writes docs/zoo.md; this runs the same
-``run_cell`` on one-layer Llama and Qwen3 for xnnpack (its .pte runs in
-executorch's runtime) and vulkan (host kernels on the wgpu adapter), each
-against stock executorch in the same process, and checks what the zoo
-claims: it lowers, every norm is fused or recorded with a reason, the lowered
-program computes what eager computes, and edgeplug breaks the graph no more
-than stock does. Each cell runs once per session.
+The full matrix (``make zoo``) writes docs/zoo.md. Here: ``run_cell`` on the
+one-layer Llama for xnnpack (its .pte runs in executorch's runtime) and vulkan
+(host kernels on the wgpu adapter), against stock executorch in the same
+process, checks what the zoo claims (it lowers, every norm is fused or recorded
+with a reason, the lowered program computes what eager computes, edgeplug breaks
+the graph no more than stock does); then the runs themselves, under both
+executors: each cell in its own process, a killed worker retried then recorded,
+a hang recorded as a timeout, a cell past its memory limit recorded as such, the
+same cells from local processes and from Ray, and ``--resume`` after an
+interrupted run running only the missing cells.
 """
 
 from __future__ import annotations
 
+
+import json
 
 import pytest
 
@@ -38,7 +43,7 @@ def cells(zoo):
 
 
 def _table(zoo, cell) -> str:
-    return zoo.render([cell], "python bench/zoo.py (test)", 1, 0.0)
+    return zoo.render([cell], "edgeplug zoo (test)", 1, 0.0)
 
 
 @pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.slow] if b == "vulkan" else []) for b in BACKENDS])
@@ -91,9 +96,9 @@ def test_zoo_failing_cell_is_a_row_not_a_crash(zoo, monkeypatch):
     monkeypatch.setitem(zoo.MODELS, "broken", zoo.Arch("NoSuchConfig", "NoSuchModel"))
     cell = zoo.run_cell("broken", "xnnpack", warm=False)
     assert cell.error.startswith("build/export: AttributeError"), cell.error
-    doc = zoo.render([cell], "python bench/zoo.py --models broken", 1, 0.0)
-    assert "| broken | xnnpack | **fails**: build/export: AttributeError" in doc
-    assert "python bench/zoo.py --models broken" in doc
+    doc = zoo.render([cell], "edgeplug zoo --models broken", 1, 0.0)
+    assert "| broken | xnnpack | float | **fails**: build/export: AttributeError" in doc
+    assert "edgeplug zoo --models broken" in doc
 
 
 def test_zoo_stock_failure_is_shown_beside_edgeplug(zoo, cells):
@@ -107,35 +112,10 @@ def test_zoo_stock_failure_is_shown_beside_edgeplug(zoo, cells):
     module, ep, inputs, _ = zoo.exported("llama", 1)
     side = zoo.lower_stock(ep, inputs, [], target)
     assert not side.ok and side.error == "RuntimeError: stock partitioner exploded"
-    cell = zoo.Cell.from_dict({**zoo.asdict(cell), "stock": zoo.asdict(side)})
+    cell = zoo.Cell.from_dict({**cell.to_dict(), "stock": zoo.Cell(model="", backend="", stock=side).to_dict()["stock"]})
     doc = zoo.render([cell], "cmd", 1, 0.0)
     assert "**fails**: RuntimeError: stock partitioner exploded" in doc
     assert "second line" not in doc
-
-
-def test_zoo_rejects_unknown_names(zoo):
-    with pytest.raises(SystemExit, match="unknown model"):
-        zoo.main(["--models", "llama,not-a-model", "--out", "-"])
-    with pytest.raises(SystemExit, match="unknown backend"):
-        zoo.main(["--backends", "vulcan", "--out", "-"])
-
-
-def test_zoo_main_writes_after_every_cell(zoo, monkeypatch, tmp_path):
-    """The markdown and JSON are rewritten after each cell, so a run stopped early keeps its figures."""
-    import json
-
-    monkeypatch.setitem(zoo.MODELS, "broken", zoo.Arch("NoSuchConfig", "NoSuchModel"))
-    seen: list[int] = []
-    cells = zoo.run_matrix(["broken"], ["xnnpack", "qnn"], jobs=1, say=lambda m: None, on_cell=lambda c: seen.append(len(c)))
-    assert seen == [1, 2] and [c.backend for c in cells] == ["xnnpack", "qnn"]
-
-    out, js = tmp_path / "zoo.md", tmp_path / "zoo.json"
-    assert zoo.main(["--models", "broken", "--backends", "xnnpack,qnn", "--jobs", "1", "--out", str(out), "--json", str(js)]) == 0
-    doc = out.read_text()
-    assert "| broken | qnn (dry run) | **fails**: build/export" in doc and "partial" not in doc
-    data = json.loads(js.read_text())
-    assert data["summary"]["cells"] == 2 and data["summary"]["edgeplug_failures"] == 2
-    assert not list(tmp_path.glob("*.tmp"))
 
 
 def _vulkan_cell(zoo, model, partitions, reasons):
@@ -180,3 +160,256 @@ def test_xnnpack_target_counts_a_stock_failure_as_nothing_to_divide(zoo):
     over = cell("bamba", (4, 13), (11, 70))  # 4 partitions > 11 / 3
     [line] = [t for t in zoo.targets([good, failed, over]) if t.startswith("xnnpack:")]
     assert line.endswith("— not met")
+
+
+# --------------------------------------------------------------------------- runs: each cell in its own process
+
+#: the cell models of the run tests, written into each test's folder (the log path is filled in)
+CELL_MODELS = '''
+import os, signal, time
+
+import torch
+
+LOG = {log!r}
+
+
+def _started(name):
+    """Log this start; how many starts of ``name`` under this executor so far."""
+    executor = os.environ.get("EDGEPLUG_ZOO_EXECUTOR")
+    with open(LOG, "a") as f:
+        f.write(f"{{name}} {{os.getpid()}} {{executor}}\\n")
+    return sum(1 for line in open(LOG) if line.split()[0] == name and line.split()[2] == executor)
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return Tiny().eval(), (torch.randn(2, 8),)
+
+
+def _kill_worker():
+    # the worker: under Ray the task's worker process (this cell process's parent), else this process
+    ray = os.environ.get("EDGEPLUG_ZOO_EXECUTOR") == "ray"
+    os.kill(os.getppid() if ray else os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+
+
+def tiny():
+    _started("tiny")
+    return _tiny()
+
+
+def tiny2():
+    _started("tiny2")
+    return _tiny()
+
+
+def killed_once():
+    if _started("killed_once") == 1:
+        _kill_worker()
+    return _tiny()
+
+
+def killed_always():
+    _started("killed_always")
+    _kill_worker()
+
+
+def hangs():
+    _started("hangs")
+    time.sleep(3600)
+
+
+def greedy():
+    _started("greedy")
+    hog = torch.ones(4 << 30, dtype=torch.uint8)  # 4 GiB, past the run's memory limit
+    return _tiny()
+'''
+
+RUN_TIMEOUT = 75  # s a cell may take: a one-layer Llama's cell takes about 30 on 2 shared cores
+RUN_MEMORY = 3000  # MB
+
+
+@pytest.fixture(scope="module")
+def cell_models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("zoo-models")
+    log = folder / "starts.log"
+    (folder / "cells.py").write_text(CELL_MODELS.format(log=str(log)))
+    return folder / "cells.py", log
+
+
+def _starts(log) -> list[str]:
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _run(zoo, cell_models, out, executor):
+    path, log = cell_models
+    models = ["llama", *(f"{path}:{f}" for f in ("killed_once", "killed_always", "hangs", "greedy"))]
+    before = len(_starts(log))
+    cells = zoo.run(
+        models, ["xnnpack"], ["float"], jobs=2, executor=executor, layers=1, retries=1,
+        timeout=RUN_TIMEOUT, memory_limit=RUN_MEMORY, out=str(out),
+    )
+    return {c.label.split(" ")[0]: c for c in cells}, _starts(log)[before:]
+
+
+@pytest.fixture(scope="module")
+def local_run(zoo, cell_models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("zoo-local") / "cells.jsonl"
+    cells, starts = _run(zoo, cell_models, out, "local")
+    return cells, starts, out
+
+
+@pytest.fixture(scope="module")
+def ray_run(zoo, cell_models, tmp_path_factory):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'edgeplug[ray]')")
+    out = tmp_path_factory.mktemp("zoo-ray") / "cells.jsonl"
+    cells, starts = _run(zoo, cell_models, out, "ray")
+    return cells, starts, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_killed_worker_is_retried_then_recorded(executor, request):
+    cells, starts, _ = request.getfixturevalue(f"{executor}_run")
+    once = cells["killed_once"]
+    assert starts.count("killed_once") == 2, starts  # killed, started again, lowered
+    assert (once.status, once.attempts) == ("ran", 2), once
+    assert once.edgeplug.ok and once.edgeplug.partitions == 1 and once.edgeplug.max_abs_diff is not None
+
+    always = cells["killed_always"]
+    assert starts.count("killed_always") == 2, starts  # retries=1: two starts, then no more
+    assert (always.status, always.attempts) == ("lost", 2), always
+    assert "started 2 times" in always.detail or "lost 2 times" in always.detail, always.detail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_hang_and_a_memory_hog_are_recorded_as_such(executor, request, zoo):
+    cells, starts, out = request.getfixturevalue(f"{executor}_run")
+    hang, hog = cells["hangs"], cells["greedy"]
+    assert "hangs" in starts and "greedy" in starts  # each got as far as its own code
+    assert hang.status == "timeout" and f"timeout of {RUN_TIMEOUT} s" in hang.detail, hang
+    assert hang.wall_seconds >= RUN_TIMEOUT
+    assert hog.status == "memory" and f"{RUN_MEMORY} MB" in hog.detail, hog
+    # the run went on: the Llama beside them lowered and verified
+    llama = cells["llama"]
+    assert llama.status == "ran" and llama.edgeplug.ok and llama.edgeplug.max_abs_diff <= 1e-4, llama
+    # every cell is one JSON line of the results file, and the table shows what became of each
+    lines = out.read_text().splitlines()
+    assert len(lines) == 5 and {zoo.Cell.from_dict(json.loads(x)).key for x in lines} == {c.key for c in cells.values()}
+    text = zoo.table(list(cells.values()))
+    assert "timeout: ran past its timeout" in text and "memory: " in text and "lost: " in text
+    assert "5 cells: 1 lost, 2 lowered, 1 memory, 1 timeout" in text, text
+
+
+@pytest.mark.slow
+def test_local_and_ray_give_the_same_cells(local_run, ray_run, zoo):
+    local, ray = local_run[0], ray_run[0]
+    assert set(local) == set(ray)
+    for name in local:
+        if name == "killed_always":  # lost either way; how it was lost is the executor's to say
+            assert local[name].status == ray[name].status == "lost"
+            continue
+        assert zoo.comparable(local[name]) == zoo.comparable(ray[name]), name
+
+
+@pytest.mark.slow
+def test_resume_after_an_interrupted_run_runs_only_the_missing_cells(cell_models, tmp_path, zoo):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, log = cell_models
+    out = tmp_path / "cells.jsonl"
+    command = [sys.executable, "-m", "edgeplug.cli", "zoo", "--models", f"{path}:tiny,{path}:tiny2,{path}:hangs",
+               "--backends", "xnnpack", "--schemes", "float", "--jobs", "1", "--out", str(out), "--timeout", "300"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and "hangs" not in _starts(log):  # tiny, tiny2 recorded, hangs running
+        assert run.poll() is None, run.communicate()
+        time.sleep(0.5)
+    hang_pid = int(next(line.split()[1] for line in log.read_text().splitlines() if line.startswith("hangs")))
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err
+    with pytest.raises(ProcessLookupError):  # the interrupted run ended the cell it was running
+        for _ in range(50):
+            os.kill(hang_pid, 0)
+            time.sleep(0.1)
+    recorded = [json.loads(x)["model"] for x in out.read_text().splitlines()]
+    assert [m.rsplit(":", 1)[1] for m in recorded] == ["tiny", "tiny2"]
+
+    # without --resume the file is not touched; with it, only hangs runs (given a short timeout)
+    again = subprocess.run(command, capture_output=True, text=True)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    before = len(_starts(log))
+    resumed = subprocess.run([*command[:-2], "--timeout", "20", "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _starts(log)[before:] == ["hangs"]
+    assert "resuming" in resumed.stderr and "2 of 3 cells recorded, 1 to run" in resumed.stderr
+    assert "[3/3]" in resumed.stderr and "timeout" in resumed.stdout
+    cells = zoo.load_cells(str(out))
+    assert sorted(c.label.split(" ")[0] for c in cells) == ["hangs", "tiny", "tiny2"]
+    assert len(out.read_text().splitlines()) == 3
+
+
+def test_model_entries_resolve_or_say_what_would(zoo, tmp_path):
+    listing = tmp_path / "models.txt"
+    (tmp_path / "m.py").write_text("def f():\n    pass\n")
+    listing.write_text(f"# a comment\nllama, Qwen3ForCausalLM\n{tmp_path / 'm.py'}:f  # mine\n")
+    assert zoo.resolve_models(["gemma3", f"@{listing}", "llama"]) == ["gemma3", "llama", "qwen3", f"{tmp_path / 'm.py'}:f"]
+    from edgeplug.errors import EdgeplugError
+
+    with pytest.raises(EdgeplugError, match=r"unknown model 'lama' \(did you mean 'llama'\?\)"):
+        zoo.resolve_models("lama")
+    with pytest.raises(EdgeplugError, match="does not exist"):
+        zoo.resolve_models(f"@{tmp_path / 'none.txt'}")
+    with pytest.raises(EdgeplugError, match="expected FILE.py:FUNCTION"):
+        zoo.resolve_models("m.txt:f")
+
+
+def test_plan_makes_a_cell_per_declared_scheme_and_refuses_unknown_ones(zoo):
+    import edgeplug
+    from edgeplug.errors import EdgeplugError
+
+    if not {"xnnpack", "vulkan"} <= set(edgeplug.backends()):
+        pytest.skip("needs the xnnpack and vulkan backends")
+    cells, notes = zoo.plan("llama", "xnnpack,vulkan", "float,8a8w")
+    assert cells == [("llama", "xnnpack", "float"), ("llama", "xnnpack", "8a8w"), ("llama", "vulkan", "float")]
+    assert notes == ["vulkan declares no 8a8w: those cells are not made"]
+    with pytest.raises(EdgeplugError, match="scheme\\(s\\) w9 declared by none"):
+        zoo.plan("llama", "xnnpack", "w9")
+    with pytest.raises(EdgeplugError, match="vulcan not installed"):
+        zoo.plan("llama", "vulcan")
+
+
+def test_results_file_refuses_other_settings_and_skips_a_cut_line(zoo, tmp_path):
+    from edgeplug.errors import EdgeplugError
+    from edgeplug.zoo._run import Results, Settings
+
+    out = tmp_path / "cells.jsonl"
+    first = Results(str(out), resume=False, settings=Settings(layers=1))
+    first.append(zoo.Cell(model="llama", backend="xnnpack"), Settings(layers=1))
+    first.close()
+    with out.open("a") as f:
+        f.write('{"model": "qwen3", "backe')  # a writer killed mid-line
+    again = Results(str(out), resume=True, settings=Settings(layers=1))
+    assert list(again.recorded) == [("llama", "xnnpack", "float")]
+    again.append(zoo.Cell(model="qwen3", backend="xnnpack"), Settings(layers=1))
+    again.close()
+    assert [c.model for c in zoo.load_cells(str(out))] == ["llama", "qwen3"]
+    with pytest.raises(EdgeplugError, match="already holds results: pass --resume"):
+        Results(str(out), resume=False, settings=Settings(layers=1))
+    with pytest.raises(EdgeplugError, match=r"cells.jsonl:1 was recorded with .*'layers': 1.*resume with the same settings"):
+        Results(str(out), resume=True, settings=Settings(layers=2))
