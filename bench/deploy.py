@@ -1,0 +1,311 @@
+"""Deployed decoders on XNNPACK: edgeplug beside optimum-executorch's own recipe, same exported program.
+
+The program is the one people deploy: a tiny, randomly initialised transformers decoder
+(Llama, Qwen3 or Mistral configuration; nothing is downloaded) exported exactly as
+optimum-executorch's ``CausalLMExportableModule(model, use_custom_sdpa=False,
+use_custom_kv_cache=False).export()`` exports it: a static KV cache in mutable buffers,
+``cache_position`` as an input, a dynamic sequence length, keyword inputs.
+
+Two lowerings of that same ``ExportedProgram``, in one process:
+
+- **optimum**: optimum-executorch's XNNPACK recipe
+  (``optimum.exporters.executorch.recipes.xnnpack.export_to_executorch_with_xnnpack``), handed
+  the exportable module whose ``export()`` returns the program already exported, so both sides
+  lower the same object and neither side's time includes ``torch.export``;
+- **edgeplug**: ``edgeplug.lower(ep, kwargs=..., backend="xnnpack")``.
+
+Both ``.pte`` files then run in executorch's runtime (``portable_lib``), sides alternating
+(the order swapped each round), at each thread count: executorch's threadpool, the one its
+XNNPACK delegate runs on, is set with ``_unsafe_reset_threadpool(n)``, and torch's own with
+``torch.set_num_threads(n)`` (it only matters for the eager reference). A round is one prefill
+of the prompt at positions 0..P-1 followed by D single-token decode steps; the static cache is
+overwritten in place by the next round's prefill, and the causal mask from ``cache_position``
+hides what lies beyond, so rounds need no reload.
+
+Per side: partitions and nodes left on the CPU (counted alike, on the edge program before
+``to_executorch``), lowering time (to the ``.pte`` bytes, verification excluded), median prefill
+latency, median per-token decode latency, and agreement: max |logits - eager| at each step
+(the prefill and every decode step, greedy tokens taken from eager, both sides fed the same).
+
+optimum-executorch 1.1.0 pins transformers 5.0.0rc1 and optimum 2.0: it is installed with
+``pip install --no-deps optimum-executorch==1.1.0`` beside ``optimum`` and ``accelerate``
+(``make setup`` does this).
+
+    python bench/deploy.py [--models llama,qwen3,mistral] [--layers 4] [--hidden 512] [--prompt 32]
+                           [--decode 16] [--rounds 5] [--threads 1,2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from zoo import _quiet, first_line, stock_graph_breaks  # noqa: E402
+
+ARCHS = ("llama", "qwen3", "mistral")
+
+
+def build(arch: str, layers: int, hidden: int, max_len: int, vocab: int) -> torch.nn.Module:
+    """A tiny randomly initialised decoder with the generation config optimum's export needs."""
+    from transformers import GenerationConfig
+
+    heads = max(hidden // 64, 2)
+    common = dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1), max_position_embeddings=max_len,
+    )
+    if arch == "llama":
+        from transformers import LlamaConfig as Config, LlamaForCausalLM as Model
+    elif arch == "qwen3":
+        from transformers import Qwen3Config as Config, Qwen3ForCausalLM as Model
+
+        common["head_dim"] = hidden // heads
+    elif arch == "mistral":
+        from transformers import MistralConfig as Config, MistralForCausalLM as Model
+
+        common["sliding_window"] = None
+    else:
+        raise SystemExit(f"unknown model {arch!r}: one of {', '.join(ARCHS)}")
+    torch.manual_seed(0)
+    model = Model(Config(**common)).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=max_len,
+        cache_config={"batch_size": 1, "max_cache_len": max_len},
+    )
+    return model
+
+
+def exportable(model: torch.nn.Module, max_len: int) -> Any:
+    from optimum.exporters.executorch.integrations import CausalLMExportableModule
+
+    return CausalLMExportableModule(model, max_seq_len=max_len, use_custom_sdpa=False, use_custom_kv_cache=False)
+
+
+@dataclass
+class Side:
+    lowers: bool = False
+    error: str = ""
+    partitions: int = 0
+    cpu_nodes: int = 0
+    cpu_ops: dict[str, int] = field(default_factory=dict)
+    lowering_s: float = 0.0
+    pte_bytes: int = 0
+    max_abs_per_step: list[float] = field(default_factory=list)
+    prefill_ms: dict[str, float] = field(default_factory=dict)  # threads -> median ms
+    decode_ms: dict[str, float] = field(default_factory=dict)  # threads -> median ms per token
+    buffer: bytes = b""
+
+
+def optimum_side(module: Any, ep: torch.export.ExportedProgram) -> Side:
+    """optimum-executorch's XNNPACK recipe on ``ep``; partitions counted on the edge program it made."""
+    import optimum.exporters.executorch.recipes.xnnpack as recipe
+
+    side, breaks = Side(), []
+    lower_fn = recipe.to_edge_transform_and_lower
+
+    def count_breaks(*args: Any, **kwargs: Any) -> Any:
+        edge = lower_fn(*args, **kwargs)
+        breaks.append(stock_graph_breaks(edge.exported_program("forward")))  # now: to_executorch rewrites it in place
+        return edge
+
+    module.export = lambda *a, **k: {"model": ep}  # the program both sides lower, exported once
+    recipe.to_edge_transform_and_lower = count_breaks
+    try:
+        started = time.perf_counter()
+        programs = recipe.export_to_executorch_with_xnnpack(module)
+        side.lowering_s = time.perf_counter() - started
+        side.buffer = programs["model"].buffer
+    except Exception as exc:
+        side.error = first_line(exc)
+        return side
+    finally:
+        recipe.to_edge_transform_and_lower = lower_fn
+    side.partitions, cpu = breaks[0]
+    side.cpu_ops, side.cpu_nodes = dict(cpu), sum(cpu.values())
+    side.lowers, side.pte_bytes = True, len(side.buffer)
+    return side
+
+
+def edgeplug_side(ep: torch.export.ExportedProgram, kwargs: dict) -> tuple[Side, Any]:
+    import edgeplug
+
+    side = Side()
+    try:
+        started = time.perf_counter()
+        result = edgeplug.lower(ep, kwargs=kwargs, backend="xnnpack")
+        side.lowering_s = time.perf_counter() - started
+    except Exception as exc:
+        side.error = first_line(exc)
+        return side, None
+    report = result.report
+    side.partitions, side.cpu_ops, side.cpu_nodes = len(report.partitions), dict(report.cpu_ops), report.cpu_node_count
+    side.lowers, side.buffer, side.pte_bytes = True, result.buffer, len(result.buffer)
+    return side, result
+
+
+def _load(buffer: bytes) -> Any:
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    return _load_for_executorch_from_buffer(buffer)
+
+
+def _step_inputs(ids: torch.Tensor, start: int) -> list[torch.Tensor]:
+    return [ids, torch.arange(start, start + ids.shape[1], dtype=torch.long)]
+
+
+def agreement(ep: torch.export.ExportedProgram, sides: list[Side], prompt: torch.Tensor, decode: int) -> None:
+    """Max |logits - eager| per step (prefill, then each decode step) for each side, greedy tokens from eager."""
+    with torch.no_grad():
+        eager = copy.deepcopy(ep).module()
+    programs = [_load(s.buffer) for s in sides]
+    ids, start = prompt, 0
+    for _ in range(decode + 1):
+        inputs = _step_inputs(ids, start)
+        with torch.no_grad():
+            ref = eager(input_ids=inputs[0], cache_position=inputs[1])
+        for side, program in zip(sides, programs):
+            out = program.forward(inputs)[0]
+            side.max_abs_per_step.append((out - ref).abs().max().item())
+        start += ids.shape[1]
+        ids = ref[:, -1:].argmax(-1)
+
+
+def timing(sides: list[Side], prompt: torch.Tensor, decode: int, rounds: int, threads: int) -> None:
+    """Median prefill and per-token decode latency per side, sides alternating, order swapped each round."""
+    from executorch.extension.pybindings import portable_lib
+
+    torch.set_num_threads(threads)
+    portable_lib._unsafe_reset_threadpool(threads)
+    got = portable_lib._threadpool_get_thread_count()
+    if got != threads:
+        print(f"executorch's threadpool has {got} threads, not {threads}", file=sys.stderr)
+    programs = [_load(s.buffer) for s in sides]
+    token = torch.zeros(1, 1, dtype=torch.long)
+    samples: dict[int, tuple[list[float], list[float]]] = {i: ([], []) for i in range(len(sides))}
+
+    def one_round(i: int) -> None:
+        program, (prefill, steps) = programs[i], samples[i]
+        t0 = time.perf_counter()
+        program.forward(_step_inputs(prompt, 0))
+        prefill.append(time.perf_counter() - t0)
+        for k in range(decode):
+            t0 = time.perf_counter()
+            program.forward(_step_inputs(token, prompt.shape[1] + k))
+            steps.append(time.perf_counter() - t0)
+
+    for i in range(len(sides)):  # warm-up: first calls allocate and prepack
+        one_round(i)
+        samples[i] = ([], [])
+    for r in range(rounds):
+        order = range(len(sides)) if r % 2 == 0 else reversed(range(len(sides)))
+        for i in order:
+            one_round(i)
+    for i, side in enumerate(sides):
+        prefill, steps = samples[i]
+        side.prefill_ms[str(threads)] = 1e3 * statistics.median(prefill)
+        side.decode_ms[str(threads)] = 1e3 * statistics.median(steps)
+
+
+def run_model(arch: str, args: argparse.Namespace) -> dict[str, Any]:
+    max_len = args.prompt + args.decode + 8
+    model = build(arch, args.layers, args.hidden, max_len, args.vocab)
+    module = exportable(model, max_len)
+    ep = module.export()["model"]
+    torch.manual_seed(1)
+    prompt = torch.randint(0, args.vocab, (1, args.prompt))
+    kwargs = {"input_ids": prompt, "cache_position": torch.arange(args.prompt)}
+    ours, _ = edgeplug_side(ep, kwargs)
+    theirs = optimum_side(module, ep)
+    sides = [s for s in (theirs, ours) if s.lowers]
+    if sides:
+        agreement(ep, sides, prompt, args.decode)
+        for n in args.threads:
+            timing(sides, prompt, args.decode, args.rounds, n)
+    row = {"model": arch, "optimum": asdict(theirs), "edgeplug": asdict(ours)}
+    for key in ("optimum", "edgeplug"):
+        row[key].pop("buffer")
+    return row
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def table(rows: list[dict[str, Any]], threads: list[int]) -> str:
+    lines = [
+        "| model | side | partitions / CPU nodes | lowering s | max abs vs eager (all steps) "
+        + "".join(f"| prefill ms ({n}t) | decode ms/token ({n}t) " for n in threads) + "|",
+        "| --- " * (5 + 2 * len(threads)) + "|",
+    ]
+    for r in rows:
+        for key in ("optimum", "edgeplug"):
+            s = r[key]
+            if not s["lowers"]:
+                lines.append(f"| {r['model']} | {key} | fails: {s['error']} |" + " |" * (3 + 2 * len(threads)))
+                continue
+            cells = [
+                r["model"], key, f"{s['partitions']} / {s['cpu_nodes']}", f"{s['lowering_s']:.1f}",
+                f"{max(s['max_abs_per_step']):.1e}" if s["max_abs_per_step"] else "-",
+            ]
+            for n in threads:
+                o = r["optimum"]
+                for what in ("prefill_ms", "decode_ms"):
+                    mine = s[what].get(str(n))
+                    extra = f" ({_ratio(mine, o[what].get(str(n)))})" if key == "edgeplug" else ""
+                    cells.append(f"{mine:.2f}{extra}" if mine else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| model | CPU op | optimum | edgeplug |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        theirs, ours = Counter(r["optimum"]["cpu_ops"]), Counter(r["edgeplug"]["cpu_ops"])
+        for op in sorted(set(theirs) | set(ours), key=lambda o: (-ours[o], -theirs[o], o)):
+            lines.append(f"| {r['model']} | {op} | {theirs[op]} | {ours[op]} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(ARCHS))
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--prompt", type=int, default=32, help="prompt tokens (the prefill)")
+    p.add_argument("--decode", type=int, default=16, help="decode steps per round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--cpu-ops", action="store_true", help="also print the CPU ops per side")
+    p.add_argument("--json", help="write the rows as JSON here")
+    args = p.parse_args(argv)
+    args.threads = [int(n) for n in args.threads.split(",")]
+    _quiet()
+    rows = []
+    for arch in args.models.split(","):
+        rows.append(run_model(arch, args))
+        print(f"{arch}: done", file=sys.stderr, flush=True)
+    print(table(rows, args.threads))
+    if args.cpu_ops:
+        print()
+        print(cpu_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
