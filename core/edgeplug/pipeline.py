@@ -496,7 +496,7 @@ def _to_edge(job: Lowering) -> None:
 
 
 def _serialize(job: Lowering) -> None:
-    program = job.edge.to_executorch()
+    program = job.edge.to_executorch(_executorch_config(job.edge.exported_program()))
     _ = program.buffer
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
         job.result.program = program
@@ -771,11 +771,25 @@ _RUNTIME_ERRORS = {
 }
 
 
+def _executorch_config(ep: ExportedProgram) -> Any:
+    """``to_executorch``'s config: executorch's quantized-op fusion where torchao's dequantize is left on the
+    CPU (a weight-only embedding: dequantize + embedding become ``quantized_decomposed.embedding_4bit``,
+    which executorch's quantized kernels run; torchao's dequantize has no kernel), else the default."""
+    if not any(n.op == "call_function" and "torchao.dequantize_affine" in str(n.target) for n in ep.graph.nodes):
+        return None
+    from executorch.exir import ExecutorchBackendConfig
+
+    return ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)
+
+
 def _run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run:
     """Run the .pte in executorch's runtime on the example inputs, then on each of ``calls`` with the same
     loaded program (its mutable buffers persist between calls, as on a device); ``_Run.steps`` holds the
     outputs of each of ``calls``."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):
+        import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels with the runtime
 
     steps: list[list[torch.Tensor]] = []
     try:

@@ -350,17 +350,32 @@ def _source_transform(model: Any, given: Any, backend: Any, rec: QuantScheme, ti
 
     from edgeplug.pipeline import transform
 
-    config = timed("build config", lambda: make_quantizer(backend, rec.scheme))
+    steps = timed("build config", lambda: _transform_steps(make_quantizer(backend, rec.scheme), rec, backend))
 
     def apply() -> Any:
         with torch.no_grad():
             copied = copy.deepcopy(model)
-            quantize_(copied, config)
+            for config, filter_fn in steps:
+                quantize_(copied, config, filter_fn=filter_fn)
         return copied
 
     copied = timed("transform", apply)
     ep = timed("export", lambda: torch.export.export(copied, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
     return timed("export passes", lambda: transform(ep, backend))
+
+
+def _transform_steps(made: Any, rec: QuantScheme, backend: Any) -> list[tuple[Any, Any]]:
+    """A source-transform factory's answer as ``[(config, filter_fn), ...]``: one config (linear layers), or pairs."""
+    if not isinstance(made, (list, tuple)):
+        return [(made, None)]
+    steps = [tuple(p) if isinstance(p, (list, tuple)) else p for p in made]
+    if not steps or not all(isinstance(p, tuple) and len(p) == 2 and (p[1] is None or callable(p[1])) for p in steps):
+        raise QuantizationError(
+            f"the factory of scheme {rec.scheme!r} for backend {backend.name!r} ({backend.distribution}) returned "
+            f"{made!r}: a source-transform factory returns one torchao config, or a non-empty sequence of "
+            "(config, filter_fn) pairs with filter_fn(module, fqn) -> bool or None"
+        )
+    return steps
 
 
 def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRecord]]:

@@ -330,8 +330,11 @@ class QuantScheme(_Record):
     the exported program; for ``"source_transform"`` a torchao config
     (``Int8DynamicActivationIntxWeightConfig``, ``IntxWeightOnlyConfig``, ...)
     that ``torchao.quantization.quantize_`` applies to the model's linear layers
-    before export (on a deep copy: the caller's model is not changed). Building
-    either must not reach the network. The other fields say what the scheme means.
+    before export (on a deep copy: the caller's model is not changed), or a
+    sequence of ``(config, filter_fn)`` pairs applied in order, ``filter_fn(module,
+    fqn)`` choosing the modules as ``quantize_``'s own argument does (None: linear
+    layers), e.g. embeddings. Building either must not reach the network. The
+    other fields say what the scheme means.
     """
 
     #: the name users pass (``--quantize 8a8w``), lower-case

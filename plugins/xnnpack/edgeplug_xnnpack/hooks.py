@@ -84,6 +84,22 @@ def _int8_dynamic_int4_weight(group_size: int):
     return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
 
 
+def _is_embedding(module, fqn: str) -> bool:
+    import torch
+
+    return isinstance(module, torch.nn.Embedding)
+
+
+def _int_embeddings(bits: int, group_size: int):
+    """torchao weight-only on the embedding tables; XNNPACK takes no embedding, but executorch's quantized
+    kernels do: the lowering turns dequantize + embedding into quantized_decomposed.embedding_{byte,4bit}."""
+    import torch
+    from torchao.quantization import IntxWeightOnlyConfig
+    from torchao.quantization.granularity import PerGroup
+
+    return [(IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{bits}"), granularity=PerGroup(group_size)), _is_embedding)]
+
+
 @edgeplug.hookimpl
 def edgeplug_quantizers():
     from functools import partial
@@ -100,4 +116,11 @@ def edgeplug_quantizers():
             activation_bits=8, weight_bits=4, per_channel=False,
             description=f"int8 dynamic per-token activations, int4 symmetric weights in groups of {group} "
             "(torchao Int8DynamicActivationIntxWeightConfig on linear layers)",
+        )
+    for bits in (8, 4):
+        yield edgeplug.QuantScheme(
+            backend=BACKEND, scheme=f"e{bits}", kind="source_transform", factory=partial(_int_embeddings, bits, 32),
+            activation_bits=None, weight_bits=bits, per_channel=False,
+            description=f"weight-only: int{bits} embedding tables in groups of 32, run by executorch's quantized "
+            "embedding kernel on the CPU; linear layers stay float (torchao IntxWeightOnlyConfig)",
         )

@@ -162,6 +162,18 @@ def test_unknown_and_misused_source_transform_schemes_fail_before_work(llama, mo
 
 def test_the_schemes_are_listed():
     schemes = {s.scheme: s for s in edgeplug.get_backend("xnnpack").records(edgeplug.QuantScheme)}
-    assert {"8a8w", "8da4w", "8da4w-g128"} <= schemes.keys()
+    assert {"8a8w", "8da4w", "8da4w-g128", "e4", "e8"} <= schemes.keys()
     assert schemes["8da4w"].kind == "source_transform" and schemes["8a8w"].kind == "pt2e"
     assert schemes["8da4w-g128"].factory().weight_granularity.group_size == 128
+
+
+def test_4_bit_embeddings_run_in_executorchs_quantized_kernel(llama):
+    """XNNPACK takes no embedding; the lowering fuses torchao's dequantize + embedding into executorch's
+    quantized embedding op (its quantized kernels run it), and the .pte verifies against the quantized model."""
+    model, inputs = llama
+    result = edgeplug.lower(edgeplug.quantize(model, inputs, "xnnpack", "e4"), inputs, "xnnpack", verify=True)
+    assert result.report.verification.passed
+    ops = {str(n.target) for n in result.program.exported_program().graph.nodes}
+    assert any("embedding_4bit" in op for op in ops) and not any("dequantize_affine" in op for op in ops)
+    q = result.report.quantization
+    assert q.versus_float[0] > 0 and 0.98 <= q.cosine_to_float[0] < 1.0
