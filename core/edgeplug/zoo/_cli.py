@@ -79,12 +79,21 @@ def command(args: argparse.Namespace, argv: Optional[list[str]] = None) -> int:
             print(line, file=sys.stderr, flush=True)
 
     start = time.perf_counter()
-    cells = run(
-        args.models, args.backends, args.schemes, compare_stock=args.compare_stock, jobs=args.jobs,
-        executor=args.executor, address=args.address, timeout=args.timeout, memory_limit=args.memory_limit,
-        retries=args.retries, out=args.out, resume=args.resume, layers=args.layers, repeat=args.repeat,
-        progress=progress,
-    )
+    try:
+        cells = run(
+            args.models, args.backends, args.schemes, compare_stock=args.compare_stock, jobs=args.jobs,
+            executor=args.executor, address=args.address, timeout=args.timeout, memory_limit=args.memory_limit,
+            retries=args.retries, out=args.out, resume=args.resume, layers=args.layers, repeat=args.repeat,
+            progress=progress,
+        )
+    except BaseException as exc:  # an error, Ctrl-C, SIGTERM: what finished is kept, and says so
+        if args.out and os.path.exists(args.out) and not isinstance(exc, EdgeplugError):
+            from edgeplug.zoo._run import load_cells
+
+            kept = len(load_cells(args.out))
+            print(f"\nedgeplug zoo: stopped; {args.out} keeps the {kept} cells finished: add --resume to run "
+                  "the rest", file=sys.stderr, flush=True)
+        raise
     if interactive and not args.quiet:
         print(file=sys.stderr)
     print(table(cells))

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -46,7 +47,7 @@ def execute_cell(
     while True:
         attempts = counter()
         result = _one_process(spec, timeout, memory_mb, executor)
-        if result.get("status") == "lost" and attempts <= retries:
+        if result.get("status") == "lost" and attempts <= retries and not _STOPPING.is_set():
             continue
         result["attempts"] = attempts
         if result.get("status") == "lost":
@@ -88,6 +89,9 @@ def _one_process(spec: dict, timeout: Optional[float], memory_mb: Optional[int],
         env[EXECUTOR_ENV] = executor
         env.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # wgpu only warns without it
         job = {"spec": spec, "out": out, "memory_mb": memory_mb}
+        if _STOPPING.is_set():
+            cell.status, cell.detail = "lost", "the run was stopped before this cell started"
+            return cell.to_dict()
         start = time.perf_counter()
         with open(log, "wb") as log_file:
             proc = subprocess.Popen(
@@ -135,15 +139,23 @@ def _one_process(spec: dict, timeout: Optional[float], memory_mb: Optional[int],
 
 #: cell processes running now, so that an interrupted run ends them (``kill_live``)
 _LIVE: set = set()
+#: set while a run is being stopped: no cell process starts, none is started again
+_STOPPING = threading.Event()
 
 
 def kill_live() -> None:
-    """End every cell process this process started and has not collected (an interrupted run)."""
+    """End every cell process this process started and has not collected, and start no more until ``allow``."""
+    _STOPPING.set()
     for proc in list(_LIVE):
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def allow() -> None:
+    """Cell processes may start again (a new run)."""
+    _STOPPING.clear()
 
 
 def _wait(proc: subprocess.Popen, timeout: Optional[float]) -> tuple[int, Any, bool]:

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from edgeplug.errors import EdgeplugError
 from edgeplug.zoo._cell import FLOAT, Cell
-from edgeplug.zoo._isolate import execute_cell, kill_live
+from edgeplug.zoo._isolate import allow, execute_cell, kill_live
 
 EXECUTORS = ("local", "ray")
 
@@ -203,6 +203,7 @@ def run(
     for note in notes:
         say(note)
     results = Results(out, resume, settings)
+    allow()
     try:
         done = {k: c for k, c in results.recorded.items() if k in set(cells)}
         todo = [k for k in cells if k not in done]
@@ -269,14 +270,18 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> Ite
             task.options(**options).remote(spec, timeout, memory_mb, retries, "ray", attempts_dir): spec
             for spec in specs
         }
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                spec = pending.pop(ref)
-                try:
-                    yield Cell.from_dict(ray.get(ref))
-                except ray.exceptions.RayError as exc:
-                    yield _lost(spec, exc, retries)
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    spec = pending.pop(ref)
+                    try:
+                        yield Cell.from_dict(ray.get(ref))
+                    except ray.exceptions.RayError as exc:
+                        yield _lost(spec, exc, retries)
+        finally:
+            for ref in pending:  # a stopped run leaves nothing running on the cluster
+                ray.cancel(ref, force=True)
     finally:
         if started_here:
             ray.shutdown()
