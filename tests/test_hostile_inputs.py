@@ -200,7 +200,10 @@ F16 = torch.float16
     "lowered_value, eager_value, problem",
     [
         (torch.tensor([2**53]), torch.tensor([2**53 + 1]), "1 of 1 int64 values differ (compared exactly)"),
-        (torch.zeros(4, dtype=F16), torch.full((4,), 1e-3, dtype=F16), "4 value(s) more than 4 ulps from eager"),
+        (torch.zeros(4, dtype=F16), torch.full((4,), 1e-3, dtype=F16), "max |difference| 1.000e-03 > tolerance 3.815e-06"),
+        # a small value far off in an output whose magnitude is large: within 4 ulps at that magnitude
+        (torch.tensor([0.045, 2.0], dtype=F16), torch.tensor([0.04, 2.0], dtype=F16), None),
+        (torch.tensor([0.1, 2.0], dtype=F16), torch.tensor([0.04, 2.0], dtype=F16), "> tolerance 7.812e-03"),
         (torch.ones(2, dtype=torch.int32), torch.ones(2), "dtype int32 where eager gives float32"),
         (torch.ones(2), torch.ones(2, dtype=torch.float64), "dtype float32 where eager gives float64"),
         (torch.tensor([True]), torch.tensor([False]), "1 of 1 bool values differ"),

@@ -12,9 +12,14 @@ with its own reference outputs. Per output:
   through float64, where ``2**53 + 1 == 2**53``);
 - the tolerance is the one given (an absolute max |difference|), else a
   default by the reference's dtype: fp32/fp64 1e-4 absolute; fp16/bf16
-  ``HALF_ULPS`` ulps at each eager value's own magnitude (an fp16 0 against
-  an eager 1e-3 is thousands of ulps off, and fails); the check says which it
-  used and why.
+  ``HALF_ULPS`` ulps at the output's own magnitude (its largest finite eager
+  value, with no floor: an all-zero fp16 output against an eager 1e-3 is
+  thousands of ulps off, and fails); the check says which it used and why.
+
+Why the output's magnitude and not each value's: a half-precision program
+rounds every intermediate at the magnitude of what it sums, so a correct
+bf16 XNNPACK lowering puts a value of 0.04 in a row of values near 2 about
+0.02 away from eager (67 ulps at 0.04, 3 at 2); per-value ulps would fail it.
 """
 
 from __future__ import annotations
@@ -70,16 +75,19 @@ def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def default_tolerance(reference: torch.Tensor) -> tuple[float, str]:
     """``(tolerance, why)`` for an output whose reference is ``reference``.
 
-    fp16/bf16: the tolerance is per value (``HALF_ULPS`` ulps at each eager
-    value's own magnitude); the number returned is the largest it reaches.
+    fp16/bf16: ``HALF_ULPS`` ulps at the output's magnitude, its largest
+    finite |eager| value (no floor: an all-zero output has a tolerance of 0).
     """
     dtype = reference.dtype
     if _is_half(dtype):
-        finite = reference.detach()[torch.isfinite(reference.detach())]
-        largest = HALF_ULPS * ulp(finite, dtype).max().item() if finite.numel() else 0.0
-        return largest, (
-            f"default for {_dtype_name(dtype)}: {HALF_ULPS} ulps at each value's own magnitude "
-            f"(at most {largest:.3g} here)"
+        finite = reference.detach()[torch.isfinite(reference.detach())].to(torch.float64).abs()
+        if not finite.numel():
+            return 0.0, f"default for {_dtype_name(dtype)}: no finite value to take a magnitude from"
+        top = finite.max()
+        tol = 0.0 if top.item() == 0 else HALF_ULPS * ulp(top.reshape(1), dtype).item()
+        return tol, (
+            f"default for {_dtype_name(dtype)}: {HALF_ULPS} ulps at the output's magnitude "
+            f"(largest |eager| {top.item():.3g})"
         )
     if dtype.is_floating_point or dtype.is_complex:
         return FP32_TOLERANCE, f"default for {_dtype_name(dtype)} outputs"
@@ -129,23 +137,6 @@ def _exact_problems(a: torch.Tensor, e: torch.Tensor) -> tuple[list[str], float]
     return [problem], diff
 
 
-def _half_problems(a: torch.Tensor, e: torch.Tensor, dtype: torch.dtype) -> list[str]:
-    """fp16/bf16 with the default tolerance: at most ``HALF_ULPS`` ulps from each eager value."""
-    both = torch.isfinite(a) & torch.isfinite(e)
-    if not bool(both.any()):
-        return []
-    aa, ee = a[both], e[both]
-    ulps = (aa - ee).abs() / ulp(ee, dtype)
-    worst = int(ulps.argmax())
-    if ulps[worst].item() <= HALF_ULPS:
-        return []
-    over = int((ulps > HALF_ULPS).sum())
-    return [
-        f"{over} value(s) more than {HALF_ULPS} ulps from eager at their own magnitude; worst: "
-        f"lowered {aa[worst].item():.6g}, eager {ee[worst].item():.6g} ({ulps[worst].item():.3g} ulps of {_dtype_name(dtype)})"
-    ]
-
-
 def compare_output(
     index: int, lowered: torch.Tensor, reference: torch.Tensor, tolerance: Optional[float] = None, name: str = ""
 ) -> OutputCheck:
@@ -184,9 +175,7 @@ def compare_output(
     problems += found
     both = torch.isfinite(a) & torch.isfinite(e)
     diff = (a[both] - e[both]).abs().max().item() if bool(both.any()) else 0.0
-    if tolerance is None and _is_half(reference.dtype):
-        problems += _half_problems(a, e, reference.dtype)
-    elif diff > tol:
+    if diff > tol:
         problems.append(f"max |difference| {diff:.3e} > tolerance {tol:.3e}")
     return OutputCheck(
         output=index,
