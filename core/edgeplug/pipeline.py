@@ -717,12 +717,18 @@ def refuse_verify_without_runtime(backend: Backend) -> None:
         )
 
 
+def _installed() -> str:
+    from edgeplug.backend import backends
+
+    return ", ".join(backends()) or "none (pip install a backend plugin)"
+
+
 def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_shapes: Any) -> ExampleInputs:
     """``lower``'s arguments checked before any work: what was wrong, and what to pass instead."""
     if backend is None:
         raise EdgeplugError(
-            "edgeplug.lower needs a backend: lower(model, args, 'xnnpack') or backend='xnnpack' "
-            "(edgeplug.backends() lists the installed ones)"
+            "edgeplug.lower needs a backend: lower(model, args, NAME) or backend=NAME, "
+            f"NAME one of the installed backends: {_installed()}"
         )
     if isinstance(backend, dict):
         raise EdgeplugError(

@@ -278,8 +278,8 @@ def quantize(
 
     if backend is None or scheme is None:
         raise EdgeplugError(
-            "edgeplug.quantize needs a backend and a scheme: quantize(model, args, 'xnnpack', '8a8w') "
-            "(edgeplug.backends() lists the backends; each backend's schemes are in its quantizers)"
+            "edgeplug.quantize needs a backend and a scheme: quantize(model, args, BACKEND, SCHEME) "
+            "(edgeplug.backends() lists the backends; `edgeplug plugins` lists each backend's schemes)"
         )
     given = example_inputs(args, kwargs, where="edgeplug.quantize")
     if isinstance(model, ExportedProgram):
