@@ -39,10 +39,13 @@ bench: setup
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/rms_norm.py \
 	  --sizes 1x4096,64x4096,1024x4096,4096x4096,4096x1024,4096x5000 --torch-threads 1
 
-# The model zoo: transformers architectures x every backend against stock (docs/zoo.md),
+# The model zoo: transformers architectures x every backend against stock (docs/zoo.md; `edgeplug zoo`,
+# cells in out/zoo-cells.jsonl: after an interruption, rerun the command with --resume),
 # then executorch's own example models and every quantize scheme x example (the whole sets: EDGEPLUG_ZOO=1)
 zoo: setup
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/zoo.py --jobs 2 --layers 1 --repeat 3
+	rm -f out/zoo-cells.jsonl
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/edgeplug zoo --schemes float --compare-stock --jobs 2 --layers 1 \
+	  --repeat 3 --out out/zoo-cells.jsonl --markdown docs/zoo.md
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_bf16_rms_norm.py tests/test_quantize_verify.py
 
 clean:

@@ -7,8 +7,6 @@ import os
 import shlex
 import sys
 import time
-from typing import Optional
-
 from edgeplug.errors import EdgeplugError
 
 
@@ -59,7 +57,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
-def command(args: argparse.Namespace, argv: Optional[list[str]] = None) -> int:
+def command_line(args: argparse.Namespace) -> str:
+    """The ``edgeplug zoo`` command that gives ``args`` (what docs/zoo.md says it was made with)."""
+    defaults = vars(build_parser().parse_args([]))
+    words = ["edgeplug", "zoo"]
+    for name, value in vars(args).items():
+        if name not in defaults or value == defaults[name] or name in ("quiet", "out", "resume"):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        else:
+            for item in value if isinstance(value, list) else [value]:
+                words += [flag, str(item)]
+    return shlex.join(words)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgeplug zoo")
+    add_arguments(p)
+    return p
+
+
+def command(args: argparse.Namespace) -> int:
     from edgeplug.zoo._render import render, table
     from edgeplug.zoo._run import run
 
@@ -100,8 +120,7 @@ def command(args: argparse.Namespace, argv: Optional[list[str]] = None) -> int:
     if args.markdown:
         from edgeplug.outputs import write_file
 
-        words = ["edgeplug", "zoo", *(argv if argv is not None else sys.argv[2:])]
-        text = render(cells, shlex.join(words), args.jobs, time.perf_counter() - start, layers=args.layers,
+        text = render(cells, command_line(args), args.jobs, time.perf_counter() - start, layers=args.layers,
                       repeat=args.repeat, executor=args.executor)
         write_file(args.markdown, text)
         print(f"wrote {args.markdown}")
