@@ -246,6 +246,20 @@ def render(
            if repeat > 1 else "single runs on a shared machine, so expect ±20% noise)")
         + ". A failing cell shows the first line of its error.")
     add("")
+    add("Each cell (model × backend × scheme) ran in its own process, with a timeout and a memory limit; "
+        "a cell that ran past either, crashed, or whose worker was lost (after its retries) is a row that says so. "
+        "To run another set, or on a Ray cluster (`pip install 'edgeplug[ray]'`):")
+    add("")
+    add("```")
+    add("edgeplug zoo --models llama,qwen3,@more-models.txt,my_models.py:build --backends xnnpack,vulkan \\")
+    add("  --schemes float,8a8w --compare-stock --jobs 2 --timeout 600 --memory-limit 8000 --out cells.jsonl")
+    add("edgeplug zoo ... --out cells.jsonl --resume            # after an interruption: only the missing cells")
+    add("edgeplug zoo ... --executor ray [--address HOST:PORT]   # a Ray task per cell, the same cell function")
+    add("```")
+    add("")
+    add("`cells.jsonl` holds one JSON line per finished cell (`edgeplug.zoo.load_cells` reads it); "
+        "`--markdown FILE.md` writes this page.")
+    add("")
     s = summary(cells)
     add("## Summary")
     add("")
