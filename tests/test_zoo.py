@@ -368,8 +368,9 @@ def test_resume_after_an_interrupted_run_runs_only_the_missing_cells(cell_models
 def test_model_entries_resolve_or_say_what_would(zoo, tmp_path):
     listing = tmp_path / "models.txt"
     (tmp_path / "m.py").write_text("def f():\n    pass\n")
-    listing.write_text(f"# a comment\nllama, Qwen3ForCausalLM\n{tmp_path / 'm.py'}:f  # mine\n")
-    assert zoo.resolve_models(["gemma3", f"@{listing}", "llama"]) == ["gemma3", "llama", "qwen3", f"{tmp_path / 'm.py'}:f"]
+    listing.write_text("# a comment\nllama, Qwen3ForCausalLM\nm.py:f  # beside the list\n")
+    mine = f"{tmp_path.resolve() / 'm.py'}:f"
+    assert zoo.resolve_models(["gemma3", f"@{listing}", "llama", mine]) == ["gemma3", "llama", "qwen3", mine]
     from edgeplug.errors import EdgeplugError
 
     with pytest.raises(EdgeplugError, match=r"unknown model 'lama' \(did you mean 'llama'\?\)"):

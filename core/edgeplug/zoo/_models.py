@@ -4,7 +4,8 @@ and how a model entry of ``edgeplug zoo --models`` resolves to something a cell 
 An entry is a built-in name (``llama``), a transformers class the built-in zoo knows
 (``LlamaForCausalLM``, ``Qwen3Config``), ``FILE.py:FUNCTION`` (the function returns
 ``(model, args)`` or ``(model, args, kwargs)``, as ``edgeplug lower`` takes it), or
-``@FILE`` listing entries (one a line or comma-separated; ``#`` starts a comment).
+``@FILE`` listing entries (one a line or comma-separated; ``#`` starts a comment; a relative
+FILE.py there is relative to the list).
 """
 
 from __future__ import annotations
@@ -140,9 +141,12 @@ def _resolve_one(entry: str, source: Optional[str]) -> list[str]:
         path, _, function = entry.rpartition(":")
         if not path.endswith(".py") or not function.isidentifier():
             raise EdgeplugError(f"model {entry!r}{where}: expected FILE.py:FUNCTION")
+        if source and not Path(path).is_absolute():
+            path = str(Path(source).resolve().parent / path)  # relative to the list that names it
         if not Path(path).is_file():
             raise EdgeplugError(f"model file {path!r}{where} does not exist (from {entry!r})")
-        return [f"{Path(path).resolve()}:{function}" if source else entry]
+        # absolute: a cell's process, or a Ray worker, may start in another folder
+        return [f"{Path(path).resolve()}:{function}"]
     import difflib
 
     close = difflib.get_close_matches(entry, list(MODELS), n=1)
