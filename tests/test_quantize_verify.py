@@ -213,5 +213,5 @@ def test_program_quantized_for_another_backend_is_named_and_its_runtime_failure_
     assert report.quantization.foreign and report.quantization.quantizer_backend == "qnn"
     assert any("quantized with qnn's quantizer" in n and "not xnnpack's" in n for n in report.notes)
     # XNNPACK refuses QnnQuantizer's program at init ("Failed to define tensor 0"): a clear error, not a crash
-    with pytest.raises(VerificationError, match=r"the program was quantized with qnn's quantizer .* Quantize for xnnpack itself \(its schemes: 8a8w\)"):
+    with pytest.raises(VerificationError, match=r"the program was quantized with qnn's quantizer .* Quantize for xnnpack itself \(its schemes: 8a8w[,)]"):
         edgeplug.lower(quantized, inputs, "xnnpack", verify=True)
