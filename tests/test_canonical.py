@@ -358,9 +358,31 @@ def dynamic_block():
     return _edge(Block(), _block_inputs(), dynamic_shapes={"x": {1: seq}})
 
 
-@pytest.mark.parametrize("name", ["mean_at_rank", "unsqueeze_as_view", "squeeze_as_view", "expand_as_cat"])
-def test_symbolic_dims_are_left_alone(name, dynamic_block):
-    _untouched(dynamic_block, name)
+def test_symbolic_dims_are_left_alone_where_a_size_decides_the_result(dynamic_block):
+    _untouched(dynamic_block, "expand_as_cat")  # how many copies is fixed, but the block's expand reads s
+
+
+@pytest.mark.parametrize("name", ["mean_at_rank", "unsqueeze_as_view", "squeeze_as_view"])
+def test_one_symbolic_size_is_written_minus_one_and_holds_for_any_length(name, dynamic_block):
+    after, records, _ = _applied(dynamic_block, name)
+    assert records and _ops(after) != _ops(dynamic_block)
+    before = {n.name for n in _calls(dynamic_block, "aten.view_copy.default")}
+    made = [n for n in _calls(after, "aten.view_copy.default") if n.name not in before]
+    assert made and all(all(type(d) is int for d in n.args[1]) and list(n.args[1]).count(-1) == 1 for n in made)
+    for length in (2, 13, 64):
+        inputs = (torch.randn(1, length, 32),)
+        assert torch.equal(_run(after, inputs), _run(dynamic_block, inputs))
+
+
+def test_symbolic_view_sizes_writes_the_views_sym_size_as_minus_one(dynamic_block):
+    (view,) = [n for n in _calls(dynamic_block, "aten.view_copy.default") if not all(type(d) is int for d in n.args[1])][:1]
+    after, records, _ = _applied(dynamic_block, "symbolic_view_sizes")
+    assert view.name in [r.node for r in records]
+    assert all(all(type(d) is int for d in n.args[1]) for n in _calls(after, "aten.view_copy.default"))
+    for length in (2, 13):
+        inputs = (torch.randn(1, length, 32),)
+        assert torch.equal(_run(after, inputs), _run(dynamic_block, inputs))
+    _untouched(after, "symbolic_view_sizes")  # nothing left to write
 
 
 def test_any_of_a_symbolic_or_non_bool_tensor_is_left_alone():

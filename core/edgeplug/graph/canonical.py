@@ -69,6 +69,11 @@ The rewrites (``REWRITES``; parameters with their defaults):
   of those; products of those) and ``count * max(|lo|, |hi|)`` is at most
   ``2 / eps(dtype)`` (2**24 for float32): every partial sum, in any order,
   is then an integer ``dtype`` holds exactly.
+- ``symbolic_view_sizes(dtypes=None)``: a ``view_copy`` whose sizes name a
+  symbolic size (``sym_size`` of an input) writes that size ``-1`` and the
+  others as ints; it makes the same shape. ``mean_at_rank``,
+  ``unsqueeze_as_view`` and ``squeeze_as_view`` take a tensor with one
+  symbolic size among the dims they keep, and write it ``-1`` too.
 - ``reduce_with_keepdim(ops=(sum.dim_IntList, mean.dim, amax, amin))``: a
   reduction over some dims without ``keepdim`` becomes the same reduction
   with it, viewed without the reduced dims; ``keepdim`` only shapes the
@@ -93,7 +98,7 @@ from edgeplug.graph.constants import lift_constant
 from edgeplug.graph.copies import is_identity_copy
 from edgeplug.graph.names import reserve_node_names
 from edgeplug.graph.ops import is_written, op_name
-from edgeplug.graph.rewrite import NodeBuilder, calls_to, is_plain, is_static, note_rewrite, tensor_of
+from edgeplug.graph.rewrite import NodeBuilder, calls_to, is_dense, is_plain, is_static, note_rewrite, tensor_of, view_shape
 from edgeplug.records import PassSpec, TransformRecord
 
 FLOATS: tuple[torch.dtype, ...] = (torch.float32, torch.float16)
@@ -198,11 +203,14 @@ def mean_at_rank(
     for node in calls_to(ep, ["aten.mean.dim"]):
         x_node = node.args[0]
         x, out = tensor_of(x_node), tensor_of(node)
-        if not is_plain(x, dtypes) or not is_static(out) or node.kwargs.get("dtype") is not None or x.numel() == 0:
+        # one symbolic size may stay, among the kept dims: each view then writes it -1
+        if not is_dense(x, dtypes) or view_shape(out) is None or node.kwargs.get("dtype") is not None:
             continue
         reduced = sorted({d % x.dim() for d in node.args[1]}) if x.dim() and node.args[1] else None
         if not reduced or reduced != list(range(x.dim() - len(reduced), x.dim())):
             continue  # not the trailing dims (or every dim, written [] or None)
+        if not all(type(d) is int for d in x.shape[x.dim() - len(reduced):]):
+            continue  # a symbolic size among the reduced dims: the count of what each mean reads is not fixed
         keepdim = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
         if x.dim() == rank and tuple(reduced) == target and keepdim:
             continue  # already what the backend takes
@@ -234,10 +242,30 @@ def _as_view(
     for node in calls_to(ep, ops):
         x_node = node.args[0]
         x, out = tensor_of(x_node), tensor_of(node)
-        if not is_plain(x, dtypes) or not is_static(out) or out.dtype != x.dtype or skip(node, x):
+        if not is_dense(x, dtypes) or view_shape(out) is None or out.dtype != x.dtype or skip(node, x):
             continue
         build.replace(node, build.view(node, x_node, out.shape))
         records.append(note_rewrite(name, node, 1, f"view_copy {list(x.shape)} -> {list(out.shape)}"))
+    return records
+
+
+def symbolic_view_sizes(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = None) -> list[TransformRecord]:
+    """A ``view_copy`` whose shape names a symbolic size (a ``sym_size`` node) writes it ``-1``.
+
+    The view makes the same shape (see ``view_shape``); only a view with one symbolic output size
+    changes, its other sizes written as the ints they are (an inferred ``-1`` among them included).
+    """
+    records = []
+    for node in calls_to(ep, ["aten.view_copy.default"]):
+        x, out = tensor_of(node.args[0]), tensor_of(node)
+        shape = view_shape(out)
+        if shape is None or x is None or (dtypes is not None and out.dtype not in dtypes) or len(node.args) < 2:
+            continue
+        if all(type(d) is int for d in node.args[1]) and list(node.args[1]).count(-1) <= 1:
+            continue  # already sizes a partitioner reads
+        before = [getattr(d, "name", d) for d in node.args[1]]
+        node.args = (node.args[0], shape, *node.args[2:])
+        records.append(note_rewrite("symbolic_view_sizes", node, 1, f"view_copy sizes {before} -> {shape}"))
     return records
 
 
@@ -760,6 +788,7 @@ REWRITES: dict[str, Rewrite] = {
         Rewrite("collapse_rank", collapse_rank),
         Rewrite("int_sum_in_float", int_sum_in_float),
         Rewrite("reduce_with_keepdim", reduce_with_keepdim),
+        Rewrite("symbolic_view_sizes", symbolic_view_sizes),
     )
 }
 
@@ -836,6 +865,7 @@ __all__ = [
     "select_as_slice",
     "split_as_slices",
     "squeeze_as_view",
+    "symbolic_view_sizes",
     "unsqueeze_as_view",
 ]
 

@@ -160,6 +160,39 @@ def is_plain(t: Optional[torch.Tensor], dtypes: Optional[Sequence[torch.dtype]])
     return is_static(t) and t.is_contiguous() and (dtypes is None or t.dtype in dtypes)
 
 
+def view_shape(t: Optional[torch.Tensor]) -> Optional[list[int]]:
+    """``t``'s shape as a ``view_copy`` argument: its sizes, the one symbolic size written ``-1``.
+
+    None when more than one size is symbolic or a static size is 0 (``-1`` would not be the one
+    size that fits). A view is fixed by the shape it makes, so ``-1`` infers exactly the size the
+    symbol has at run time, and partitioners that refuse symbolic view sizes (XNNPACK's) take it.
+    """
+    if t is None:
+        return None
+    shape = [d if type(d) is int else -1 for d in t.shape]
+    if shape.count(-1) > 1 or 0 in shape:
+        return None
+    return shape
+
+
+def is_dense(t: Optional[torch.Tensor], dtypes: Optional[Sequence[torch.dtype]] = None) -> bool:
+    """A contiguous tensor of one of ``dtypes`` with at most one symbolic size (see ``view_shape``).
+
+    Contiguity is read from the strides without guarding on a symbol: a stride that is not a
+    plain int fails unless it is the product of the sizes after it, as torch writes it.
+    """
+    if t is None or view_shape(t) is None or (dtypes is not None and t.dtype not in dtypes):
+        return False
+    expected: Any = 1
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        if type(size) is int and size == 1:
+            continue  # a size-1 dim's stride is never read
+        if not (stride == expected if type(stride) is int and type(expected) is int else str(stride) == str(expected)):
+            return False
+        expected = expected * size
+    return True
+
+
 class NodeBuilder:
     """Makes nodes in a program's dialect, with values computed in the graph's fake mode."""
 
@@ -214,8 +247,12 @@ class NodeBuilder:
         kwargs = {"dtype": dtype, "dim_order": list(range(tensor_of(x).dim()))}
         return self._make(origin, target, lambda t, **kw: torch.ops.aten._to_copy.default(t, dtype=kw["dtype"]), (x,), kwargs)
 
-    def view(self, origin: torch.fx.Node, x: torch.fx.Node, shape: Sequence[int]) -> torch.fx.Node:
-        return self.call(origin, "view_copy", (x, [int(d) for d in shape]))
+    def view(self, origin: torch.fx.Node, x: torch.fx.Node, shape: Sequence[Any]) -> torch.fx.Node:
+        """``view_copy(x, shape)``; a symbolic size in ``shape`` (at most one) is written ``-1``."""
+        sizes = [d if type(d) is int else -1 for d in shape]
+        if sizes.count(-1) > 1:
+            raise ValueError(f"NodeBuilder.view at {origin.name}: at most one size may be symbolic or -1, got {list(shape)}")
+        return self.call(origin, "view_copy", (x, sizes))
 
     def replace(self, old: torch.fx.Node, new: torch.fx.Node) -> None:
         replace_uses(self.ep, old, new)
