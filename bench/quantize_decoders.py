@@ -1,7 +1,7 @@
 """Quantized transformers decoders on XNNPACK: edgeplug beside stock ExecuTorch, same quantizer.
 
 For each model (a tiny, randomly initialised transformers decoder from
-``bench/zoo.py``: nothing is downloaded) and scheme, two sides from the same
+``edgeplug.zoo``: nothing is downloaded) and scheme, two sides from the same
 float model in one process:
 
 - **edgeplug**: ``edgeplug.quantize(model, inputs, "xnnpack", scheme)`` then
@@ -26,16 +26,43 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
+import logging
+import operator
 import sys
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from edgeplug.zoo import build
 
-from zoo import _quiet, build, first_line, stock_graph_breaks  # noqa: E402
+
+def _quiet() -> None:
+    # executorch's partitioners log every node at INFO; a handler first, so executorch's own
+    # basicConfig(level=INFO) on import is a no-op (not logging.disable: edgeplug reads DEBUG records)
+    warnings.filterwarnings("ignore")
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger().setLevel(logging.ERROR)
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.ERROR)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def stock_graph_breaks(edge_ep: Any) -> tuple[int, int]:
+    """(partitions, nodes left on the CPU) of a program stock executorch lowered, counted as edgeplug's report does."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    partitions = len(get_lowered_submodules(edge_ep.graph_module))
+    cpu = sum(
+        1 for n in edge_ep.graph_module.graph.nodes
+        if n.op == "call_function" and n.target is not operator.getitem and "executorch_call_delegate" not in str(n.target)
+    )
+    return partitions, cpu
 
 
 @dataclass
@@ -112,8 +139,7 @@ def stock_side(model: torch.nn.Module, inputs: tuple, scheme: str, float_out: to
     try:
         ep = _stock_program(model, inputs, scheme)
         edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
-        side.partitions, cpu = stock_graph_breaks(edge.exported_program())
-        side.cpu_nodes = sum(cpu.values())
+        side.partitions, side.cpu_nodes = stock_graph_breaks(edge.exported_program())
         buffer = edge.to_executorch().buffer
         out = _run_pte(buffer, inputs)
     except Exception as exc:
