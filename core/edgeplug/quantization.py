@@ -47,9 +47,10 @@ QUANT_STEPS = 8
 #: default verification tolerance of an output of a source-transform scheme with dynamically
 #: quantized activations, as a fraction of the output's largest magnitude: there is no static
 #: output scale, and XNNPACK picks each row's activation scale and rounds as torchao's reference
-#: does but not bit for bit (measured: tiny Llama 8da4w, |lowered - quantized| 0.8% of max|logit|,
-#: |lowered - float| 11%); a wrong weight or group is as far off as the float error or more
-DYNAMIC_RELATIVE = 0.03
+#: does but not bit for bit. Measured on XNNPACK 8da4w, |lowered - quantized| / max|logit|: 0.6%,
+#: 1.2%, 2.2% (zoo llama, qwen3, gemma3, 2 layers), 2.1% (the built-in llama example); the float
+#: error is 11-12% and one int4 group of one layer negated and scaled is 26% (the xnnpack test)
+DYNAMIC_RELATIVE = 0.05
 
 
 @dataclass
