@@ -95,6 +95,70 @@ def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
     yield rewrite_pass(
         "collapse_view_chains", backend=backend, after=("collapse_rank", "reduce_with_keepdim", "int_sum_in_float")
     )
+    yield PassSpec(
+        backend=backend, stage="pre_partition", name=QUANTIZED_LINEAR_INPUTS, fn=quantized_linear_inputs_at_their_width,
+        after=("collapse_view_chains",),
+    )
+
+
+#: the pass below, by name
+QUANTIZED_LINEAR_INPUTS = "quantized_linear_inputs_at_their_width"
+_LINEAR_ANCHORS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten.bmm.default")
+
+
+def _dequantized(node: Any, steps: int = 4) -> bool:
+    """Whether ``node`` is, or views/permutes, a dequantize (a quantized linear's weight)."""
+    from edgeplug.plugin import is_qdq, op_name
+
+    for _ in range(steps):
+        if not hasattr(node, "op") or node.op != "call_function":
+            return False
+        if is_qdq(node.target) and "dequantize" in op_name(node):
+            return True
+        node = node.args[0] if node.args else None
+    return False
+
+
+def quantized_linear_inputs_at_their_width(ep: Any) -> None:
+    """A quantized linear's input view reads a tensor whose last size is the linear's width.
+
+    The delegate's quantized-linear pattern (executorch's ``QuantizedLinearMatch``) takes the
+    input of the one ``view_copy`` before ``mm`` as the op's input and its last size as the
+    input channels. That holds for ``linear``'s own decomposition (``[B, S, K] -> [B*S, K]``),
+    but ``collapse_view_chains`` lets the view read further back: an attention output
+    ``[1, S, H, D]`` viewed straight to ``[S, H*D]``, where the fused op would read ``D``
+    channels instead of ``H*D`` (seen: o_proj of a transformers Llama, w4). A view to
+    ``[numel / K, K]`` is put back between them; the values do not change.
+    """
+    import torch
+
+    from edgeplug.plugin import NodeBuilder, calls_to, is_static, note_rewrite, op_name, tensor_of
+
+    build = NodeBuilder(ep)
+    changed = False
+    for node in calls_to(ep, _LINEAR_ANCHORS):
+        addmm = op_name(node) == "aten.addmm.default"
+        x, weight = (node.args[1], node.args[2]) if addmm else (node.args[0], node.args[1])
+        if not (isinstance(x, torch.fx.Node) and op_name(x) == "aten.view_copy.default" and _dequantized(weight)):
+            continue
+        source = x.args[0]
+        src, out = tensor_of(source), tensor_of(x)
+        if not isinstance(source, torch.fx.Node) or not is_static(src, out) or src.dim() == 0:
+            continue
+        width = out.shape[-1]
+        if src.shape[-1] == width or src.numel() % width:
+            continue
+        inner = build.view(x, source, [src.numel() // width, width])
+        x.args = (inner, *x.args[1:])
+        changed = True
+        note_rewrite(
+            QUANTIZED_LINEAR_INPUTS, x, 1,
+            f"{node.name}'s input views {source.name} {list(src.shape)}: through [{src.numel() // width}, {width}] "
+            f"first, so the quantized linear reads {width} input channels, not {src.shape[-1]}",
+            removed=0,
+        )
+    if changed:
+        ep.graph_module.recompile()
 
 
 def rms_norm_policy(backend: str, *, fp32_accumulation: bool) -> FusionPolicy:
