@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import time
@@ -50,9 +49,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from zoo import _quiet, first_line, stock_graph_breaks  # noqa: E402
+# the zoo's helpers: quiet executorch's logging, count a stock program's graph breaks as edgeplug's report does
+from edgeplug.zoo._cell import _quiet, first_line, stock_graph_breaks  # noqa: E402
 
 ARCHS = ("llama", "qwen3", "mistral")
 

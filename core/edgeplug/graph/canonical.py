@@ -74,6 +74,10 @@ The rewrites (``REWRITES``; parameters with their defaults):
   others as ints; it makes the same shape. ``mean_at_rank``,
   ``unsqueeze_as_view`` and ``squeeze_as_view`` take a tensor with one
   symbolic size among the dims they keep, and write it ``-1`` too.
+- ``cat_distinct_inputs(dtypes=FLOATS)``: a ``cat`` of one tensor repeated
+  (``cat((freqs, freqs), -1)`` in rotary tables) reads a same-shape
+  ``view_copy`` of it after the first, for a backend that counts distinct
+  inputs; the same elements in the same order.
 - ``reduce_with_keepdim(ops=(sum.dim_IntList, mean.dim, amax, amin))``: a
   reduction over some dims without ``keepdim`` becomes the same reduction
   with it, viewed without the reduced dims; ``keepdim`` only shapes the
@@ -266,6 +270,30 @@ def symbolic_view_sizes(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.
         before = [getattr(d, "name", d) for d in node.args[1]]
         node.args = (node.args[0], shape, *node.args[2:])
         records.append(note_rewrite("symbolic_view_sizes", node, 1, f"view_copy sizes {before} -> {shape}"))
+    return records
+
+
+def cat_distinct_inputs(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = FLOATS) -> list[TransformRecord]:
+    """A ``cat`` of one tensor repeated (rotary tables: ``cat((freqs, freqs), -1)``) reads a same-shape
+    ``view_copy`` of it as its second input, for a backend that counts distinct inputs (XNNPACK needs two).
+
+    The view copies the same elements in the same order; one symbolic size is written ``-1``.
+    """
+    build = NodeBuilder(ep)
+    records = []
+    for node in calls_to(ep, ["aten.cat.default"]):
+        pieces = node.args[0]
+        if not isinstance(pieces, (list, tuple)) or len(pieces) < 2 or len(set(pieces)) != 1:
+            continue
+        x = tensor_of(pieces[0])
+        if not is_dense(x, dtypes):
+            continue
+        twin = build.view(node, pieces[0], x.shape)
+        node.args = ([pieces[0]] + [twin] * (len(pieces) - 1), *node.args[1:])
+        records.append(note_rewrite(
+            "cat_distinct_inputs", node, 1, f"cat of {len(pieces)} copies of {pieces[0].name}: the others read a view of it",
+            removed=0,
+        ))
     return records
 
 
@@ -789,6 +817,7 @@ REWRITES: dict[str, Rewrite] = {
         Rewrite("int_sum_in_float", int_sum_in_float),
         Rewrite("reduce_with_keepdim", reduce_with_keepdim),
         Rewrite("symbolic_view_sizes", symbolic_view_sizes),
+        Rewrite("cat_distinct_inputs", cat_distinct_inputs),
     )
 }
 
@@ -852,6 +881,7 @@ __all__ = [
     "Rewrite",
     "any_as_amax",
     "apply",
+    "cat_distinct_inputs",
     "collapse_rank",
     "drop_identity_copies",
     "expand_as_cat",

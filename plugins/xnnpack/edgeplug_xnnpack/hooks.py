@@ -56,6 +56,7 @@ def edgeplug_passes():
     yield rewrite_pass("squeeze_as_view", backend=BACKEND, dtypes=FLOATS)  # no squeeze config
     # its view takes int sizes with at most one -1: a dynamic program's views name sym_size nodes
     yield rewrite_pass("symbolic_view_sizes", backend=BACKEND, dtypes=FLOATS)
+    yield rewrite_pass("cat_distinct_inputs", backend=BACKEND, dtypes=FLOATS)  # its cat counts distinct inputs
     yield rewrite_pass("split_as_slices", backend=BACKEND, dtypes=FLOATS)  # no split config: fused qkv, gate/up
     yield rewrite_pass("select_as_slice", backend=BACKEND, dtypes=FLOATS)  # no select config: state-space scans
     # its conv wants the weight a parameter: a squeeze and unsqueeze of it (Mamba's depthwise conv) are views

@@ -14,7 +14,8 @@ import edgeplug
 
 
 class _NormHeads(torch.nn.Module):
-    """An RMSNorm over the last dim, then a split into heads by a view naming the dynamic length."""
+    """An RMSNorm over the last dim, a split into heads by a view naming the dynamic length, an
+    unsqueeze and a cat of one tensor twice (rotary tables)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -26,7 +27,9 @@ class _NormHeads(torch.nn.Module):
         b, s, _ = x.shape
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
         heads = self.proj(y).view(b, s, 4, 4).transpose(1, 2)  # (b, 4, s, 4)
-        return heads * self.gate(y).unsqueeze(1)  # (b, 1, s, 4), as rotary tables are unsqueezed
+        g = self.gate(y)
+        # (b, 1, s, 4), as rotary tables are unsqueezed; and a table doubled as rotary embeddings are
+        return heads * g.unsqueeze(1), torch.cat((g, g), -1) * 2.0
 
 
 def _lower(model, x, dynamic):
@@ -44,12 +47,12 @@ def test_views_and_means_of_a_dynamic_length_are_delegated(lowered):
     model, result = lowered
     report = result.report
     assert report.verification.passed, report.verification.failures()
-    # before: mean.dim (rank 3), the view naming sym_size and the unsqueeze stayed on the CPU, 3 partitions
-    assert not {"aten.mean.dim", "aten.view_copy.default", "aten.unsqueeze_copy.default"} & set(report.cpu_ops)
+    # before: mean.dim (rank 3), the view naming sym_size, the unsqueeze and the cat stayed on the CPU
+    assert not {"aten.mean.dim", "aten.view_copy.default", "aten.unsqueeze_copy.default", "aten.cat.default"} & set(report.cpu_ops)
     assert len(report.partitions) == 1
     done = [t.transform for t in report.transforms if t.outcome == "applied"]
     assert done.count("mean_at_rank") == 1 and done.count("symbolic_view_sizes") == 1
-    assert done.count("unsqueeze_as_view") == 1
+    assert done.count("unsqueeze_as_view") == 1 and done.count("cat_distinct_inputs") == 1
 
 
 def test_the_pte_takes_other_lengths_than_the_example(lowered):
@@ -61,7 +64,10 @@ def test_the_pte_takes_other_lengths_than_the_example(lowered):
         x = torch.randn(1, n, 16)
         with torch.no_grad():
             want = result.exported_program.module()(x)
-        torch.testing.assert_close(program.forward([x])[0], want, atol=1e-5, rtol=1e-5)
+        got = program.forward([x])
+        assert len(got) == 2 and got[1].shape == (1, n, 8)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
 def test_two_symbolic_sizes_stay_as_they_were_and_are_named():
