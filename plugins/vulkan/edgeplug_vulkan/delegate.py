@@ -190,10 +190,27 @@ def _weight_only(bits: int) -> Any:
 
 
 def weight_only_schemes(backend: str) -> Iterator[QuantScheme]:
-    """executorch's VulkanQuantizer: weight-only, linear layers, 8 and 4 bits."""
+    """Weight-only linear schemes: executorch's VulkanQuantizer (8 and 4 bits per channel), torchao's int4 in groups."""
     for bits in (8, 4):
         yield QuantScheme(
             backend=backend, scheme=f"w{bits}", factory=partial(_weight_only, bits),
             activation_bits=None, weight_bits=bits, per_channel=True,
             description=f"weight-only: {bits}-bit per-channel linear weights, float activations (VulkanQuantizer)",
         )
+    # torchao's grouped int4 weight-only linear, which the delegate packs into its own linear_q4gsw
+    # (executorch's vulkan quantized_linear pattern). Its 8da4w form (linear_dq8ca_q4gsw) is not
+    # offered: the delegate's pattern fails on a transformers Llama's attention output (a 4-d permute)
+    yield QuantScheme(
+        backend=backend, scheme="w4-g32", kind="source_transform", factory=partial(_torchao_int4_weights, 32),
+        activation_bits=None, weight_bits=4, per_channel=False,
+        description="weight-only: int4 symmetric linear weights in groups of 32, float activations "
+        "(torchao IntxWeightOnlyConfig; the delegate's linear_q4gsw)",
+    )
+
+
+def _torchao_int4_weights(group_size: int) -> Any:
+    import torch
+    from torchao.quantization import IntxWeightOnlyConfig
+    from torchao.quantization.granularity import PerGroup
+
+    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group_size))

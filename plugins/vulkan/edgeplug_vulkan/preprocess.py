@@ -60,6 +60,10 @@ def _is_dequant_per_channel(node: Any) -> bool:
     return _op(node) == "quantized_decomposed.dequantize_per_channel.default"
 
 
+def _is_torchao_dequant(node: Any) -> bool:
+    return _op(node) == "torchao.dequantize_affine.default"
+
+
 def _is_dequant_per_tensor(node: Any) -> bool:
     return _op(node).startswith("quantized_decomposed.dequantize_per_tensor.")
 
@@ -259,6 +263,58 @@ class VulkanConstants:
                     key, packed = found
                     self.counts["4-bit weights read from their packed bytes"] += 1
                     return key, unpack_int4(packed, tensor.shape[1]), "packed int4"
+        return self._torchao_int4(node, tensor)
+
+    # torchao's grouped int4 weight (a source-transform scheme) -------------------------
+    def _torchao_weight_dequants(self, placeholder: Node, position: int) -> list[Node]:
+        """The ``torchao.dequantize_affine`` nodes taking ``placeholder`` at ``position`` (0 weight, 2 scales,
+        3 zero points) whose int8 weight, grouped along its rows (block ``[1, group]``), is a linear's weight
+        with a float input: what the preprocess turns into ``et_vk.linear_q4gsw``."""
+        users = list(placeholder.users)
+        if not users or not all(_is_torchao_dequant(u) and len(u.args) > 3 and u.args[position] is placeholder for u in users):
+            return []
+        for dq in users:
+            weight = self._constant(dq.args[0])
+            block = list(dq.args[1])
+            if weight is None or weight.dtype != torch.int8 or weight.dim() != 2 or len(block) != 2 or block[0] != 1:
+                return []
+            if not dq.users or not all(_weight_of_linear(dq, u) for u in dq.users):
+                return []
+        return users
+
+    def _torchao_int4(self, node: Node, tensor: torch.Tensor) -> Optional[tuple[Optional[str], torch.Tensor, str]]:
+        """How the preprocess stores torchao's int4 linear: the weight packed two values a byte (rows padded to
+        a multiple of 8 values), the scales transposed to [groups, N] (N padded to a multiple of 4), no zero
+        points (the op implies zeros: accepted only where the program's are all zeros)."""
+        from executorch.backends.vulkan.patterns.weight_packing_utils import pack_4bit_weight_tensor
+
+        t = tensor.detach()
+        if self._torchao_weight_dequants(node, 3):
+            if t.numel() and not bool(t.any()):
+                self.counts["all-zero weight zero points implied (torchao int4)"] += 1
+                return None, t, "zero point"
+            return None
+        if self._torchao_weight_dequants(node, 0) and t.dtype == torch.int8 and t.numel():
+            if int(t.min()) < -8 or int(t.max()) > 7:
+                return None
+            found = self.named.resolve(pack_4bit_weight_tensor(t))
+            if found is None:
+                return None
+            key, packed = found
+            pairs = packed.to(torch.int16)
+            values = torch.stack(((pairs & 0xF) - 8, (pairs >> 4) - 8), dim=-1).reshape(packed.shape[0], -1)
+            self.counts["torchao int4 weights read from their packed bytes"] += 1
+            return key, values[:, : t.shape[1]].to(torch.int8), "packed int4 (torchao)"
+        if self._torchao_weight_dequants(node, 2) and t.dim() == 2 and t.numel():
+            scales = t.transpose(0, 1).contiguous()
+            if scales.shape[-1] % 4:
+                scales = torch.nn.functional.pad(scales, (0, 4 - scales.shape[-1] % 4))
+            found = self.named.resolve(scales)
+            if found is None:
+                return None
+            key, stored = found
+            self.counts["torchao int4 scales read transposed"] += 1
+            return key, stored[:, : t.shape[0]].transpose(0, 1).contiguous(), "transposed scales (torchao)"
         return None
 
     def note(self) -> str:
