@@ -13,9 +13,13 @@ bytes of the graph's tensors:
 - a linear whose weight is ``dequantize_per_channel(int8 weight, scales,
   zero points)`` becomes one weight-only quantized op: with all-zero zero
   points (symmetric quantization) the zero points are not stored at all, and
-  a weight whose values fit in 4 bits is stored packed, two values per byte.
+  a weight whose values fit in 4 bits is stored packed, two values per byte;
+- a linear whose weight is torchao's ``dequantize_affine(int8 weight, [1, group],
+  scales, zero points)`` (the ``w4-g32`` source transform) becomes
+  ``et_vk.linear_q4gsw``: the weight packed two values a byte, the scales
+  transposed to ``[groups, N]``, no zero points.
 
-``VulkanConstants`` mirrors those three rules: it folds each such batch norm
+``VulkanConstants`` mirrors those rules: it folds each such batch norm
 into a copy of the graph only where the named data holds the folded tensors,
 reads 4-bit weights back from their packed bytes, and accepts a missing zero
 point only when the program's own value is all zeros and the quantized
