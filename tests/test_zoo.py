@@ -323,14 +323,15 @@ def test_local_and_ray_give_the_same_cells(local_run, ray_run, zoo):
 
 
 @pytest.mark.slow
-def test_resume_after_an_interrupted_run_runs_only_the_missing_cells(cell_models, tmp_path, zoo):
+def test_resume_after_an_interrupted_run_runs_only_the_missing_cells(tmp_path, zoo):
     import os
     import signal
     import subprocess
     import sys
     import time
 
-    path, log = cell_models
+    path, log = tmp_path / "cells.py", tmp_path / "starts.log"  # this test's own log of starts
+    path.write_text(CELL_MODELS.format(log=str(log)))
     out = tmp_path / "cells.jsonl"
     command = [sys.executable, "-m", "edgeplug.cli", "zoo", "--models", f"{path}:tiny,{path}:tiny2,{path}:hangs",
                "--backends", "xnnpack", "--schemes", "float", "--jobs", "1", "--out", str(out), "--timeout", "300"]
