@@ -556,19 +556,25 @@ class _Rms(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 
 
-@pytest.mark.parametrize("stage", ["pre_partition", "edge"])
-def test_rewrites_run_after_the_fusion_unless_asked_to_run_before(edgeplug_register, stage):
-    """By default a rewrite cannot hide a norm from the fusion: it runs after it (stage "pre_partition")."""
+@pytest.mark.parametrize(
+    "backend, stage, fused",
+    [("qnn", "pre_partition", True), ("qnn", "edge", True), ("vulkan", "pre_partition", True), ("vulkan", "edge", False)],
+)
+def test_rewrites_run_after_the_fusion_unless_asked_to_run_before(edgeplug_register, backend, stage, fused):
+    """By default a rewrite cannot hide a norm from the fusion: it runs after it (stage "pre_partition").
+    An aten-namespace target (qnn's aten.rms_norm) fuses on the aten program, before every edge pass;
+    a backend's own op (vulkan's et_vk.rms_norm) fuses on the edge program, so an edge-stage rewrite
+    asked to run before it can change what the matcher sees."""
 
-    class MeanAtRankOnQnn:
+    class MeanAtRank:
         @edgeplug.hookimpl
         def edgeplug_passes(self):
-            yield canonical.rewrite_pass("mean_at_rank", backend="qnn", stage=stage, rank=4, dims=(2, 3))
+            yield canonical.rewrite_pass("mean_at_rank", backend=backend, stage=stage, rank=4, dims=(2, 3))
 
-    edgeplug_register(MeanAtRankOnQnn(), name=f"mean-at-rank-{stage}")
-    report = edgeplug.lower(_Rms(), (torch.randn(1, 2, 8),), "qnn", dry_run=True).report
+    edgeplug_register(MeanAtRank(), name=f"mean-at-rank-{backend}-{stage}")
+    report = edgeplug.lower(_Rms(), (torch.randn(1, 2, 8),), backend, dry_run=True).report
     rewritten = [t for t in report.transforms if t.transform == "mean_at_rank"]
-    if stage == "pre_partition":
+    if fused:
         [fusion] = report.fusions
         assert fusion.outcome == "fused" and not rewritten  # the mean is inside the fused norm
     else:  # before the fusion the mean is a 4-d view chain: the norm matcher no longer sees a norm
