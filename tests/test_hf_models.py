@@ -84,21 +84,19 @@ def test_hf_decoder_lowers_with_every_norm_fused(zoo, hf_models, name, backend, 
     target = edgeplug.get_backend(backend).fusion_policy("rms_norm").target.replace(".", "::")
     with torch.no_grad():
         eager = model(*ids)
-    if dry_run:
-        # nothing is delegated: the edge program, fused ops included, runs on the host
-        edge = result.edge.exported_program()
-        assert sum(is_op(n, target) for n in edge.graph_module.graph.nodes) == norms
-        with torch.no_grad():
-            got = edge.module()(*ids)
-        torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4)
-    else:
-        from executorch.exir.lowered_backend_module import get_lowered_submodules
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
 
-        delegated = sum(
-            is_op(n, target)
-            for _, lowered, _ in get_lowered_submodules(result.edge.exported_program().graph_module)
-            for n in lowered.original_module.graph_module.graph.nodes
-        )
-        assert delegated == norms, result.report.to_table()
+    # a dry run lowers to a stand-in delegate: the fused ops are inside the partitions either way
+    delegated = sum(
+        is_op(n, target)
+        for _, lowered, _ in get_lowered_submodules(result.edge.exported_program().graph_module)
+        for n in lowered.original_module.graph_module.graph.nodes
+    )
+    assert delegated == norms, result.report.to_table()
+    if dry_run:
+        # the stand-in cannot run; the fused op's numerics are the core's (tests/test_fusion*.py), and
+        # the program the partitioner got holds the fused ops (fused on the aten program)
+        assert sum(is_op(n, target) for n in result.exported_program.graph_module.graph.nodes) == norms
+    else:
         v = result.report.verification
         assert v is not None and v.max_abs_diff < 1e-4, result.report.to_table()

@@ -2,34 +2,26 @@
 
 No Exynos SDK here, so samsung lowers as a dry run. Each of llama (edgeplug's
 example) and a 1-layer gemma-style and qwen3-style transformers decoder
-(bench/zoo.py) passes the dry run with every RMSNorm fused into
+(edgeplug.zoo) passes the dry run with every RMSNorm fused into
 ``aten.rms_norm``, kept whole through to_edge and delegated to ENN, as the
 real flow would need it.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import edgeplug
 
-ZOO = Path(__file__).resolve().parents[3] / "bench" / "zoo.py"
 MODELS = ("llama", "gemma3", "qwen3")
 
 
 def _zoo():
-    name = "edgeplug_bench_zoo"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ZOO)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses resolve their module by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    import edgeplug.zoo
+
+    return edgeplug.zoo
 
 
 @pytest.fixture(scope="session")
