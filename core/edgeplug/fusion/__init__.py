@@ -23,7 +23,6 @@ registry (after the policy's ``load_target``), so a plugin can emit any op.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any, Optional
 
 import torch
@@ -108,17 +107,14 @@ def fusion_stage(policy: Optional[FusionPolicy]) -> str:
 
 def copy_program(ep: ExportedProgram) -> ExportedProgram:
     """A copy whose graph, signature and constant tables can change; tensors are shared."""
+    from edgeplug.graph.names import name_signature_as_graph
+
     graph = copy.deepcopy(ep.graph_module.graph)
-    # fx's copy renames a node whose name shadows a builtin (nn.Linear's input ``input`` becomes
-    # ``input_1``): the signature must name the copy's nodes, or the program fails its verifier
-    renamed = {old.name: new.name for old, new in zip(ep.graph_module.graph.nodes, graph.nodes) if old.name != new.name}
     gm = torch.fx.GraphModule(ep.graph_module, graph)
     gm.meta.update(ep.graph_module.meta)
     signature = copy.deepcopy(ep.graph_signature)
-    for spec in [*signature.input_specs, *signature.output_specs]:
-        name = getattr(spec.arg, "name", None)
-        if name in renamed:
-            spec.arg = dataclasses.replace(spec.arg, name=renamed[name])
+    # the copy's node names (fx renames builtins' names; an earlier pass may have replaced an output)
+    name_signature_as_graph(signature, graph)
     return ep._update(gm, signature, state_dict=dict(ep.state_dict), constants=dict(ep.constants))
 
 

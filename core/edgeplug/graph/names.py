@@ -72,26 +72,34 @@ def reserve_node_names(gm: Any) -> int:
     return added
 
 
-def copy_exported_program(ep: Any) -> Any:
-    """``copy.deepcopy(ep)`` whose graph signature names the copy's nodes.
+def name_signature_as_graph(signature: Any, graph: torch.fx.Graph) -> None:
+    """Make ``signature`` (an ExportGraphSignature, changed in place) name ``graph``'s nodes.
 
-    fx's graph copy renames a node whose name shadows a Python builtin (the
-    input of ``nn.Linear.forward(input)`` becomes ``input_1``) while the
-    signature's deep copy keeps ``input``: the copy then fails torch's own
-    verifier ("Input spec name input does not match node name input_1").
+    Input specs follow the placeholders and output specs the output node's values, position by
+    position. Two ways they drift apart, both fixed here: fx's graph copy renames a node whose name
+    shadows a Python builtin (nn.Linear's ``input`` becomes ``input_1``) while a copied signature
+    keeps ``input``; and a pass that replaces an output node (executorch's SDPA or roll
+    decompositions) leaves the old name in the output spec. torch's verifier refuses either.
     """
-    import copy
     import dataclasses
 
-    out = copy.deepcopy(ep)
-    renamed = {
-        old.name: new.name
-        for old, new in zip(ep.graph_module.graph.nodes, out.graph_module.graph.nodes)
-        if old.name != new.name
-    }
-    if renamed:
-        for spec in [*out.graph_signature.input_specs, *out.graph_signature.output_specs]:
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    output = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+    outs = output.args[0] if output is not None else ()
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    for specs, nodes in ((signature.input_specs, placeholders), (signature.output_specs, outs)):
+        if len(specs) != len(nodes):
+            continue  # a count mismatch is a broken program: check_program names it
+        for spec, node in zip(specs, nodes):
             name = getattr(spec.arg, "name", None)
-            if name in renamed:
-                spec.arg = dataclasses.replace(spec.arg, name=renamed[name])
+            if isinstance(node, torch.fx.Node) and name is not None and name != node.name:
+                spec.arg = dataclasses.replace(spec.arg, name=node.name)
+
+
+def copy_exported_program(ep: Any) -> Any:
+    """``copy.deepcopy(ep)`` whose graph signature names the copy's nodes (``name_signature_as_graph``)."""
+    import copy
+
+    out = copy.deepcopy(ep)
+    name_signature_as_graph(out.graph_signature, out.graph_module.graph)
     return out
