@@ -193,7 +193,7 @@ def test_names_are_reserved_before_each_pass():
 
 
 def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
-    # a fusion that corrupts the graph is reported as the core's edge-stage pass
+    # a fusion that corrupts the graph is reported as the core's pass (qnn's aten.rms_norm: export stage)
     import importlib
 
     pipeline = importlib.import_module("edgeplug.pipeline")
@@ -207,7 +207,7 @@ def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
     with pytest.raises(PassError) as info:
         lower(Small(), (torch.randn(2, 4),), "qnn", dry_run=True)
     message = str(info.value)
-    assert "edge-stage pass 'fuse' of the edgeplug core (lowering for backend 'qnn')" in message
+    assert "export-stage pass 'fuse' of the edgeplug core (lowering for backend 'qnn')" in message
     assert "redefined name" in message
 
 
@@ -220,8 +220,10 @@ class _Norm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 
 
-def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused():
-    """Stage "edge" runs before the core's fusion, "pre_partition" after it; both before partitioning."""
+@pytest.mark.parametrize("backend, edge_sees_it_fused", [("vulkan", False), ("qnn", True)])
+def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend, edge_sees_it_fused):
+    """Stage "edge" runs before an edge-stage fusion (vulkan's et_vk.rms_norm), "pre_partition" after
+    it; an aten-namespace target (qnn's aten.rms_norm) is fused on the aten program, before both."""
     from edgeplug import plugins
 
     seen: dict[str, set] = {}
@@ -234,17 +236,20 @@ def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused():
     class Observer:
         @edgeplug.hookimpl
         def edgeplug_passes(self):
-            yield PassSpec(backend="qnn", stage="edge", name="look-edge", fn=look("edge"))
-            yield PassSpec(backend="qnn", stage="pre_partition", name="look-late", fn=look("pre_partition"))
+            yield PassSpec(backend=backend, stage="edge", name="look-edge", fn=look("edge"))
+            yield PassSpec(backend=backend, stage="pre_partition", name="look-late", fn=look("pre_partition"))
 
     plugins.register(Observer(), name="observer")
     try:
-        result = edgeplug.lower(_Norm(), (torch.randn(2, 8),), "qnn", dry_run=True)
+        result = edgeplug.lower(_Norm(), (torch.randn(2, 8),), backend, dry_run=True)
     finally:
         plugins.unregister("observer")
     [fusion] = result.report.fusions
     assert fusion.outcome == "fused"
-    assert any("rsqrt" in t for t in seen["edge"]) and not any("rms_norm" in t for t in seen["edge"])
+    if edge_sees_it_fused:
+        assert any("rms_norm" in t for t in seen["edge"]) and not any("rsqrt" in t for t in seen["edge"])
+    else:
+        assert any("rsqrt" in t for t in seen["edge"]) and not any("rms_norm" in t for t in seen["edge"])
     assert any("rms_norm" in t for t in seen["pre_partition"]) and not any("rsqrt" in t for t in seen["pre_partition"])
 
 
