@@ -144,13 +144,17 @@ def fused_norm_program():
 
 
 def test_a_fused_op_left_on_the_cpu_is_stranded_with_its_reason(fused_norm_program, edgeplug_register):
-    """Dry run: reported like a kept-whole op left on the CPU, not as an ordinary CPU node."""
+    """Dry run: stranded like a kept-whole op left on the CPU (not an ordinary CPU node), and the dry run
+    stops there as the real lowering does (it is as strict)."""
+    from edgeplug.errors import LoweringError
     from edgeplug.partition import CorePartitioner
 
     ep = fused_norm_program()
     edgeplug_register(_RefuseFusedNorm(), name="refuse-fused-norm")
     part = CorePartitioner(edgeplug.get_backend("vulkan"), dry_run=True)
-    part.partition(ep)
+    with pytest.raises(LoweringError) as info:
+        part.partition(ep)
+    assert str(info.value) == part.stranded_message()
     [s] = part.stranded
     assert s.op == "et_vk.rms_norm.default"
     assert "rms_norm fusion" in s.reason and "refused by filter 'refuse-fused-norm': test refuses the fused norm" in s.reason
