@@ -30,30 +30,6 @@ FLOAT = "float"
 STATUSES = ("ran", "timeout", "memory", "crashed", "lost")
 
 
-def _xnnpack():
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    return XnnpackPartitioner()
-
-
-def _vulkan():
-    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-
-    return VulkanPartitioner()
-
-
-def _webgpu():
-    from executorch.backends.webgpu.partitioner import WebGPUPartitioner
-
-    return WebGPUPartitioner()
-
-
-def _coreml():
-    from executorch.backends.apple.coreml.partition import CoreMLPartitioner
-
-    return CoreMLPartitioner()
-
-
 @dataclass(frozen=True)
 class Target:
     """How a backend's cell runs: a real lowering against stock, or a dry run."""
@@ -61,30 +37,27 @@ class Target:
     dry_run: bool
     stock: Optional[Callable[[], Any]]  # executorch's own partitioner, or None
     stock_absent: str = ""  # why there is no stock column
-
-
-#: backends whose stock executorch partitioner the zoo knows; any other installed backend runs
-#: without a stock column, as a dry run where its SDK is absent
-BACKENDS: dict[str, Target] = {
-    "vulkan": Target(False, _vulkan),
-    "webgpu": Target(False, _webgpu),
-    "xnnpack": Target(False, _xnnpack),
-    "coreml": Target(False, _coreml),
-    "qnn": Target(True, None, "needs the QNN SDK (stock cannot run here)"),
-    "samsung": Target(True, None, "needs the Exynos AI Studio SDK (stock cannot run here)"),
-}
+    #: the stock .pte runs in executorch's Python runtime (the backend's own programs do: verify_method "pte")
+    stock_runs_here: bool = False
 
 
 def target(backend: str) -> Target:
-    """The zoo's Target for ``backend``: the table's, or one from the backend's availability."""
-    if backend in BACKENDS:
-        return BACKENDS[backend]
+    """How ``backend``'s cells run, from what its plugin declares (the core names no backend).
+
+    A real lowering where its delegate serializes here, else a dry run. The stock flow is
+    executorch's ``to_edge_transform_and_lower`` with the partitioner the plugin builds, used alone,
+    where that partitioner is executorch's own class (a support-table stand-in is not a stock flow).
+    """
     import edgeplug
 
-    available = edgeplug.get_backend(backend).availability()
-    if available.ok:
-        return Target(False, None, "the zoo knows no stock executorch partitioner for it")
-    return Target(True, None, f"its SDK is absent here ({available.reason})")
+    b = edgeplug.get_backend(backend)
+    available = b.availability()
+    if not available.ok:
+        return Target(True, None, f"its SDK is absent here ({available.reason}): stock cannot run here")
+    inner = type(b.make_partitioner())
+    if not inner.__module__.startswith("executorch."):
+        return Target(False, None, f"it partitions with {inner.__name__}, not an executorch partitioner: no stock flow")
+    return Target(False, b.make_partitioner, stock_runs_here=b.spec.verify_method == "pte")
 
 
 def op_label(target: Any) -> str:
@@ -329,7 +302,7 @@ def lower_stock(ep: Any, inputs: tuple, eager: list, target: Target) -> Side:
         side.error = first_line(exc)
         return side
     side.ok = True
-    if target.stock is _xnnpack:  # the only stock delegate executorch's Python runtime runs
+    if target.stock_runs_here:  # a delegate executorch's Python runtime runs (the backend verifies .pte files)
         try:
             from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
