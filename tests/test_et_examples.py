@@ -256,7 +256,7 @@ def examples(zoo):
 
 
 def _stock(zoo, ep, backend: str):
-    target = zoo.BACKENDS[backend]
+    target = zoo.target(backend)
     with torch.no_grad():
         return zoo.lower_stock(ep, (), [], target)
 

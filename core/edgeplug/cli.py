@@ -495,9 +495,16 @@ def _quiet_dependencies() -> None:
     # fake tensors log the whole traceback of an op's failing meta function at ERROR, then raise it:
     # the error reaches the user once, as one line, through edgeplug's own message
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
-    # executorch's partitioners log progress on the root logger, and set its level when imported
-    logging.disable(logging.INFO)
-    logging.getLogger().setLevel(logging.WARNING)
+    # executorch's partitioners log progress on the root logger (and some modules call
+    # basicConfig(level=INFO) on import): the terminal's handler takes warnings only. Not
+    # logging.disable: that would also drop the DEBUG records a partitioner gives its reasons in,
+    # which edgeplug reads for the report's CPU nodes (and it would outlive this call)
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.WARNING)  # a later basicConfig(level=INFO) is then a no-op
+    for handler in root.handlers:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    root.setLevel(logging.WARNING)
 
 
 #: errors writing to stdout/stderr that are the environment's, and the exit code each ends with

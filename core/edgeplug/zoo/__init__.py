@@ -21,7 +21,7 @@ _NAMES = {
     "table": "_render", "render": "_render", "summary": "_render", "targets": "_render",
     # one cell
     "Cell": "_cell", "Side": "_cell", "run_cell": "_cell", "comparable": "_cell", "STATUSES": "_cell",
-    "Target": "_cell", "lower_stock": "_cell", "lower_edgeplug": "_cell",
+    "Target": "_cell", "target": "_cell", "lower_stock": "_cell", "lower_edgeplug": "_cell",
     "schemes_of": "_cell", "FLOAT": "_cell",
     "execute_cell": "_isolate",
     # the built-in models
