@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import importlib.util
 import json
 import os
 import sys
@@ -38,19 +37,23 @@ from typing import Any, Iterator, Optional
 import torch
 
 HERE = Path(__file__).resolve().parent
-#: the built-in example, then tiny transformers decoders from bench/zoo.py
+#: the built-in example, then tiny transformers decoders from edgeplug.zoo
 MODELS = ("llama", "gemma3", "qwen3")
 
 
 def zoo() -> Any:
-    """bench/zoo.py as a module (bench/ is not a package)."""
-    name = "edgeplug_bench_zoo"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "zoo.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses resolve their module by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """What this bench takes from the zoo: its tiny transformers decoders, how it counts a program's
+    norms and stock's graph breaks, and its quiet logging (the zoo's cell module, not public API)."""
+    from types import SimpleNamespace
+
+    import edgeplug.zoo
+    from edgeplug.failures import first_line
+    from edgeplug.zoo._cell import _quiet, stock_graph_breaks
+
+    return SimpleNamespace(
+        build=edgeplug.zoo.build, count_norms=edgeplug.zoo.count_norms, stock_graph_breaks=stock_graph_breaks,
+        first_line=first_line, _quiet=_quiet,
+    )
 
 
 def build(name: str, layers: Optional[int] = None) -> tuple[torch.nn.Module, tuple]:
@@ -100,7 +103,7 @@ def _delegated_rms_norms(edge_ep: Any) -> int:
 
 
 def _fill(side: Side, edge_ep: Any, records: list) -> None:
-    """Partitions and CPU nodes as bench/zoo.py counts stock's (as edgeplug's report counts them)."""
+    """Partitions and CPU nodes as the zoo counts stock's (as edgeplug's report counts them)."""
     side.partitions, cpu = zoo().stock_graph_breaks(edge_ep)
     side.cpu_ops = dict(cpu)
     side.cpu_nodes = sum(cpu.values())
