@@ -89,7 +89,7 @@ def pieces_edge():
 
 @pytest.fixture(scope="session")
 def decoder(zoo):
-    """dtype -> (bench/zoo.py's one-layer transformers Llama as an edge program, its inputs)."""
+    """dtype -> (edgeplug.zoo's one-layer transformers Llama as an edge program, its inputs)."""
     pytest.importorskip("transformers")
     from executorch.exir import EdgeCompileConfig, to_edge
 

@@ -1,6 +1,6 @@
 """Constant folding (edgeplug.graph.fold) on real exported programs.
 
-The decoder cases use bench/zoo.py's one-layer transformers Llama (conftest's
+The decoder cases use edgeplug.zoo's one-layer transformers Llama (conftest's
 ``zoo``: attention mask, positions and rotary tables built from constants at static shapes);
 the rules each get a tiny model of their own.
 """

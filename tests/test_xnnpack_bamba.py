@@ -8,7 +8,7 @@ two values (``cumsum``): none of which XNNPACK takes. Each rewrite is checked
 on a small module holding that op, with values that tell rounding and signed
 zeros apart (bitwise equal before and after, records that match the graph,
 executorch's XNNPACK configs take what it made), then what it must leave
-alone; last, bamba from bench/zoo.py on the xnnpack backend.
+alone; last, bamba from edgeplug.zoo on the xnnpack backend.
 """
 
 from __future__ import annotations
