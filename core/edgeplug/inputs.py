@@ -130,6 +130,22 @@ def check_against_program(ep: Any, given: ExampleInputs, *, where: str = "edgepl
     )
 
 
+def inputs_for(source: Any, args: Any, kwargs: Any, dynamic_shapes: Any, *, where: str) -> ExampleInputs:
+    """``example_inputs`` for ``source`` (a module or an ExportedProgram), checked before any work:
+    against the program's in-spec, and ``dynamic_shapes`` (passed to torch.export) only for a module."""
+    from torch.export import ExportedProgram
+
+    given = example_inputs(args, kwargs, where=where)
+    if isinstance(source, ExportedProgram):
+        if dynamic_shapes is not None:
+            raise EdgeplugError(
+                f"{where}: dynamic_shapes is for a module (it is passed to torch.export); an ExportedProgram "
+                "keeps the dynamic dimensions it was exported with: leave dynamic_shapes out"
+            )
+        check_against_program(source, given, where=where)
+    return given
+
+
 def _signature(in_spec: Any) -> str:
     """What a program's in-spec takes, in words: ``2 positional inputs and keywords input_ids, cache_position``."""
     if in_spec.type is not tuple or in_spec.num_children != 2:

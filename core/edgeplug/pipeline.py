@@ -36,7 +36,7 @@ from torch.export import ExportedProgram
 
 from edgeplug.backend import Backend, get_backend
 from edgeplug.errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
-from edgeplug.inputs import ExampleInputs, check_against_program, decode_inputs, example_inputs, runtime_inputs
+from edgeplug.inputs import ExampleInputs, decode_inputs, inputs_for, runtime_inputs
 from edgeplug.records import FusionRecord, PassSpec, TransformRecord
 from edgeplug.report import (
     CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, Verification, annotate_graph, graph_of,
@@ -738,15 +738,7 @@ def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_
         raise EdgeplugError(
             f"edgeplug.lower takes a torch.nn.Module or a torch.export.ExportedProgram, not {type(source).__name__}"
         )
-    given = example_inputs(args, kwargs, where="edgeplug.lower")
-    if isinstance(source, ExportedProgram):
-        if dynamic_shapes is not None:
-            raise EdgeplugError(
-                "edgeplug.lower: dynamic_shapes is for a module (it is passed to torch.export); an ExportedProgram "
-                "keeps the dynamic dimensions it was exported with: leave dynamic_shapes out"
-            )
-        check_against_program(source, given, where="edgeplug.lower")
-    return given
+    return inputs_for(source, args, kwargs, dynamic_shapes, where="edgeplug.lower")
 
 
 def _runtime_inputs(result: LoweringResult, given: Optional[ExampleInputs] = None) -> list[Any]:

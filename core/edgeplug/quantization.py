@@ -274,7 +274,7 @@ def quantize(
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from edgeplug.backend import get_backend
-    from edgeplug.inputs import check_against_program, example_inputs
+    from edgeplug.inputs import inputs_for
     from edgeplug.pipeline import transform
 
     if backend is None or scheme is None:
@@ -282,14 +282,7 @@ def quantize(
             "edgeplug.quantize needs a backend and a scheme: quantize(model, args, BACKEND, SCHEME) "
             "(edgeplug.backends() lists the backends; `edgeplug plugins` lists each backend's schemes)"
         )
-    given = example_inputs(args, kwargs, where="edgeplug.quantize")
-    if isinstance(model, ExportedProgram):
-        if dynamic_shapes is not None:
-            raise EdgeplugError(
-                "edgeplug.quantize: dynamic_shapes is for a module (it is passed to torch.export); an "
-                "ExportedProgram keeps the dynamic dimensions it was exported with: leave dynamic_shapes out"
-            )
-        check_against_program(model, given, where="edgeplug.quantize")
+    given = inputs_for(model, args, kwargs, dynamic_shapes, where="edgeplug.quantize")
     limit = check_calibration_batches(calibration_batches)
     _refuse_second_quantization(model)
     b = get_backend(backend) if isinstance(backend, str) else backend
