@@ -72,8 +72,8 @@ def main() -> None:
     logging.disable(logging.WARNING)
 
     import edgeplug
-    from edgeplug.graph import analyze_constants, fold_constants, reserve_node_names, resolve_scalar, run_passes
-    from edgeplug.graph.passes import check_program
+    from edgeplug._graph import analyze_constants, fold_constants, reserve_node_names, resolve_scalar, run_passes
+    from edgeplug._graph.passes import check_program
 
     L, R = args.layers, args.repeat
     ep = _export(L)

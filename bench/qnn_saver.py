@@ -37,7 +37,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 HERE = Path(__file__).resolve().parent
-#: the built-in example, then tiny transformers decoders from edgeplug.zoo
+#: the built-in example, then tiny transformers decoders from edgeplug._zoo
 MODELS = ("llama", "gemma3", "qwen3")
 
 
@@ -46,12 +46,12 @@ def zoo() -> Any:
     norms and stock's graph breaks, and its quiet logging (the zoo's cell module, not public API)."""
     from types import SimpleNamespace
 
-    import edgeplug.zoo
-    from edgeplug.failures import first_line
-    from edgeplug.zoo._cell import _quiet, stock_graph_breaks
+    import edgeplug._zoo
+    from edgeplug._failures import first_line
+    from edgeplug._zoo._cell import _quiet, stock_graph_breaks
 
     return SimpleNamespace(
-        build=edgeplug.zoo.build, count_norms=edgeplug.zoo.count_norms, stock_graph_breaks=stock_graph_breaks,
+        build=edgeplug._zoo.build, count_norms=edgeplug._zoo.count_norms, stock_graph_breaks=stock_graph_breaks,
         first_line=first_line, _quiet=_quiet,
     )
 

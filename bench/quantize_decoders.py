@@ -1,7 +1,7 @@
 """Quantized transformers decoders on XNNPACK: edgeplug beside stock ExecuTorch, same quantizer.
 
 For each model (a tiny, randomly initialised transformers decoder from
-``edgeplug.zoo``: nothing is downloaded) and scheme, two sides from the same
+``edgeplug._zoo``: nothing is downloaded) and scheme, two sides from the same
 float model in one process:
 
 - **edgeplug**: ``edgeplug.quantize(model, inputs, "xnnpack", scheme)`` then
@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug.zoo import build
+from edgeplug._zoo import build
 
 
 def _quiet() -> None:

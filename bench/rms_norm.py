@@ -52,9 +52,9 @@ for sub in ("core", "plugins/webgpu", "plugins/vulkan"):
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from edgeplug.errors import KernelError  # noqa: E402
-from edgeplug.runtime.device import get_device  # noqa: E402
-from edgeplug.runtime.rms_norm import MAX_ITEMS, WorkgroupShape  # noqa: E402
+from edgeplug._errors import KernelError  # noqa: E402
+from edgeplug._runtime.device import get_device  # noqa: E402
+from edgeplug._runtime.rms_norm import MAX_ITEMS, WorkgroupShape  # noqa: E402
 # the kernel modules (the packages export their rms_norm functions under the same name)
 glsl = importlib.import_module("edgeplug_vulkan.kernels.rms_norm")
 wgsl = importlib.import_module("edgeplug_webgpu.kernels.rms_norm")

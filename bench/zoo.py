@@ -3,7 +3,7 @@
 Every built-in zoo architecture (tiny, randomly initialised transformers
 models: nothing is downloaded) through every installed backend, float, each
 cell beside stock executorch in its own process; ``edgeplug zoo --help`` says
-what each argument does, and ``edgeplug.zoo`` is the API underneath.
+what each argument does, and ``edgeplug._zoo`` is the API underneath.
 
     python bench/zoo.py [edgeplug zoo arguments, e.g. --models llama,qwen3 --backends vulkan --jobs 2]
 """
@@ -17,7 +17,7 @@ DEFAULTS = [("--schemes", "float"), ("--compare-stock", None), ("--markdown", "d
 
 
 def main(argv: list[str]) -> int:
-    from edgeplug.cli import main as edgeplug
+    from edgeplug._cli import main as edgeplug
 
     given = {a.split("=")[0] for a in argv if a.startswith("--")}
     defaults = [w for flag, value in DEFAULTS if flag not in given for w in (flag, value) if w is not None]

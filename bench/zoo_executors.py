@@ -1,6 +1,6 @@
 """Zoo throughput: cells per minute by executor and workers, on the same cells (docs/benchmarks.md).
 
-Runs ``edgeplug.zoo.run`` on one cell set several times: local processes with
+Runs ``edgeplug._zoo.run`` on one cell set several times: local processes with
 each ``--workers`` count, then Ray (a local cluster of the largest count). Per
 run: wall time, cells per minute, and the mean of the cells' own process times
 (start-up, export, lowering, verification). The cost model beside the table:
@@ -30,7 +30,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=1, help="run the whole list this many times, interleaved")
     args = p.parse_args()
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
-    import edgeplug.zoo as zoo
+    import edgeplug._zoo as zoo
 
     workers = [int(w) for w in args.workers.split(",")]
     runs = ([("local", w) for w in workers] + ([] if args.no_ray else [("ray", max(workers[:2]))])) * args.repeat

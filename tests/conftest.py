@@ -42,7 +42,7 @@ def fixture_site(edgeplug_site, clean_plugin_env):
 @pytest.fixture
 def cli(capsys):
     """Run ``edgeplug ARGS...`` in this process: returns (exit code, stdout, stderr)."""
-    from edgeplug.cli import main
+    from edgeplug._cli import main
 
     def run(*argv: str) -> tuple[int, str, str]:
         capsys.readouterr()
@@ -84,7 +84,7 @@ def llama_edge(llama_exported):
 
 @pytest.fixture(scope="session")
 def zoo():
-    """``edgeplug.zoo``: the built-in tiny transformers models (build, exported), the stock lowering, run_cell."""
-    import edgeplug.zoo
+    """``edgeplug._zoo``: the built-in tiny transformers models (build, exported), the stock lowering, run_cell."""
+    import edgeplug._zoo
 
-    return edgeplug.zoo
+    return edgeplug._zoo

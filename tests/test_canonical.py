@@ -1,4 +1,4 @@
-"""The core's canonicalizing rewrites (edgeplug.graph.canonical), on real exported programs.
+"""The core's canonicalizing rewrites (edgeplug._graph.canonical), on real exported programs.
 
 Per rewrite: the graph after it (what is gone, what took its place, and that
 executorch's own XNNPACK / Vulkan checks take the result), bitwise-equal
@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug.graph import canonical, recording
-from edgeplug.graph.ops import op_name
+from edgeplug._graph import canonical, recording
+from edgeplug._graph.ops import op_name
 
 DTYPES = [torch.float32, torch.bfloat16]
 #: each rewrite with the parameters it is tested under (every dtype: exactness is checked in bf16 too)
@@ -89,7 +89,7 @@ def pieces_edge():
 
 @pytest.fixture(scope="session")
 def decoder(zoo):
-    """dtype -> (edgeplug.zoo's one-layer transformers Llama as an edge program, its inputs)."""
+    """dtype -> (edgeplug._zoo's one-layer transformers Llama as an edge program, its inputs)."""
     pytest.importorskip("transformers")
     from executorch.exir import EdgeCompileConfig, to_edge
 
@@ -588,9 +588,9 @@ def test_rewrite_pass_refuses_the_export_stage():
 
 
 def test_a_plugins_own_rewrite_written_with_the_toolkit(edgeplug_register):
-    """The guide's recipe: a pre-partition PassSpec built with edgeplug.graph.rewrite, recorded in the report."""
+    """The guide's recipe: a pre-partition PassSpec built with edgeplug._graph.rewrite, recorded in the report."""
     from edgeplug import PassSpec
-    from edgeplug.graph.rewrite import NodeBuilder, calls_to, is_plain, note_rewrite, tensor_of
+    from edgeplug._graph.rewrite import NodeBuilder, calls_to, is_plain, note_rewrite, tensor_of
 
     def relu_as_clamp(ep):
         build = NodeBuilder(ep)

@@ -1,4 +1,4 @@
-"""The core's rewrites for the Vulkan delegate's limits (edgeplug.graph.canonical), on real exported programs.
+"""The core's rewrites for the Vulkan delegate's limits (edgeplug._graph.canonical), on real exported programs.
 
 ``collapse_rank`` (elementwise ops and ``cat`` past 4 dims, as in a Mamba-2
 scan), ``int_sum_in_float`` (a MoE router's integer counts) and
@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug.graph import canonical, recording
-from edgeplug.graph.ops import op_name
+from edgeplug._graph import canonical, recording
+from edgeplug._graph.ops import op_name
 
 
 def _edge(model: nn.Module, inputs: tuple, dynamic_shapes=None):

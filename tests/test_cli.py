@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeplug import plugins
+from edgeplug import _registry as plugins
 
 
 @pytest.fixture(autouse=True)
@@ -153,7 +153,7 @@ def test_backends_names_the_wgpu_adapter_host_verification_uses(cli, monkeypatch
     line = next(l for l in out.splitlines() if l.startswith("wgpu adapter: "))
     assert "max storage binding" in line  # a real adapter (llvmpipe here, a GPU where there is one)
     monkeypatch.setenv("EDGEPLUG_WGPU_ADAPTER", "none")
-    from edgeplug.runtime import reset_device
+    from edgeplug._runtime import reset_device
 
     reset_device()
     try:
@@ -226,7 +226,7 @@ def test_a_tolerance_that_is_not_a_finite_number_at_least_zero_is_refused(cli, t
 
 
 def test_lower_takes_a_tolerance_only_if_it_is_finite_and_not_negative():
-    from edgeplug.errors import EdgeplugError
+    from edgeplug._errors import EdgeplugError
     from edgeplug.examples import load_model
 
     model, inputs, _, _ = load_model("mlp")

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgeplug
-import edgeplug.graph.passes as runner
-from edgeplug.errors import PassError
-from edgeplug.graph.names import UPSTREAM_ISSUE, used_names
+import edgeplug._graph.passes as runner
+from edgeplug._errors import PassError
+from edgeplug._graph.names import UPSTREAM_ISSUE, used_names
 
 
 class AutocastTwice(nn.Module):

@@ -1,6 +1,6 @@
-"""Constant folding (edgeplug.graph.fold) on real exported programs.
+"""Constant folding (edgeplug._graph.fold) on real exported programs.
 
-The decoder cases use edgeplug.zoo's one-layer transformers Llama (conftest's
+The decoder cases use edgeplug._zoo's one-layer transformers Llama (conftest's
 ``zoo``: attention mask, positions and rotary tables built from constants at static shapes);
 the rules each get a tiny model of their own.
 """
@@ -17,10 +17,10 @@ from torch.export import Dim
 from torch.export.graph_signature import InputKind
 
 import edgeplug
-from edgeplug.graph import recording
-from edgeplug.graph.fold import fold_constant_subgraphs
-from edgeplug.graph.ops import is_qdq, op_name
-from edgeplug.graph.passes import check_program
+from edgeplug._graph import recording
+from edgeplug._graph.fold import fold_constant_subgraphs
+from edgeplug._graph.ops import is_qdq, op_name
+from edgeplug._graph.passes import check_program
 
 #: ops a transformers decoder uses only to build its mask, positions and rotary tables
 #: (left on the CPU by Vulkan and XNNPACK); ``where`` and ``any`` also run on the scores
@@ -91,7 +91,7 @@ def test_decoder_mask_and_positions_are_folded(decoder_folded):
     assert not MASK_AND_POSITION_OPS & set(_ops(after)), _ops(after)
     # nothing constant-only is left to compute but what reads a parameter
     params = {s.arg.name for s in after.graph_signature.input_specs if s.kind == InputKind.PARAMETER}
-    for node in edgeplug.graph.constant_only_nodes(after):
+    for node in edgeplug._graph.constant_only_nodes(after):
         if node.op == "call_function":
             assert any(a.name in params for a in node.all_input_nodes), node.format_node()
 

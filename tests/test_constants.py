@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.export.graph_signature import InputKind
 
-from edgeplug.graph import analyze_constants, constant_only_nodes, fold_constant, weight_source
+from edgeplug._graph import analyze_constants, constant_only_nodes, fold_constant, weight_source
 
 
 def _edge(model: nn.Module, inputs: tuple):
@@ -264,7 +264,7 @@ def test_fold_refuses_runtime_and_dequantized_weights(analysed):
 
 def test_fold_constants_folds_a_batch():
     from edgeplug.examples.llama import gemma_style_block
-    from edgeplug.graph import fold_constants
+    from edgeplug._graph import fold_constants
 
     model, inputs = gemma_style_block()
     ep = _edge(model, inputs).exported_program()
@@ -285,7 +285,7 @@ def test_fold_constants_changes_nothing_when_one_node_is_refused():
     ep = _edge(model, _inputs()).exported_program()
     before = [n.name for n in ep.graph.nodes]
     runtime = next(n for n in ep.graph.nodes if n.op == "call_function" and "rsqrt" in str(n.target))
-    from edgeplug.graph import fold_constants
+    from edgeplug._graph import fold_constants
 
     with pytest.raises(ValueError, match="not a compile-time constant"):
         fold_constants(ep, [_gemma_weight(ep), runtime])

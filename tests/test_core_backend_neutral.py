@@ -23,27 +23,27 @@ SHARED_BACKEND_PACKAGES = {"transforms"}
 #: (module, word) -> why that module may name it in a string
 ALLOWED = {
     # install hints name the first-party distributions a user can pip install
-    ("cli.py", "vulkan"): "install hint",
-    ("cli.py", "webgpu"): "install hint",
-    ("cli.py", "qnn"): "install hint",
-    ("cli.py", "samsung"): "install hint",
-    ("cli.py", "xnnpack"): "install hint",
-    ("backend.py", "vulkan"): "install hint / did-you-mean over first-party names",
-    ("backend.py", "webgpu"): "install hint / did-you-mean over first-party names",
-    ("backend.py", "qnn"): "install hint / did-you-mean over first-party names",
-    ("backend.py", "samsung"): "install hint / did-you-mean over first-party names",
-    ("backend.py", "xnnpack"): "install hint / did-you-mean over first-party names",
+    ("_cli.py", "vulkan"): "install hint",
+    ("_cli.py", "webgpu"): "install hint",
+    ("_cli.py", "qnn"): "install hint",
+    ("_cli.py", "samsung"): "install hint",
+    ("_cli.py", "xnnpack"): "install hint",
+    ("_backend.py", "vulkan"): "install hint / did-you-mean over first-party names",
+    ("_backend.py", "webgpu"): "install hint / did-you-mean over first-party names",
+    ("_backend.py", "qnn"): "install hint / did-you-mean over first-party names",
+    ("_backend.py", "samsung"): "install hint / did-you-mean over first-party names",
+    ("_backend.py", "xnnpack"): "install hint / did-you-mean over first-party names",
     # wgpu's own vocabulary: "Vulkan" is the graphics API an adapter runs on
-    ("runtime/device.py", "vulkan"): "wgpu adapter backend type and driver install hint",
+    ("_runtime/device.py", "vulkan"): "wgpu adapter backend type and driver install hint",
     # the kernel contract two plugins (vulkan, webgpu) implement for one op, shared in the core
-    ("runtime/rms_norm.py", "et_vk"): "shared kernel contract of et_vk.rms_norm",
+    ("_runtime/rms_norm.py", "et_vk"): "shared kernel contract of et_vk.rms_norm",
     ("testing/kernels.py", "et_vk"): "shared kernel test suite of et_vk.rms_norm",
     # `edgeplug new-backend` templates: the executorch partitioners a new plugin may start from
-    ("scaffold.py", "xnnpack"): "new-backend template",
-    ("scaffold.py", "vulkan"): "new-backend template",
+    ("_scaffold.py", "xnnpack"): "new-backend template",
+    ("_scaffold.py", "vulkan"): "new-backend template",
     # docs/zoo.md states this project's targets for its first-party backends (issue 13) and how the page
     # was made; the cells themselves take every backend from its plugin (zoo/_cell.py names none)
-    **{("zoo/_render.py", w): "docs/zoo.md's targets for the first-party backends" for w in ("vulkan", "webgpu", "xnnpack", "qnn", "samsung", "et_vk")},
+    **{("_zoo/_render.py", w): "docs/zoo.md's targets for the first-party backends" for w in ("vulkan", "webgpu", "xnnpack", "qnn", "samsung", "et_vk")},
 }
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -130,5 +130,5 @@ def test_the_check_catches_what_it_forbids(tmp_path):
         assert found and expect in found[0].lower(), (src, found)
     bad.write_text('"""Vulkan and QNN are examples here."""\n# a comment about xnnpack\nfrom executorch.backends.transforms import x\n')
     assert violations(bad, "probe.py") == []
-    bad.write_text("HINT = 'pip install edgeplug-vulkan'\n")  # allowed in cli.py only
-    assert violations(bad, "cli.py") == [] and violations(bad, "probe.py")
+    bad.write_text("HINT = 'pip install edgeplug-vulkan'\n")  # allowed in _cli.py only
+    assert violations(bad, "_cli.py") == [] and violations(bad, "probe.py")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug.errors import EdgeplugError, LoweringError
+from edgeplug._errors import EdgeplugError, LoweringError
 
 
 def _pte(result):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeplug import hookspecs
-from edgeplug.records import HOOK_RECORDS
+from edgeplug import _hookspecs as hookspecs
+from edgeplug._records import HOOK_RECORDS
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -43,9 +43,9 @@ def test_every_hook_is_documented(hook, readme):
 
 
 def test_plugin_variables_and_registration_are_documented(readme):
-    from edgeplug import plugins
+    from edgeplug import _registry as plugins
 
-    for name in (plugins.ENV_DISABLE, plugins.ENV_ALLOW, "edgeplug.plugins.register"):
+    for name in (plugins.ENV_DISABLE, plugins.ENV_ALLOW, "edgeplug.register_plugin"):
         assert name in readme, f"{name} is not documented in README.md"
     for name in (plugins.ENV_DISABLE, plugins.ENV_ALLOW, "``register``"):
         assert name in plugins.__doc__
@@ -58,7 +58,7 @@ def _readme_commands(readme: str) -> list[str]:
 
 
 def test_every_cli_command_is_documented(readme):
-    from edgeplug.cli import build_parser
+    from edgeplug._cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -70,7 +70,7 @@ def test_every_cli_command_is_documented(readme):
 
 def test_readme_commands_parse(readme):
     """A documented command line the CLI would reject is a documentation bug."""
-    from edgeplug.cli import build_parser
+    from edgeplug._cli import build_parser
 
     commands = _readme_commands(readme)
     assert len(commands) >= 5
@@ -167,7 +167,7 @@ def test_the_guide_covers_what_authors_asked_for(guide):
 
 
 def test_the_guides_commands_parse(guide):
-    from edgeplug.cli import build_parser
+    from edgeplug._cli import build_parser
 
     lines = [l.split("#")[0].strip() for b in re.findall(r"```sh\n(.*?)```", guide, re.S) for l in b.splitlines()]
     commands = [l for l in lines if l.startswith("edgeplug ")]
@@ -181,7 +181,7 @@ def test_the_guides_own_rewrite_example_runs_as_written():
     import torch
     from executorch.exir import to_edge
 
-    from edgeplug.graph import recording
+    from edgeplug._graph import recording
 
     guide = (REPO / "docs" / "writing-a-backend.md").read_text()
     [block] = [b for b in re.findall(r"```python\n(.*?)```", guide, re.S) if "def relu_as_clamp" in b]
@@ -241,6 +241,6 @@ def test_the_guide_says_what_each_answer_means(guide):
     text = section.group(1)
     for words in ("a `dict`", "a `str`", "`refuse` not called", "`0`", '`"yes"`', "changing the program", "no `.pte`"):
         assert words in text, f"the answers table does not say what happens to {words}"
-    from edgeplug.plugins import ENV_HOOK_SECONDS
+    from edgeplug._registry import ENV_HOOK_SECONDS
 
     assert ENV_HOOK_SECONDS in guide

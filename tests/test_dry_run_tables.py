@@ -71,8 +71,8 @@ def test_a_copy_that_is_a_program_output_stays():
     """Removing it could make an output alias an input: it is kept (and reported on the CPU)."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    from edgeplug.graph.canonical import drop_identity_copies
-    from edgeplug.graph.copies import is_identity_copy
+    from edgeplug._graph.canonical import drop_identity_copies
+    from edgeplug._graph.copies import is_identity_copy
 
     class OutClone(nn.Module):
         def forward(self, x):

@@ -21,7 +21,7 @@ or wrong shows in the numbers.
 Each is lowered as a user would, ``edgeplug.lower(model, inputs, backend,
 verify=True)`` (qnn and samsung as dry runs: their SDKs are absent), and
 compared with stock executorch (``to_edge_transform_and_lower`` with the
-backend's own partitioner, through edgeplug.zoo's ``lower_stock``): no more
+backend's own partitioner, through edgeplug._zoo's ``lower_stock``): no more
 partitions or CPU nodes than stock, every norm fused or recorded with its
 reason, and the numbers within the report's tolerance of eager.
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from edgeplug.errors import EdgeplugError
+from edgeplug._errors import EdgeplugError
 from edgeplug.examples import EXAMPLES, list_examples, load_model
 
 

@@ -3,7 +3,7 @@
 Every case asserts the exit code, the first line of the message, that no
 partial or stray file is left and no existing file changed, and that no
 Python traceback reaches the user without --debug. Test plugins are
-registered in-process (``edgeplug.plugins.register``); a subprocess is used
+registered in-process (``edgeplug.register_plugin``); a subprocess is used
 only where a signal must take its default course.
 """
 
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import plugins
+from edgeplug import _registry as plugins
 
 PREVIOUS = b"the previous program"
 
@@ -425,7 +425,7 @@ def umask_022():
 
 
 def test_new_files_follow_the_umask_and_overwritten_files_keep_their_mode(umask_022, tmp_path):
-    from edgeplug.outputs import write_files
+    from edgeplug._outputs import write_files
 
     new, kept = tmp_path / "new.pte", tmp_path / "kept.json"
     kept.write_text("old")
@@ -504,7 +504,7 @@ def test_sigterm_with_the_default_handler_still_removes_the_temporary(tmp_path):
     code = textwrap.dedent(
         f"""
         import os, signal
-        from edgeplug.outputs import write_file
+        from edgeplug._outputs import write_file
         os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)
         write_file({str(tmp_path / 'big.pte')!r}, b"x" * (8 << 20))
         print("not reached")
@@ -517,7 +517,7 @@ def test_sigterm_with_the_default_handler_still_removes_the_temporary(tmp_path):
 
 
 def test_concurrent_writers_leave_one_whole_file_and_no_temporaries(tmp_path):
-    from edgeplug.outputs import write_file
+    from edgeplug._outputs import write_file
 
     target = tmp_path / "m.pte"
     payloads = [bytes([i]) * (2 << 20) for i in range(6)]
@@ -542,7 +542,7 @@ def test_concurrent_writers_leave_one_whole_file_and_no_temporaries(tmp_path):
 
 def test_concurrent_processes_writing_one_path(tmp_path):
     target = tmp_path / "m.pte"
-    code = "import sys; from edgeplug.outputs import write_file\nfor _ in range(5): write_file(sys.argv[1], sys.argv[2].encode() * (1 << 20))"
+    code = "import sys; from edgeplug._outputs import write_file\nfor _ in range(5): write_file(sys.argv[1], sys.argv[2].encode() * (1 << 20))"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(target), c]) for c in "ab"]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert target.read_bytes() in (b"a" * (1 << 20), b"b" * (1 << 20))
@@ -567,7 +567,7 @@ def test_a_pass_executorchs_pass_manager_reports_is_named_as_executorchs():
     from executorch.exir import EdgeCompileConfig, to_edge
     from executorch.exir.pass_manager import ExportedProgramPassManager
 
-    from edgeplug.failures import stage_failure
+    from edgeplug._failures import stage_failure
 
     ep = torch.export.export(_ConvBn().eval(), (torch.randn(1, 3, 8, 8),))
     edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
@@ -612,7 +612,7 @@ def test_an_executorch_failure_names_executorch_and_the_stage_it_happens_in():
     # executorch's, in partitioning (not 'to_edge', the stage executorch's call belongs to)
     import dataclasses
 
-    from edgeplug.errors import LoweringError
+    from edgeplug._errors import LoweringError
 
     vulkan = edgeplug.get_backend("vulkan")
     assert "any_as_amax" in [p.name for p in vulkan.passes]
@@ -647,7 +647,7 @@ class _Sorts(torch.nn.Module):
 
 
 def test_a_kernel_the_runtime_lacks_is_named_as_the_runtimes_refusal(tmp_path):
-    from edgeplug.errors import VerificationError
+    from edgeplug._errors import VerificationError
 
     with pytest.raises(VerificationError) as info:
         edgeplug.lower(_Sorts(), (torch.randn(3, 5),), "xnnpack", verify=True)

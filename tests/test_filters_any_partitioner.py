@@ -14,8 +14,8 @@ from torch import nn
 
 import edgeplug
 from edgeplug import PartitionerFilter
-from edgeplug.graph.ops import qualified_name
-from edgeplug.partition import refuse
+from edgeplug._graph.ops import qualified_name
+from edgeplug._partition import refuse
 
 NO_DIV = "no-div"
 RANK = "rank-at-most-3"

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import edgeplug
-from edgeplug.patterns.base import is_op
+from edgeplug._patterns.base import is_op
 
 D = 16
 SHAPE = (2, 4, D)

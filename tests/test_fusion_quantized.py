@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug.graph.constants import constant_value
-from edgeplug.graph.ops import is_dequantize
-from edgeplug.patterns.base import is_op
+from edgeplug._graph.constants import constant_value
+from edgeplug._graph.ops import is_dequantize
+from edgeplug._patterns.base import is_op
 
 D = 16
 BACKENDS = ["qnn", "samsung", "vulkan", "webgpu"]

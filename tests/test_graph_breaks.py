@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgeplug
-from edgeplug.partition import op_name
+from edgeplug._partition import op_name
 
 # webgpu shares Vulkan's partitioner and serialization: the second lowering is the slow extra
 BACKENDS = ["vulkan", pytest.param("webgpu", marks=pytest.mark.slow)]
@@ -111,7 +111,7 @@ class _RefuseFusedNorm:
     def edgeplug_partitioner_filters(self):
         def fn(node, ctx):
             if ctx.stage == "partition" and op_name(node.target) == "et_vk.rms_norm.default":
-                from edgeplug.partition import refuse
+                from edgeplug._partition import refuse
 
                 return refuse("test refuses the fused norm")
             return None
@@ -146,8 +146,8 @@ def fused_norm_program():
 def test_a_fused_op_left_on_the_cpu_is_stranded_with_its_reason(fused_norm_program, edgeplug_register):
     """Dry run: stranded like a kept-whole op left on the CPU (not an ordinary CPU node), and the dry run
     stops there as the real lowering does (it is as strict)."""
-    from edgeplug.errors import LoweringError
-    from edgeplug.partition import CorePartitioner
+    from edgeplug._errors import LoweringError
+    from edgeplug._partition import CorePartitioner
 
     ep = fused_norm_program()
     edgeplug_register(_RefuseFusedNorm(), name="refuse-fused-norm")
@@ -162,8 +162,8 @@ def test_a_fused_op_left_on_the_cpu_is_stranded_with_its_reason(fused_norm_progr
 
 
 def test_a_real_lowering_stops_before_serialization_on_a_stranded_fused_op(fused_norm_program, edgeplug_register):
-    from edgeplug.errors import LoweringError
-    from edgeplug.partition import CorePartitioner
+    from edgeplug._errors import LoweringError
+    from edgeplug._partition import CorePartitioner
 
     ep = fused_norm_program()
     baseline = CorePartitioner(edgeplug.get_backend("vulkan"))

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from edgeplug.graph import NameReservationError, reserve_node_names
-from edgeplug.graph.names import UPSTREAM_ISSUE, graph_modules, used_names
+from edgeplug._graph import NameReservationError, reserve_node_names
+from edgeplug._graph.names import UPSTREAM_ISSUE, graph_modules, used_names
 
 
 class Branches(nn.Module):
@@ -104,8 +104,8 @@ def test_a_copied_program_keeps_a_builtin_named_input_consistent():
     whose signature still says ``input`` fails torch's verifier. The core's copies stay valid."""
     import torch
 
-    from edgeplug.fusion import copy_program
-    from edgeplug.graph.names import copy_exported_program
+    from edgeplug._fusion import copy_program
+    from edgeplug._graph.names import copy_exported_program
 
     ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
     assert "input" in [n.name for n in ep.graph.nodes]

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug.patterns.base import is_op
+from edgeplug._patterns.base import is_op
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,4 +1,4 @@
-"""The core's decomposition of ``aten.histc`` (edgeplug.graph.histc).
+"""The core's decomposition of ``aten.histc`` (edgeplug._graph.histc).
 
 It must equal ``torch.histc`` bit for bit wherever it applies (integer-valued
 and general floats, values on the edges, outside the range, NaN and
@@ -14,8 +14,8 @@ from collections import Counter
 import pytest
 import torch
 
-from edgeplug.graph import recording
-from edgeplug.graph.histc import decompose_histc, histc_refusal
+from edgeplug._graph import recording
+from edgeplug._graph.histc import decompose_histc, histc_refusal
 
 HISTC = torch.ops.aten.histc.default
 
@@ -196,7 +196,7 @@ def test_olmoe_lowers_for_vulkan(olmoe):
           dict(Counter((c.op, c.reason) for c in report.cpu_nodes)))
 
 
-# -- the other export-stage decompositions OLMoE needs (edgeplug.graph.decompose) ---------
+# -- the other export-stage decompositions OLMoE needs (edgeplug._graph.decompose) ---------
 
 
 def _export_and(fn, module, inputs):
@@ -207,7 +207,7 @@ def _export_and(fn, module, inputs):
 
 
 def test_stable_sort_of_integer_keys():
-    from edgeplug.graph.decompose import sort_as_ranks
+    from edgeplug._graph.decompose import sort_as_ranks
 
     class Sort(torch.nn.Module):
         def forward(self, k):
@@ -227,7 +227,7 @@ def test_stable_sort_of_integer_keys():
 def test_grouped_mm_fallback_as_bmm():
     from transformers.integrations import moe  # registers transformers::grouped_mm_fallback
 
-    from edgeplug.graph.decompose import grouped_mm_as_bmm
+    from edgeplug._graph.decompose import grouped_mm_as_bmm
 
     class GroupedMM(torch.nn.Module):
         def forward(self, x, w, offs):
@@ -247,7 +247,7 @@ def test_grouped_mm_fallback_as_bmm():
 def test_empty_like_becomes_empty_of_its_shape():
     from executorch.exir import to_edge
 
-    from edgeplug.graph.decompose import empty_like_as_empty
+    from edgeplug._graph.decompose import empty_like_as_empty
 
     class InversePermutation(torch.nn.Module):  # transformers' MoE restores the token order so
         def forward(self, perm):
@@ -265,8 +265,8 @@ def test_export_decompositions_leave_what_the_backend_keeps_whole():
     import dataclasses
 
     import edgeplug
-    from edgeplug.graph import run_passes
-    from edgeplug.graph.decompose import export_decompositions
+    from edgeplug._graph import run_passes
+    from edgeplug._graph.decompose import export_decompositions
 
     class SortAndCount(torch.nn.Module):
         def forward(self, k):

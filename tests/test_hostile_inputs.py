@@ -21,9 +21,9 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import plugins
+from edgeplug import _registry as plugins
 
-EDGEPLUG = [sys.executable, "-m", "edgeplug.cli"]
+EDGEPLUG = [sys.executable, "-m", "edgeplug._cli"]
 
 
 @pytest.fixture(autouse=True)
@@ -131,8 +131,8 @@ def test_an_output_that_must_not_be_written_is_refused_before_any_work(cli, tmp_
 
 @pytest.mark.parametrize("path", ["out/", "-"])
 def test_a_folder_or_stdout_twice_is_refused_as_a_file_name(tmp_path, path):
-    from edgeplug.errors import OutputPathError
-    from edgeplug.outputs import check_output_paths
+    from edgeplug._errors import OutputPathError
+    from edgeplug._outputs import check_output_paths
 
     if path == "out/":
         with pytest.raises(OutputPathError, match="the trailing slash names a folder"):
@@ -214,7 +214,7 @@ F16 = torch.float16
     ],
 )
 def test_outputs_compare_exactly_in_their_dtype_or_in_ulps_at_their_magnitude(lowered_value, eager_value, problem):
-    from edgeplug.verification import compare_output
+    from edgeplug._verification import compare_output
 
     check = compare_output(0, lowered_value, eager_value)
     if problem is None:
@@ -278,7 +278,7 @@ class Ramps(torch.nn.Module):
 
 
 def _folds(ep, **kw):
-    from edgeplug.graph.fold import fold_constant_subgraphs
+    from edgeplug._graph.fold import fold_constant_subgraphs
 
     records = fold_constant_subgraphs(ep, **kw)
     return [r for r in records if r.outcome != "refused"], [r for r in records if r.outcome == "refused"]
@@ -325,7 +325,7 @@ def quantized():
 
 
 def test_a_calibration_generator_that_never_ends_is_cut_and_counted(quantized):
-    from edgeplug.quantization import quantization_info
+    from edgeplug._quantization import quantization_info
 
     summary = quantization_info(quantized).summary()
     assert (summary.calibration_batches, summary.calibration_cut) == (3, True)
@@ -333,7 +333,7 @@ def test_a_calibration_generator_that_never_ends_is_cut_and_counted(quantized):
 
 
 def test_a_calibration_file_that_never_ends_is_read_to_the_cap(tmp_path):
-    from edgeplug.quantization import load_calibration
+    from edgeplug._quantization import load_calibration
 
     (tmp_path / "c.py").write_text("import itertools, torch\ndata = ((torch.zeros(1),) for _ in itertools.count())\n")
     assert len(load_calibration("c.py:data", 5)) == 6  # one more than the cap: quantize says there were more
@@ -353,7 +353,7 @@ def test_calibration_batches_flag(cli, argv, expect):
 
 
 def test_a_second_quantization_is_refused_up_front(quantized):
-    from edgeplug.quantization import QuantizationError
+    from edgeplug._quantization import QuantizationError
 
     with pytest.raises(QuantizationError, match=r"already quantized \(by xnnpack's quantizer, scheme '8a8w'\)"):
         edgeplug.quantize(quantized, (torch.randn(1, 4),), "xnnpack", "8a8w")

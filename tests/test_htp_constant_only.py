@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgeplug
-from edgeplug.errors import LoweringError
+from edgeplug._errors import LoweringError
 from edgeplug import PartitionerFilter, PassSpec
 
 QDQ = torch.ops.quantized_decomposed
@@ -115,7 +115,7 @@ def test_report_names_the_reason(htp):
 @pytest.fixture(scope="module")
 def keep_whole():
     """The keep-whole filter the core hands to_edge, on the aten program."""
-    from edgeplug.partition import CorePartitioner
+    from edgeplug._partition import CorePartitioner
 
     ep = torch.export.export(HtpModel().eval(), (torch.randn(4, 32),))
     part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
@@ -178,16 +178,16 @@ def test_a_filter_that_decomposes_everything_fails_the_check(edgeplug_register):
 def test_a_partition_that_splits_the_constant_branch_fails_the_check(monkeypatch):
     # a non-transitive analysis (only direct readers of weights count): the
     # permute of w stays on the CPU but the mm after it is delegated
-    import edgeplug.graph
+    import edgeplug._graph
 
-    real = edgeplug.graph.constant_only_nodes
+    real = edgeplug._graph.constant_only_nodes
 
     def shallow(ep):
         return frozenset(
             n for n in real(ep) if n.op != "call_function" or all(a.op != "call_function" for a in n.all_input_nodes)
         )
 
-    monkeypatch.setattr(edgeplug.graph, "constant_only_nodes", shallow)
+    monkeypatch.setattr(edgeplug._graph, "constant_only_nodes", shallow)
     wrong = _lower()
     delegated, top, _ = layout(wrong)
     assert delegated.get("aten.mm.default") and top.get("aten.permute_copy.default")  # split

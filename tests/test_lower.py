@@ -8,13 +8,13 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug.errors import EdgeplugError, PassError
+from edgeplug._errors import EdgeplugError, PassError
 from edgeplug.examples import load_model
 
 
 @pytest.fixture(autouse=True)
 def _clean(clean_plugin_env):
-    edgeplug.plugins.reset()
+    edgeplug._registry.reset()
 
 
 @pytest.fixture(scope="module")
@@ -145,16 +145,16 @@ def test_fuse_returns_a_program_computing_the_same(llama_edge, llama_example):
 
 
 def test_every_public_name_stays_the_function_whatever_was_imported_first():
-    # the pipeline lives in edgeplug.pipeline, so importing it (or using any
+    # the pipeline lives in edgeplug._pipeline, so importing it (or using any
     # other public name first) can never rebind edgeplug.lower to a module
     import subprocess
     import sys
 
     code = (
-        "import edgeplug, edgeplug.pipeline, edgeplug.report\n"
+        "import edgeplug, edgeplug._pipeline, edgeplug._report\n"
         "names = ['transform', 'fuse', 'verify', 'lower', 'backends', 'get_backend']\n"
         "for n in names: getattr(edgeplug, n)\n"
-        "import edgeplug.pipeline\n"
+        "import edgeplug._pipeline\n"
         "assert all(callable(getattr(edgeplug, n)) and not isinstance(getattr(edgeplug, n), type(edgeplug)) for n in names)\n"
         "print('ok')\n"
     )
@@ -306,7 +306,7 @@ def test_a_pass_from_another_plugin_is_named_in_the_report(edgeplug_register):
 
 
 def test_run_lowered_takes_a_backend_name(edgeplug_lowering):
-    from edgeplug.runtime import run_lowered
+    from edgeplug._runtime import run_lowered
 
     result = edgeplug_lowering("mlp", "webgpu", dry_run=False)
     run = run_lowered(result, "webgpu")
@@ -314,7 +314,7 @@ def test_run_lowered_takes_a_backend_name(edgeplug_lowering):
 
 
 def test_the_report_is_strict_json_with_non_finite_numbers_as_null():
-    from edgeplug.report import LoweringReport, OutputCheck, Verification
+    from edgeplug._report import LoweringReport, OutputCheck, Verification
 
     report = LoweringReport(
         model="m", backend="xnnpack", distribution="d",

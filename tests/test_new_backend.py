@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeplug.errors import EdgeplugError
-from edgeplug.scaffold import render, write
+from edgeplug._errors import EdgeplugError
+from edgeplug._scaffold import render, write
 
 HOOKS = ("edgeplug_backends", "edgeplug_keep_whole", "edgeplug_partitioner_filters", "edgeplug_fusion_policies",
          "edgeplug_kernels", "edgeplug_passes", "edgeplug_quantizers")
@@ -44,7 +44,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) ->
 def generated(tmp_path_factory):
     """`edgeplug new-backend toyaccel` written and installed: (project folder, environment using it)."""
     tmp = tmp_path_factory.mktemp("new-backend")
-    proc = _run([sys.executable, "-m", "edgeplug.cli", "new-backend", "toyaccel", "-o", str(tmp)], tmp, dict(os.environ))
+    proc = _run([sys.executable, "-m", "edgeplug._cli", "new-backend", "toyaccel", "-o", str(tmp)], tmp, dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     project = tmp / "edgeplug-toyaccel"
     assert f"wrote {project}" in proc.stdout
@@ -52,7 +52,7 @@ def generated(tmp_path_factory):
 
 
 def test_the_generated_package_implements_every_hook_and_depends_on_the_testing_extra():
-    from edgeplug import hookspecs
+    from edgeplug import _hookspecs as hookspecs
 
     files = render("toyaccel")
     hooks = files["edgeplug_toyaccel/hooks.py"]
@@ -93,7 +93,7 @@ def test_refuses_to_overwrite(tmp_path):
 
 def test_installed_package_is_a_loaded_plugin_and_passes_the_quick_conformance_tests(generated):
     project, env = generated
-    proc = _run([sys.executable, "-m", "edgeplug.cli", "plugins", "--json"], project, env)
+    proc = _run([sys.executable, "-m", "edgeplug._cli", "plugins", "--json"], project, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {r["plugin"]: r for r in json.loads(proc.stdout)}
     toy = rows["toyaccel"]
@@ -166,7 +166,7 @@ def test_a_generated_xnnpack_backend_with_two_filters_lowers_and_verifies(tmp_pa
     env = _install(project, tmp_path / "site")
     report = tmp_path / "report.json"
     proc = _run(
-        [sys.executable, "-m", "edgeplug.cli", "lower", example, "--backend", "toyaccel", "--verify", "-q", "--tolerance", tolerance,
+        [sys.executable, "-m", "edgeplug._cli", "lower", example, "--backend", "toyaccel", "--verify", "-q", "--tolerance", tolerance,
          "-o", str(tmp_path / "out.pte"), "--report", str(report)],
         tmp_path, env, timeout=900,
     )

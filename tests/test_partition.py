@@ -9,8 +9,8 @@ from torch import nn
 
 import edgeplug
 from edgeplug import PartitionerFilter
-from edgeplug.errors import EdgeplugError
-from edgeplug.partition import CorePartitioner, SupportTablePartitioner
+from edgeplug._errors import EdgeplugError
+from edgeplug._partition import CorePartitioner, SupportTablePartitioner
 
 
 class MatmulAndDouble(nn.Module):
@@ -116,10 +116,10 @@ def test_llama_example_reports_every_graph_break(backend):
 
 
 def test_support_check_is_the_backends_own_with_its_reasons():
-    """edgeplug.partition.support_check: node -> Verdict, from the plugin (BackendSpec.support_check)."""
+    """edgeplug._partition.support_check: node -> Verdict, from the plugin (BackendSpec.support_check)."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    from edgeplug.partition import Verdict, support_check
+    from edgeplug._partition import Verdict, support_check
 
     class AtanSwish(nn.Module):
         def forward(self, x, y):
@@ -166,7 +166,7 @@ def test_partition_functions_are_short():
     import ast
     from pathlib import Path
 
-    import edgeplug.partition as pkg
+    import edgeplug._partition as pkg
 
     long = []
     for path in Path(pkg.__file__).parent.glob("*.py"):

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import plugins
-from edgeplug.plugins import PluginWarning
+from edgeplug import _registry as plugins
+from edgeplug._registry import PluginWarning
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "battery" / "edgeplug_fixture_battery"
 #: the first-party backends installed beside the battery (at least these)
@@ -133,7 +133,7 @@ def test_a_filter_answer_outside_the_contract_stops_the_lowering(battery, cli, t
 
 
 def test_a_filter_answer_is_checked_through_the_python_api_too(battery, tmp_path):
-    from edgeplug.errors import EdgeplugError
+    from edgeplug._errors import EdgeplugError
     from edgeplug.examples import load_model
 
     model, args = load_model("mlp")[:2]
@@ -207,7 +207,7 @@ class _NoRuntime:
 
 
 def test_verify_on_a_backend_that_cannot_run_here_is_refused_before_any_work(cli, edgeplug_register, tmp_path):
-    from edgeplug.errors import VerificationError
+    from edgeplug._errors import VerificationError
 
     edgeplug_register(_NoRuntime(), name="npu-plugin")
     code, stdout, stderr = cli("lower", "/no/such/model.py:make", "-b", "npu_no_runtime", "--verify", "-o", tmp_path / "m.pte")
@@ -243,7 +243,7 @@ def test_lower_help_lists_the_schemes_of_installed_backends_only(cli, monkeypatc
 
 
 def test_the_scaffold_readme_suggests_only_commands_the_backend_can_run():
-    from edgeplug.scaffold import render
+    from edgeplug._scaffold import render
 
     own = render("npu", "executorch.backends.vulkan.partitioner.vulkan_partitioner:VulkanPartitioner", "VulkanBackend")
     assert 'verify_method="none"' in own["edgeplug_npu/hooks.py"]

@@ -16,9 +16,9 @@ import warnings
 import pytest
 
 import edgeplug
-from edgeplug import plugins
-from edgeplug.errors import PluginConflictError, UnknownBackendError
-from edgeplug.plugins import PluginWarning
+from edgeplug import _registry as plugins
+from edgeplug._errors import PluginConflictError, UnknownBackendError
+from edgeplug._registry import PluginWarning
 
 FIRST_PARTY = {"coreml", "qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
 
@@ -53,7 +53,7 @@ def test_import_edgeplug_loads_no_plugin_and_neither_torch_nor_executorch():
         import sys
         import edgeplug, edgeplug.testing.plugin
         assert edgeplug.hookimpl is not None and edgeplug.BackendSpec is not None
-        assert callable(edgeplug.plugins.register)  # reachable after a bare `import edgeplug`
+        assert callable(edgeplug.register_plugin)  # reachable after a bare `import edgeplug`
         heavy = sorted(m for m in sys.modules
                        if m.split('.')[0] in {'torch', 'executorch'} or m.startswith('edgeplug_'))
         print('before:', heavy)
@@ -129,7 +129,7 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site):
     assert [p.name for p in b.passes_for("export")] == ["note-export"]
     assert [p.name for p in b.passes_for("edge")] == ["early", "late"]
     # edgeplug_quantizers
-    from edgeplug.quantization import schemes
+    from edgeplug._quantization import schemes
 
     assert [(s.scheme, s.weight_bits) for s in schemes("tinycpu")] == [("8a8w", 8)]
     assert {b.origin(r).distribution for r in (*b.passes, *b.filters, *b.kernels)} == {"edgeplug-fixture-good"}
@@ -403,7 +403,7 @@ def test_register_and_unregister_a_plugin_in_code(edgeplug_register):
     assert "embedded" in edgeplug.backends()
     b = edgeplug.get_backend("embedded")
     assert b.plugin == info and info.registered
-    assert "registered with edgeplug.plugins.register()" in info.describe()
+    assert "registered with edgeplug.register_plugin()" in info.describe()
     plugins.unregister(plugin)
     assert "embedded" not in edgeplug.backends()
 
@@ -419,7 +419,7 @@ def test_registered_plugin_can_be_blocked_and_its_failures_say_how_to_remove_it(
         edgeplug.backends()
     msg = _problem("failing")
     assert "failed at hook edgeplug_passes: ValueError: no passes today" in msg
-    assert "edgeplug.plugins.unregister('failing')" in msg
+    assert "edgeplug.unregister_plugin('failing')" in msg
     monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "failing")
     assert plugins.problems() == []
 
@@ -452,7 +452,7 @@ def test_records_reject_bad_names_and_normalise_good_ones():
 
 
 def _hook_names() -> list[str]:
-    from edgeplug import hookspecs
+    from edgeplug import _hookspecs as hookspecs
 
     return sorted(n for n, f in vars(hookspecs).items() if n.startswith("edgeplug_") and callable(f))
 
@@ -460,7 +460,7 @@ def _hook_names() -> list[str]:
 @pytest.mark.parametrize("hook", _hook_names())
 def test_every_hook_is_exercised(hook, fixture_site):
     """datasette-style: every hook of the good fixture distribution reaches the resolved Backend."""
-    from edgeplug.records import HOOK_RECORDS
+    from edgeplug._records import HOOK_RECORDS
 
     record_type = HOOK_RECORDS.get(hook)
     assert record_type is not None, f"{hook} yields no record type the manager validates"
@@ -540,7 +540,7 @@ def test_bad_pass_constraints_make_only_their_backend_unavailable(edgeplug_regis
     with pytest.raises(PluginConflictError) as err:
         edgeplug.get_backend("regtest")
     assert expected in str(err.value)
-    assert "edgeplug.plugins.unregister('p')" in str(err.value)
+    assert "edgeplug.unregister_plugin('p')" in str(err.value)
 
 
 def test_two_fusion_policies_for_one_pattern_make_the_backend_unavailable(fixture_site, edgeplug_register):
@@ -581,7 +581,7 @@ def test_a_fusion_policy_whose_target_cannot_be_emitted_is_refused_at_load(fixtu
         edgeplug.get_backend("xnnpack")
     msg = str(err.value)
     assert "the rms_norm fusion policy from plugin 'bad-policy' (registered in code) cannot be emitted" in msg
-    assert message in msg and "edgeplug.plugins.unregister('bad-policy')" in msg
+    assert message in msg and "edgeplug.unregister_plugin('bad-policy')" in msg
 
 
 # -- loud misuse (issue 11) -----------------------------------------------------------

@@ -39,8 +39,8 @@ def _private_imports(path: Path, root: Path = ROOT, *, source: str = "", allowed
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules = [node.module]
-            if node.module == "edgeplug":  # `from edgeplug import plugins` imports a module too
-                modules += [f"edgeplug.{a.name}" for a in node.names if a.name[:1].islower() and a.name != "hookimpl"]
+            if node.module == "edgeplug":  # `from edgeplug import _registry as plugins` imports a module too
+                modules += [f"edgeplug.{a.name}" for a in node.names if (a.name[:1].islower() or a.name[:1] == "_") and a.name != "hookimpl"]
         elif isinstance(node, ast.Import):
             modules = [a.name for a in node.names]
         else:
@@ -79,11 +79,11 @@ def test_the_import_check_sees_private_imports(tmp_path):
     src = tmp_path / "hooks.py"
     src.write_text(
         "import edgeplug\nfrom edgeplug.plugin import BackendSpec\nfrom edgeplug import plugin, hookimpl\n"
-        "from edgeplug.graph.canonical import rewrite_pass\nimport edgeplug.partition.verdict\n"
-        "from edgeplug import plugins\n"
+        "from edgeplug._graph.canonical import rewrite_pass\nimport edgeplug._partition.verdict\n"
+        "from edgeplug import _registry as plugins\n"
     )
     hits = [h.split(": ", 1)[1] for h in _private_imports(src, tmp_path)]
-    assert hits == ["edgeplug.graph.canonical", "edgeplug.partition.verdict", "edgeplug.plugins"]
+    assert hits == ["edgeplug._graph.canonical", "edgeplug._partition.verdict", "edgeplug._registry"]
 
 
 def test_importing_the_author_surface_loads_neither_torch_nor_executorch():
@@ -206,7 +206,7 @@ def test_a_deprecation_warning_from_edgeplug_fails_the_tests():
         for spec in filters:  # pytest applies them in order, each over the ones before
             action, message, category, module = (spec.split(":") + ["", "", "", ""])[:4]
             warnings.filterwarnings(action, message, getattr(builtins, category or "Warning"), module)
-        for module in ("edgeplug.pipeline", "edgeplug_vulkan.delegate"):
+        for module in ("edgeplug._pipeline", "edgeplug_vulkan.delegate"):
             with pytest.raises(DeprecationWarning):
                 warnings.warn_explicit("old", DeprecationWarning, "x.py", 1, module=module)
         warnings.warn_explicit("old", DeprecationWarning, "x.py", 1, module="torch.export")  # quiet

@@ -53,7 +53,7 @@ def _rms_norms(ep):
 
 
 def test_two_axis_rms_norm_is_not_kept_whole_and_one_axis_is(aten_program):
-    from edgeplug.partition import CorePartitioner
+    from edgeplug._partition import CorePartitioner
 
     part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
     ops, keep = part.ops_to_not_decompose(aten_program)
@@ -104,7 +104,7 @@ def test_filter_refuses_an_edge_dialect_two_axis_rms_norm(aten_program):
     # a pass that recomposed a two-axis norm after to_edge must not get it delegated either
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    from edgeplug.partition import CorePartitioner
+    from edgeplug._partition import CorePartitioner
 
     edge = to_edge(
         aten_program,

@@ -9,7 +9,7 @@ import torch
 
 import edgeplug
 from edgeplug.examples import load_model
-from edgeplug.quantization import QuantizationError, output_steps, quantization_info
+from edgeplug._quantization import QuantizationError, output_steps, quantization_info
 
 aten = torch.ops.aten
 

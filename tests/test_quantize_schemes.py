@@ -8,8 +8,8 @@ import types
 import pytest
 
 import edgeplug
-from edgeplug.errors import EdgeplugError
-from edgeplug.quantization import QuantizationError, make_quantizer, quant_scheme, schemes
+from edgeplug._errors import EdgeplugError
+from edgeplug._quantization import QuantizationError, make_quantizer, quant_scheme, schemes
 
 #: backend -> PT2E scheme -> (activation bits, weight bits, per channel); torchao source transforms
 #: (xnnpack 8da4w, e4, ...; vulkan w4-g32) are tested with their plugins

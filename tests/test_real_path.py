@@ -14,7 +14,7 @@ import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 
 import edgeplug
-from edgeplug.errors import LoweringError
+from edgeplug._errors import LoweringError
 from edgeplug.plugin import Availability, BackendSpec, FusionPolicy, KeepWhole, PassSpec
 
 BACKEND = "strict-npu"

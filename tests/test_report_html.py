@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeplug.report import GraphNode, LoweringReport, PartitionSummary
+from edgeplug._report import GraphNode, LoweringReport, PartitionSummary
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -102,7 +102,7 @@ def test_cli_report_html_and_explore_for_llama_on_xnnpack(cli, tmp_path, browser
 
 @pytest.mark.slow
 def test_html_report_of_llama_on_vulkan(edgeplug_lowering, tmp_path, browser):
-    from edgeplug.report_html import stock_partitioning, write_report
+    from edgeplug._report_html import stock_partitioning, write_report
     from edgeplug.examples import load_model
 
     report = edgeplug_lowering("llama", "vulkan").report.model_copy(deep=True)
@@ -161,7 +161,7 @@ def _decoder_report(layers: int, per_layer: int = 40) -> LoweringReport:
 
 
 def test_a_big_graph_opens_collapsed_and_expands_by_module(browser, tmp_path):
-    from edgeplug.report_html import write_report
+    from edgeplug._report_html import write_report
 
     write_report(tmp_path / "big.html", _decoder_report(layers=12))
     p = Page(browser, tmp_path / "big.html")
@@ -189,7 +189,7 @@ def test_a_big_graph_opens_collapsed_and_expands_by_module(browser, tmp_path):
 
 
 def test_report_json_round_trips_and_html_is_self_contained(tmp_path):
-    from edgeplug.report_html import load_report, render_html
+    from edgeplug._report_html import load_report, render_html
 
     report = _decoder_report(layers=2)
     report.notes.append("</script><script>alert(1)</script>")  # data cannot close the data element
@@ -213,8 +213,8 @@ def test_report_command_refuses_what_is_not_a_report(cli, tmp_path):
 
 
 def test_explore_refuses_a_report_without_graph(tmp_path):
-    from edgeplug.errors import EdgeplugError
-    from edgeplug.explorer import write_explorer
+    from edgeplug._errors import EdgeplugError
+    from edgeplug._explorer import write_explorer
 
     pytest.importorskip("model_explorer")
     with pytest.raises(EdgeplugError, match="holds no graph"):

@@ -18,9 +18,9 @@ import importlib
 import pytest
 import torch
 
-from edgeplug.errors import KernelError
-from edgeplug.runtime import get_device
-from edgeplug.runtime.rms_norm import MAX_ITEMS, STRAIGHT_LOADS_MAX_ITEMS, WorkgroupShape, choose_shape
+from edgeplug._errors import KernelError
+from edgeplug._runtime import get_device
+from edgeplug._runtime.rms_norm import MAX_ITEMS, STRAIGHT_LOADS_MAX_ITEMS, WorkgroupShape, choose_shape
 
 KERNELS = {
     "webgpu": importlib.import_module("edgeplug_webgpu.kernels.rms_norm"),

@@ -1,4 +1,4 @@
-"""edgeplug.runtime: adapter choice, the device's caches, kernel registration, no executorch needed."""
+"""edgeplug._runtime: adapter choice, the device's caches, kernel registration, no executorch needed."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug.errors import KernelError
-from edgeplug.runtime import ADAPTER_ENV, NoAdapterError, adapter_summary, get_device, reset_device
-from edgeplug.runtime.device import AdapterInfo, choose_adapter
+from edgeplug._errors import KernelError
+from edgeplug._runtime import ADAPTER_ENV, NoAdapterError, adapter_summary, get_device, reset_device
+from edgeplug._runtime.device import AdapterInfo, choose_adapter
 
 OP = "et_vk.rms_norm.default"
 
@@ -148,7 +148,7 @@ def test_kernels_run_without_executorch():
 
 
 def test_an_explicit_workgroup_shape_is_kept_and_a_bad_one_refused():
-    from edgeplug.runtime.rms_norm import choose_shape
+    from edgeplug._runtime.rms_norm import choose_shape
 
     dev = get_device()
     shape = choose_shape(dev, 16, where="t", workgroup_size=32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeplug.graph import resolve_scalar
+from edgeplug._graph import resolve_scalar
 
 
 class Scalars(torch.nn.Module):

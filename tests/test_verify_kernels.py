@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug.errors import KernelError, VerificationError
-from edgeplug.runtime import ADAPTER_ENV, get_device, reset_device
+from edgeplug._errors import KernelError, VerificationError
+from edgeplug._runtime import ADAPTER_ENV, get_device, reset_device
 
 WIDTH = 64
 

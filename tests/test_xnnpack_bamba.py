@@ -1,4 +1,4 @@
-"""Bamba (a Mamba-2 hybrid) on XNNPACK: the exact rewrites of ``edgeplug.graph.canonical_static``.
+"""Bamba (a Mamba-2 hybrid) on XNNPACK: the exact rewrites of ``edgeplug._graph.canonical_static``.
 
 A Mamba-2 mixer reaches XNNPACK's partitioner with its depthwise conv weight
 squeezed and unsqueezed back (so the conv is refused: "Expected weight to be a
@@ -8,7 +8,7 @@ two values (``cumsum``): none of which XNNPACK takes. Each rewrite is checked
 on a small module holding that op, with values that tell rounding and signed
 zeros apart (bitwise equal before and after, records that match the graph,
 executorch's XNNPACK configs take what it made), then what it must leave
-alone; last, bamba from edgeplug.zoo on the xnnpack backend.
+alone; last, bamba from edgeplug._zoo on the xnnpack backend.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug.graph import canonical, canonical_static, recording  # noqa: F401  (canonical_static registers)
-from edgeplug.graph.ops import op_name
+from edgeplug._graph import canonical, canonical_static, recording  # noqa: F401  (canonical_static registers)
+from edgeplug._graph.ops import op_name
 
 LENGTH = 4
 
@@ -64,7 +64,7 @@ def mixer_edge():
     """The Mixer's edge program (every constant folded, as lowering does before these rewrites)."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    from edgeplug.graph.fold import fold_constant_subgraphs
+    from edgeplug._graph.fold import fold_constant_subgraphs
 
     torch.manual_seed(0)
     with torch.no_grad():
@@ -228,7 +228,7 @@ def test_where_forms_it_cannot_prove_are_left():
     from executorch.exir import EdgeCompileConfig, to_edge
 
     inputs = (torch.randn(2, 2, 3), torch.randn(3, 3))
-    from edgeplug.graph.fold import fold_constant_subgraphs
+    from edgeplug._graph.fold import fold_constant_subgraphs
 
     ep = to_edge(torch.export.export(Masks(), inputs), compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
     fold_constant_subgraphs(ep)  # the fills become constants, as in a lowering

@@ -1,4 +1,4 @@
-"""The model zoo (``edgeplug.zoo``, ``edgeplug zoo``), reduced.
+"""The model zoo (``edgeplug._zoo``, ``edgeplug zoo``), reduced.
 
 The full matrix (``make zoo``) writes docs/zoo.md. Here: ``run_cell`` on the
 one-layer Llama for xnnpack (its .pte runs in executorch's runtime) and vulkan
@@ -333,7 +333,7 @@ def test_resume_after_an_interrupted_run_runs_only_the_missing_cells(tmp_path, z
     path, log = tmp_path / "cells.py", tmp_path / "starts.log"  # this test's own log of starts
     path.write_text(CELL_MODELS.format(log=str(log)))
     out = tmp_path / "cells.jsonl"
-    command = [sys.executable, "-m", "edgeplug.cli", "zoo", "--models", f"{path}:tiny,{path}:tiny2,{path}:hangs",
+    command = [sys.executable, "-m", "edgeplug._cli", "zoo", "--models", f"{path}:tiny,{path}:tiny2,{path}:hangs",
                "--backends", "xnnpack", "--schemes", "float", "--jobs", "1", "--out", str(out), "--timeout", "300"]
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
@@ -372,7 +372,7 @@ def test_model_entries_resolve_or_say_what_would(zoo, tmp_path):
     listing.write_text("# a comment\nllama, Qwen3ForCausalLM\nm.py:f  # beside the list\n")
     mine = f"{tmp_path.resolve() / 'm.py'}:f"
     assert zoo.resolve_models(["gemma3", f"@{listing}", "llama", mine]) == ["gemma3", "llama", "qwen3", mine]
-    from edgeplug.errors import EdgeplugError
+    from edgeplug._errors import EdgeplugError
 
     with pytest.raises(EdgeplugError, match=r"unknown model 'lama' \(did you mean 'llama'\?\)"):
         zoo.resolve_models("lama")
@@ -384,7 +384,7 @@ def test_model_entries_resolve_or_say_what_would(zoo, tmp_path):
 
 def test_plan_makes_a_cell_per_declared_scheme_and_refuses_unknown_ones(zoo):
     import edgeplug
-    from edgeplug.errors import EdgeplugError
+    from edgeplug._errors import EdgeplugError
 
     if not {"xnnpack", "vulkan"} <= set(edgeplug.backends()):
         pytest.skip("needs the xnnpack and vulkan backends")
@@ -398,8 +398,8 @@ def test_plan_makes_a_cell_per_declared_scheme_and_refuses_unknown_ones(zoo):
 
 
 def test_results_file_refuses_other_settings_and_skips_a_cut_line(zoo, tmp_path):
-    from edgeplug.errors import EdgeplugError
-    from edgeplug.zoo._run import Results, Settings
+    from edgeplug._errors import EdgeplugError
+    from edgeplug._zoo._run import Results, Settings
 
     out = tmp_path / "cells.jsonl"
     first = Results(str(out), resume=False, settings=Settings(layers=1))

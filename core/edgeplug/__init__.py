@@ -17,7 +17,9 @@ Lowering:
 - ``LoweringResult``: what ``lower`` returns: the report, the programs, ``save`` for the .pte.
 - ``LoweringReport``: partitions, ops on the CPU and why, fusions, transforms, timings, verification.
 - ``Verification``: each output of the lowered program compared with eager.
-- ``plugins``: the plugin manager module (``edgeplug.plugins.register(...)``, ``problems()``).
+- ``register_plugin``: registers an in-process object of hook functions as a plugin (tests, embedding).
+- ``unregister_plugin``: removes a plugin registered with ``register_plugin`` (by object or name).
+- ``plugin_problems``: the plugins that were dropped (failed import, raising hook, invalid record), each with its cause.
 
 Errors (all are ``EdgeplugError``):
 
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeplug.errors import (
+from edgeplug._errors import (
     BackendUnavailableError,
     EdgeplugError,
     KernelError,
@@ -59,8 +61,8 @@ from edgeplug.errors import (
     UnknownBackendError,
     VerificationError,
 )
-from edgeplug.hookspecs import hookimpl
-from edgeplug.records import (
+from edgeplug._hookspecs import hookimpl
+from edgeplug._records import (
     API_VERSION,
     Availability,
     BackendSpec,
@@ -77,17 +79,20 @@ from edgeplug.records import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "backends": ("edgeplug.backend", "backends"),
-    "get_backend": ("edgeplug.backend", "get_backend"),
-    "Backend": ("edgeplug.backend", "Backend"),
-    "transform": ("edgeplug.pipeline", "transform"),
-    "fuse": ("edgeplug.pipeline", "fuse"),
-    "lower": ("edgeplug.pipeline", "lower"),
-    "LoweringResult": ("edgeplug.pipeline", "LoweringResult"),
-    "LoweringReport": ("edgeplug.report", "LoweringReport"),
-    "Verification": ("edgeplug.report", "Verification"),
-    "quantize": ("edgeplug.quantization", "quantize"),
-    "verify": ("edgeplug.pipeline", "verify"),
+    "backends": ("edgeplug._backend", "backends"),
+    "get_backend": ("edgeplug._backend", "get_backend"),
+    "Backend": ("edgeplug._backend", "Backend"),
+    "transform": ("edgeplug._pipeline", "transform"),
+    "fuse": ("edgeplug._pipeline", "fuse"),
+    "lower": ("edgeplug._pipeline", "lower"),
+    "LoweringResult": ("edgeplug._pipeline", "LoweringResult"),
+    "LoweringReport": ("edgeplug._report", "LoweringReport"),
+    "Verification": ("edgeplug._report", "Verification"),
+    "quantize": ("edgeplug._quantization", "quantize"),
+    "verify": ("edgeplug._pipeline", "verify"),
+    "register_plugin": ("edgeplug._registry", "register"),
+    "unregister_plugin": ("edgeplug._registry", "unregister"),
+    "plugin_problems": ("edgeplug._registry", "problems"),
 }
 
 
@@ -99,10 +104,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(mod), attr)
         globals()[name] = value
         return value
-    if name == "plugins":  # `edgeplug.plugins.register(...)` after a bare `import edgeplug`
-        import importlib
-
-        return importlib.import_module("edgeplug.plugins")
     raise AttributeError(f"module 'edgeplug' has no attribute {name!r}")
 
 
@@ -131,5 +132,4 @@ __all__ = [
     "QuantScheme",
     "hookimpl",
     *_LAZY,
-    "plugins",
 ]

@@ -4,7 +4,7 @@ A plugin (``plugins/*`` in this repository, or a third party's distribution)
 imports from ``edgeplug.plugin`` and ``edgeplug`` only; every other module of
 the core may change without notice. The names, one line each:
 
-Records (what hooks yield; see ``edgeplug.hookspecs``):
+Records (what hooks yield; see ``edgeplug._hookspecs``):
 
 - ``API_VERSION``: the plugin API version this core speaks (``BackendSpec.api_version``).
 - ``BackendSpec``: a backend: its partitioner, backend id, availability and verification method.
@@ -63,9 +63,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from edgeplug.errors import KernelError
-from edgeplug.hookspecs import hookimpl
-from edgeplug.records import (
+from edgeplug._errors import KernelError
+from edgeplug._hookspecs import hookimpl
+from edgeplug._records import (
     API_VERSION,
     Availability,
     BackendSpec,
@@ -81,28 +81,28 @@ from edgeplug.records import (
 
 # name -> (module, attribute); attribute None: the module itself
 _LAZY: dict[str, tuple[str, Any]] = {
-    "Verdict": ("edgeplug.partition.verdict", "Verdict"),
-    "TAKEN": ("edgeplug.partition.verdict", "TAKEN"),
-    "refuse": ("edgeplug.partition.verdict", "refuse"),
-    "FilterContext": ("edgeplug.partition.verdict", "FilterContext"),
-    "SupportTablePartitioner": ("edgeplug.partition.table", "SupportTablePartitioner"),
-    "rewrite_pass": ("edgeplug.graph.canonical", "rewrite_pass"),
-    "NodeBuilder": ("edgeplug.graph.rewrite", "NodeBuilder"),
-    "replace_with_traced": ("edgeplug.graph.rewrite", "replace_with_traced"),
-    "note_rewrite": ("edgeplug.graph.rewrite", "note_rewrite"),
-    "tensor_of": ("edgeplug.graph.rewrite", "tensor_of"),
-    "is_static": ("edgeplug.graph.rewrite", "is_static"),
-    "is_plain": ("edgeplug.graph.rewrite", "is_plain"),
-    "calls_to": ("edgeplug.graph.rewrite", "calls_to"),
-    "FLOATS": ("edgeplug.graph.canonical", "FLOATS"),
-    "is_qdq": ("edgeplug.graph.ops", "is_qdq"),
-    "aten_overload": ("edgeplug.graph.ops", "aten_overload"),
-    "qualified_name": ("edgeplug.graph.ops", "qualified_name"),
-    "op_name": ("edgeplug.graph.ops", "op_name"),
-    "OpCall": ("edgeplug.runtime.host", "OpCall"),
-    "GpuDevice": ("edgeplug.runtime.device", "GpuDevice"),
-    "WorkgroupShape": ("edgeplug.runtime.rms_norm", "WorkgroupShape"),
-    "rms_norm_contract": ("edgeplug.runtime.rms_norm", None),
+    "Verdict": ("edgeplug._partition.verdict", "Verdict"),
+    "TAKEN": ("edgeplug._partition.verdict", "TAKEN"),
+    "refuse": ("edgeplug._partition.verdict", "refuse"),
+    "FilterContext": ("edgeplug._partition.verdict", "FilterContext"),
+    "SupportTablePartitioner": ("edgeplug._partition.table", "SupportTablePartitioner"),
+    "rewrite_pass": ("edgeplug._graph.canonical", "rewrite_pass"),
+    "NodeBuilder": ("edgeplug._graph.rewrite", "NodeBuilder"),
+    "replace_with_traced": ("edgeplug._graph.rewrite", "replace_with_traced"),
+    "note_rewrite": ("edgeplug._graph.rewrite", "note_rewrite"),
+    "tensor_of": ("edgeplug._graph.rewrite", "tensor_of"),
+    "is_static": ("edgeplug._graph.rewrite", "is_static"),
+    "is_plain": ("edgeplug._graph.rewrite", "is_plain"),
+    "calls_to": ("edgeplug._graph.rewrite", "calls_to"),
+    "FLOATS": ("edgeplug._graph.canonical", "FLOATS"),
+    "is_qdq": ("edgeplug._graph.ops", "is_qdq"),
+    "aten_overload": ("edgeplug._graph.ops", "aten_overload"),
+    "qualified_name": ("edgeplug._graph.ops", "qualified_name"),
+    "op_name": ("edgeplug._graph.ops", "op_name"),
+    "OpCall": ("edgeplug._runtime.host", "OpCall"),
+    "GpuDevice": ("edgeplug._runtime.device", "GpuDevice"),
+    "WorkgroupShape": ("edgeplug._runtime.rms_norm", "WorkgroupShape"),
+    "rms_norm_contract": ("edgeplug._runtime.rms_norm", None),
 }
 
 

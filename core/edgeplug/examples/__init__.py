@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from edgeplug.errors import EdgeplugError
+from edgeplug._errors import EdgeplugError
 
 ExampleFn = Callable[[], tuple[Any, tuple[Any, ...]]]
 
@@ -51,7 +51,7 @@ def _check_contract(result: Any, spec: str) -> tuple[Any, tuple[Any, ...], dict[
     """``(model, args)`` or ``(model, args, kwargs)``: a module (or ExportedProgram) and its example inputs."""
     import torch
 
-    from edgeplug.inputs import example_inputs
+    from edgeplug._inputs import example_inputs
 
     expected = "expected a tuple (model, args) or (model, args, kwargs)"
     if not (isinstance(result, tuple) and len(result) in (2, 3)):

@@ -31,7 +31,7 @@ TOLERANCE = 1e-4
 
 
 def _problems_of(backend) -> list[str]:
-    from edgeplug import plugins
+    from edgeplug import _registry as plugins
 
     return [
         p.message
@@ -49,7 +49,7 @@ def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backe
     import re
     from importlib.metadata import distribution
 
-    from edgeplug.plugins import ENTRY_POINT_GROUP
+    from edgeplug._registry import ENTRY_POINT_GROUP
 
     info = edgeplug_backend.plugin
     if info.registered:
@@ -84,8 +84,8 @@ def test_backend_spec(edgeplug_backend):
 def test_records_validate_and_name_a_backend(edgeplug_backend):
     """Every record of the backend's distribution re-validates and names a registered backend."""
     import edgeplug
-    from edgeplug import plugins
-    from edgeplug.records import HOOK_RECORDS
+    from edgeplug import _registry as plugins
+    from edgeplug._records import HOOK_RECORDS
 
     known = set(edgeplug.backends())
     unclaimed = [u.message for u in plugins.unclaimed() if u.contribution.plugin == edgeplug_backend.plugin]
@@ -117,8 +117,8 @@ def test_skip_table_holds_real_operator_overloads(edgeplug_backend):
 
 def test_fusion_policy(edgeplug_backend):
     """At most one policy per pattern; the fused target is a registered operator taking the policy's arguments."""
-    from edgeplug.fusion.target import PolicyTargetError, check_policy
-    from edgeplug.records import FusionPolicy
+    from edgeplug._fusion.target import PolicyTargetError, check_policy
+    from edgeplug._records import FusionPolicy
 
     policies = edgeplug_backend.fusion_policies
     if not policies:
@@ -139,7 +139,7 @@ def test_kernels_name_registered_ops(edgeplug_backend):
     """Every kernel's op (namespace.name.overload) is a registered operator once the backend's libraries load."""
     import torch
 
-    from edgeplug.records import resolve_op_name
+    from edgeplug._records import resolve_op_name
 
     kernels = edgeplug_backend.kernels
     if not kernels:
@@ -184,9 +184,9 @@ def test_filters_answer_within_their_contract(edgeplug_backend):
     import copy
 
     from edgeplug.examples import list_examples
-    from edgeplug.partition import FilterContext
-    from edgeplug.partition.phases import graph_fingerprint
-    from edgeplug.partition.verdict import NotAnAnswer, filter_answer
+    from edgeplug._partition import FilterContext
+    from edgeplug._partition.phases import graph_fingerprint
+    from edgeplug._partition.verdict import NotAnAnswer, filter_answer
 
     filters = edgeplug_backend.filters
     if not filters:
@@ -239,7 +239,7 @@ def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
 
 def test_unavailable_backend_refuses_with_what_to_install(edgeplug_backend):
     import edgeplug
-    from edgeplug.errors import BackendUnavailableError
+    from edgeplug._errors import BackendUnavailableError
     from edgeplug.examples import load_model
 
     availability = edgeplug_backend.availability()
@@ -256,7 +256,7 @@ def test_unavailable_backend_refuses_with_what_to_install(edgeplug_backend):
 
 def test_kept_whole_ops_are_not_left_on_cpu(edgeplug_backend, edgeplug_lowering):
     """One predicate decides keep-whole and delegate: no kept-whole op stays on the CPU."""
-    from edgeplug.partition import op_name
+    from edgeplug._partition import op_name
 
     report = _lowered(edgeplug_lowering, edgeplug_backend).report
     kept = {op_name(op) for op in edgeplug_backend.keep_whole}

@@ -4,7 +4,7 @@ The suite takes the kernel the backend registers (its ``Kernel`` record, so
 what is tested is what host verification calls) and checks it against a
 float64 reference: outputs, shapes and dtypes, the eps it defaults to and the
 eps it is given, leading dimensions and non-contiguous inputs, empty inputs,
-and that bad arguments raise ``edgeplug.errors.KernelError`` naming the
+and that bad arguments raise ``edgeplug._errors.KernelError`` naming the
 backend, the op and the bad value before anything is dispatched.
 
 Use it by subclassing in one of your plugin's test modules::
@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar
 import pytest
 import torch
 
-from edgeplug.errors import KernelError
+from edgeplug._errors import KernelError
 
 __all__ = ["RmsNormKernelSuite", "rms_norm_reference"]
 

@@ -162,7 +162,7 @@ def test_compile_specs_ask_for_fp16_and_ios18():
 
 
 def test_without_coremltools_the_backend_is_unavailable_and_says_how_to_install_it(monkeypatch):
-    from edgeplug.errors import BackendUnavailableError
+    from edgeplug._errors import BackendUnavailableError
 
     # Python's own way to make an import fail: a None entry in sys.modules
     monkeypatch.setitem(sys.modules, "coremltools", None)
@@ -176,7 +176,7 @@ def test_without_coremltools_the_backend_is_unavailable_and_says_how_to_install_
 
 
 def test_edgeplug_backends_lists_coreml_as_unavailable_without_coremltools(monkeypatch, capsys):
-    from edgeplug.cli import main
+    from edgeplug._cli import main
 
     monkeypatch.setitem(sys.modules, "coremltools", None)
     monkeypatch.setenv("EDGEPLUG_PLUGINS", "coreml")  # no other backend's probe (the GPU adapter)

@@ -18,7 +18,7 @@ def _no_sdk(monkeypatch):
 
 
 def test_without_the_sdk_it_partitions_from_its_support_table():
-    from edgeplug.partition import SupportTablePartitioner
+    from edgeplug._partition import SupportTablePartitioner
 
     qnn = edgeplug.get_backend("qnn")
     assert qnn.spec.backend_id == "QnnBackend" and qnn.spec.constant_only_policy

@@ -16,7 +16,7 @@ def _no_sdk(monkeypatch):
 
 
 def test_without_the_sdk_it_partitions_from_its_support_table():
-    from edgeplug.partition import SupportTablePartitioner
+    from edgeplug._partition import SupportTablePartitioner
 
     samsung = edgeplug.get_backend("samsung")
     assert samsung.spec.backend_id == "EnnBackend"

@@ -2,7 +2,7 @@
 
 No Exynos SDK here, so samsung lowers as a dry run. Each of llama (edgeplug's
 example) and a 1-layer gemma-style and qwen3-style transformers decoder
-(edgeplug.zoo) passes the dry run with every RMSNorm fused into
+(edgeplug._zoo) passes the dry run with every RMSNorm fused into
 ``aten.rms_norm``, kept whole through to_edge and delegated to ENN, as the
 real flow would need it.
 """
@@ -19,9 +19,9 @@ MODELS = ("llama", "gemma3", "qwen3")
 
 
 def _zoo():
-    import edgeplug.zoo
+    import edgeplug._zoo
 
-    return edgeplug.zoo
+    return edgeplug._zoo
 
 
 @pytest.fixture(scope="session")

@@ -73,7 +73,7 @@ FOUR_DIM_OPS = (
 
 
 def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
-    """The core's exact rewrites into ops the delegate implements (``edgeplug.graph.canonical``).
+    """The core's exact rewrites into ops the delegate implements (``edgeplug._graph.canonical``).
 
     It has ``mul.Tensor`` (``add``, ``sub``, ``div``) for fp16 and fp32 but no ``.Scalar`` form,
     float reductions (``amax``, ``sum``) but no ``any`` (the safe softmax of SDPA's decomposition)

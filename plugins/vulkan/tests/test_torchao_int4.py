@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import edgeplug
-import edgeplug.zoo
+import edgeplug._zoo
 
 
 @pytest.fixture(scope="module")
 def llama():
-    return edgeplug.zoo.build("llama", layers=1)
+    return edgeplug._zoo.build("llama", layers=1)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeplug.errors import KernelError
-from edgeplug.runtime import get_device
+from edgeplug._errors import KernelError
+from edgeplug._runtime import get_device
 from edgeplug.testing.kernels import RmsNormKernelSuite, rms_norm_reference
 from edgeplug_vulkan.kernels import check_rms_norm, glsl_source, prepare_rms_norm
 
@@ -47,7 +47,7 @@ def test_glsl_450_source():
 
 
 def test_runtime_weight_is_refused_naming_the_node():
-    from edgeplug.runtime import OpCall
+    from edgeplug._runtime import OpCall
 
     call = OpCall(
         backend="vulkan", op="et_vk.rms_norm.default", node="et_vk_rms_norm_default",

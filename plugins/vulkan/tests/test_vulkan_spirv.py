@@ -16,9 +16,9 @@ import tempfile
 import pytest
 import torch
 
-from edgeplug.errors import KernelError
-from edgeplug.runtime import get_device
-from edgeplug.runtime.rms_norm import WorkgroupShape
+from edgeplug._errors import KernelError
+from edgeplug._runtime import get_device
+from edgeplug._runtime.rms_norm import WorkgroupShape
 from edgeplug_vulkan.kernels import GlslangNotFound, compile_glsl, find_glslang, glsl_source, rms_norm, rms_norm_spirv
 from edgeplug_vulkan.kernels import glslang
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeplug.errors import KernelError
-from edgeplug.runtime import get_device
+from edgeplug._errors import KernelError
+from edgeplug._runtime import get_device
 from edgeplug.testing.kernels import RmsNormKernelSuite, rms_norm_reference
 from edgeplug_webgpu.kernels import prepare_rms_norm, rms_norm, wgsl_source
 

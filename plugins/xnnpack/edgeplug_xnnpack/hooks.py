@@ -2,7 +2,7 @@
 
 A ``BackendSpec`` naming an executorch partitioner, a partitioner filter that
 refuses with its own reason, an export-stage pass, the core's exact rewrites
-into forms its partitioner takes (``edgeplug.graph.canonical``), and the
+into forms its partitioner takes (``edgeplug._graph.canonical``), and the
 backend's quantization scheme; an entry point in ``pyproject.toml`` makes it a plugin::
 
     [project.entry-points.edgeplug]

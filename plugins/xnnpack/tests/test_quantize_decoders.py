@@ -69,7 +69,7 @@ def test_a_transformers_decoder_quantizes_lowers_and_runs(llama, quantized):
 def test_calibration_failure_names_the_node_and_the_models_line(llama, monkeypatch):
     """Without the fold the quantizer's observers break the index chain: the error names the node and
     where in the model it came from, not only the IndexError from deep inside torch."""
-    import edgeplug.quantization as quantization
+    import edgeplug._quantization as quantization
 
     monkeypatch.setattr(quantization, "fold_before_annotation", lambda ep, backend: (ep, []))
     model, inputs = llama
@@ -119,7 +119,7 @@ def test_8da4w_lowers_runs_and_stays_near_float(llama, lowered_8da4w):
 def test_8da4w_verification_catches_a_wrong_weight(llama, lowered_8da4w):
     """The default tolerance of a dynamically quantized output is tight enough that a program one weight
     group off disagrees: the same .pte checked against a model with one group of one layer changed fails."""
-    from edgeplug.quantization import DYNAMIC_RELATIVE
+    from edgeplug._quantization import DYNAMIC_RELATIVE
 
     model, inputs = llama
     _, quantized, result = lowered_8da4w

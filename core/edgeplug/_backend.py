@@ -1,0 +1,170 @@
+"""Backend: everything the installed plugins contribute to one backend."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Optional, TypeVar
+
+from edgeplug._errors import BackendUnavailableError, PluginConflictError, UnknownBackendError
+from edgeplug._registry import Contribution, PluginInfo, manager
+from edgeplug._records import (
+    Availability,
+    BackendSpec,
+    FusionPolicy,
+    KeepWhole,
+    Kernel,
+    PartitionerFilter,
+    PassSpec,
+)
+
+R = TypeVar("R")
+
+#: Backends with a first-party plugin: only these get a `pip install` hint.
+FIRST_PARTY = ("qnn", "samsung", "vulkan", "webgpu", "xnnpack")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend's contributions, resolved across all plugins.
+
+    Each record is kept with the plugin that yielded it (``contributions``,
+    ``origin(record)``); the typed tuples below are views of them.
+    """
+
+    spec: BackendSpec
+    plugin: PluginInfo
+    #: Ops kept whole through ``to_edge`` (from every ``KeepWhole`` record, deduplicated).
+    keep_whole: tuple[Any, ...] = ()
+    filters: tuple[PartitionerFilter, ...] = ()
+    fusion_policies: tuple[FusionPolicy, ...] = ()
+    kernels: tuple[Kernel, ...] = ()
+    #: Passes of every stage, in run order (``passes_for`` picks a stage).
+    passes: tuple[PassSpec, ...] = ()
+    #: Every record for this backend with the plugin that yielded it, in load order.
+    contributions: tuple[Contribution, ...] = field(default=(), compare=False, hash=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.backend
+
+    @property
+    def distribution(self) -> str:
+        return self.plugin.distribution
+
+    @property
+    def version(self) -> str:
+        return self.plugin.version
+
+    def records(self, record_type: type[R]) -> tuple[R, ...]:
+        """This backend's records of one type (any record type, e.g. a newer hook's)."""
+        return tuple(c.record for c in self.contributions if isinstance(c.record, record_type))
+
+    def availability(self) -> Availability:
+        try:
+            result = self.spec.availability()
+        except Exception as exc:  # an availability probe must never crash listing
+            return Availability(
+                ok=False,
+                reason=f"its availability check (BackendSpec.availability, from {self.plugin.describe()}) raised "
+                f"{type(exc).__name__}: {exc}",
+            )
+        if isinstance(result, Availability):
+            return result
+        return Availability(ok=bool(result))
+
+    def require_available(self) -> None:
+        a = self.availability()
+        if not a.ok:
+            msg = f"backend {self.name!r} cannot serialize its delegate here: {a.reason}"
+            if a.hint:
+                msg += f". {a.hint}"
+            msg += ". Use --dry-run (or lower(..., dry_run=True)) to partition and report without a .pte."
+            raise BackendUnavailableError(msg)
+
+    def make_partitioner(self) -> Any:
+        return self.spec.partitioner()
+
+    def passes_for(self, stage: str) -> list[PassSpec]:
+        """The passes of one stage in run order (before/after constraints, then ``order``)."""
+        return [p for p in self.passes if p.stage == stage]
+
+    def fusion_policy(self, pattern: str = "rms_norm") -> Optional[FusionPolicy]:
+        for p in self.fusion_policies:
+            if p.pattern == pattern:
+                return p
+        return None
+
+    def kernel(self, op: str, device: Optional[str] = None) -> Optional[Kernel]:
+        for k in self.kernels:
+            if k.op == op and (device is None or k.device == device):
+                return k
+        return None
+
+    def origin(self, record: Any) -> Optional[PluginInfo]:
+        """The plugin that yielded ``record`` (the record itself, not an equal copy)."""
+        for c in self.contributions:
+            if c.record is record:
+                return c.plugin
+        return None
+
+
+def _is_named(info: PluginInfo, backend: str) -> bool:
+    return backend in (info.name.lower(), info.distribution.lower().removeprefix("edgeplug-"))
+
+
+def backends() -> list[str]:
+    """Names of installed, loadable backends, sorted."""
+    return sorted(manager().backend_specs())
+
+
+def _unknown(name: str, key: str, specs: dict[str, Any]) -> UnknownBackendError:
+    m = manager()
+    msg = f"no backend named {name!r}"
+    close = difflib.get_close_matches(key, [*specs, *FIRST_PARTY], n=1, cutoff=0.6)
+    msg += f"; did you mean {close[0]!r}?" if close and close[0] != key else "."
+    broken = m.problems()
+    if broken:
+        msg += " Some plugins failed to load: " + " | ".join(p.message for p in broken)
+    skipped = m.skipped()
+    if skipped:
+        msg += " Not loaded: " + ", ".join(f"plugin {i.name!r} ({i.distribution}, {why})" for i, why in skipped) + "."
+    installed = ", ".join(sorted(specs)) or "none"
+    msg += f" Installed backends: {installed}."
+    if key in FIRST_PARTY and not any(_is_named(i, key) for i, _ in skipped) and not broken:
+        msg += f" Install it with `pip install edgeplug-{key}`."
+    elif not specs and not broken:
+        msg += " Backends come from plugins: `pip install edgeplug-xnnpack` (or -vulkan, -webgpu, -qnn, -samsung)."
+    return UnknownBackendError(msg)
+
+
+def get_backend(name: str) -> Backend:
+    """Resolve one backend's contributions across every loaded plugin."""
+    m = manager()
+    key = name.strip().lower()
+    conflict = m.conflict(key)
+    if conflict is not None:
+        raise PluginConflictError(conflict.message)
+    specs = m.backend_specs()
+    if key not in specs:
+        raise _unknown(name, key, specs)
+    info, spec = specs[key]
+    contributions = tuple(m.contributions(backend=key))
+
+    def of(record_type: type[R]) -> tuple[R, ...]:
+        return tuple(c.record for c in contributions if isinstance(c.record, record_type))
+
+    keep_whole = tuple(dict.fromkeys(op for rec in of(KeepWhole) for op in rec.ops))
+    return Backend(
+        spec=spec,
+        plugin=info,
+        keep_whole=keep_whole,
+        filters=of(PartitionerFilter),
+        fusion_policies=of(FusionPolicy),
+        kernels=of(Kernel),
+        passes=m.pass_order(key),
+        contributions=contributions,
+    )
+
+
+__all__ = ["Backend", "backends", "get_backend", "BackendUnavailableError"]

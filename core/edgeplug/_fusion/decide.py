@@ -1,0 +1,139 @@
+"""Deciding each match: what the fused op's weight is, and the outcome (pure).
+
+``decide(match, fused_op)`` looks at one ``RmsNormMatch`` and the policy
+behind ``fused_op`` and changes nothing. A ``Decision`` says what the
+rewrite will do:
+
+* ``weight="as_is"``: the matched weight is the fused op's weight (``fused``);
+* ``weight="fold"``: the weight (viewed to ``[D]``, cast to the norm's dtype)
+  is folded at AOT into a new constant (``folded_weight``);
+* ``weight="unit"``: the norm is fused with a unit weight (ones, or None
+  where the op's weight is optional) and the multiply after it stays
+  (``fused_unit_weight``): a runtime scale, a scalar, a weight not of shape
+  ``[D]``, rounding between the norm and the weight, a weight the policy
+  does not fold;
+* ``weight="none"``: the norm has no weight at all (``fused``);
+* ``outcome="rejected"``: nothing changes; ``reason`` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+
+from edgeplug._fusion.target import FusedOp
+from edgeplug._patterns import RmsNormMatch
+from edgeplug._patterns.base import dtype, dtype_name, is_qdq, shape
+from edgeplug._records import FusionOutcome, FusionPolicy
+
+Node = torch.fx.Node
+WeightAction = Literal["as_is", "fold", "unit", "none"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What becomes of one match."""
+
+    match: RmsNormMatch
+    outcome: FusionOutcome
+    weight: Optional[WeightAction] = None
+    reason: str = ""
+    #: the fp32 upcast around the math goes inside the fused op (its kernel accumulates in fp32)
+    absorb_upcast: bool = False
+
+    @property
+    def keeps_multiply(self) -> bool:
+        """The multiply after the norm stays (the norm alone is fused)."""
+        return self.weight == "unit"
+
+    @property
+    def input_dtype(self) -> Optional[torch.dtype]:
+        """The fused op's input (and weight) dtype."""
+        m = self.match
+        return dtype(m.upcast.args[0] if self.absorb_upcast else m.input)
+
+    @property
+    def fold_key(self) -> tuple[Node, int, Optional[torch.dtype]]:
+        """Matches with equal keys share one folded constant."""
+        return (self.match.weight, self.match.dim, self.input_dtype)
+
+
+def decide(m: RmsNormMatch, fused: FusedOp, *, absorb_upcast: bool = True) -> Decision:
+    """The decision for ``m`` under ``fused.policy``; see the module docstring.
+
+    ``absorb_upcast=False`` keeps an fp32 upcast outside the fused op even
+    where the policy's kernel accumulates in fp32 (it may take fp32 only).
+    """
+    p = fused.policy
+    absorb = absorb_upcast and p.fp32_accumulation and m.upcast is not None and m.cast_back is not None
+    d = Decision(m, "fused", "none", absorb_upcast=absorb)
+    if m.scale_mul is not None:
+        return _unit_weight(d, p, m.scale_reason, ": the norm is fused alone and the multiply stays")
+    if m.weight is None:
+        return d
+    rounding = rounds_before_weight(m)
+    if rounding:
+        # quantize/dequantize (or a narrower cast) round and clamp the norm's output before
+        # the multiply: folding the weight across them would change the result
+        why = f"{rounding} between the norm and the weight multiply rounds the norm's output"
+        return _unit_weight(d, p, why, "; it and the multiply stay", always=True)
+    if m.weight_source in p.weight_sources and usable_as_is(m.weight, m.dim, d.input_dtype, p.dequantized_weights):
+        return Decision(m, "fused", "as_is", absorb_upcast=absorb)
+    why_not = _why_not_folded(m, p)
+    if why_not is None:
+        return Decision(m, "folded_weight", "fold", absorb_upcast=absorb)
+    if not p.unit_weight_fallback:
+        reason = (
+            f"weight {m.weight.name!r} is {m.weight_source} ({why_not or 'not usable as it is'}) and the "
+            f"{p.backend} policy neither folds it nor fuses with a unit weight"
+        )
+        return Decision(m, "rejected", reason=reason)
+    runtime = f"weight {m.weight.name!r} is known only at runtime: its multiply stays after the norm"
+    return _unit_weight(d, p, why_not or runtime, always=True)
+
+
+def _unit_weight(d: Decision, p: FusionPolicy, why: str, then: str = "", always: bool = False) -> Decision:
+    """Fused with a unit weight, the multiply kept (``why`` + ``then``); rejected where the policy allows none."""
+    if not (always or p.unit_weight_fallback):
+        reason = f"{why}, and the {p.backend} policy does not fuse with a unit weight"
+        return Decision(d.match, "rejected", reason=reason)
+    return Decision(d.match, "fused_unit_weight", "unit", why + then, d.absorb_upcast)
+
+
+def _why_not_folded(m: RmsNormMatch, p: FusionPolicy) -> Optional[str]:
+    """None if the weight can be folded under the policy; else why not ("" for a runtime weight)."""
+    if m.weight_source == "runtime":
+        return ""
+    if m.weight_source == "leaf" and m.weight.op == "call_function":  # dequantize(constant)
+        if p.dequantized_weights == "fold":
+            return None
+        return f"weight {m.weight.name!r} is a dequantized constant the fused op cannot take as it is; its multiply stays"
+    if not p.fold_computed_constants:
+        return f"weight {m.weight.name!r} is {m.weight_source}; the policy does not fold"
+    return None
+
+
+def usable_as_is(w: Node, dim: int, dt: Optional[torch.dtype], dequantized: str) -> bool:
+    """The weight can be the fused op's weight as it is: shape [D], the norm's dtype, a constant.
+
+    A dequantize of a constant counts where the backend reads static
+    quantized weights (``dequantized == "keep"``); otherwise (a prepacked
+    float weight) only a constant placeholder or attribute does.
+    """
+    if shape(w) != (dim,) or dtype(w) != dt:
+        return False
+    return w.op in ("placeholder", "get_attr") or dequantized == "keep"
+
+
+def rounds_before_weight(m: RmsNormMatch) -> str:
+    """The op between the norm and its weight multiply that loses precision, named ("" if none)."""
+    final = dtype(m.output)
+    for n in m.between:
+        if is_qdq(n):
+            return f"{n.name!r} (quantize/dequantize)"
+        narrow = dtype(n)
+        if final is not None and narrow is not None and torch.promote_types(narrow, final) != narrow:
+            return f"{n.name!r} (a cast to {dtype_name(narrow)})"
+    return ""

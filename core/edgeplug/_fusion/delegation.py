@@ -1,0 +1,70 @@
+"""Fusion only where it will be delegated: a veto from the backend's support check.
+
+A fused op the backend's partitioner would not take (``et_vk.rms_norm`` in
+bf16 on vulkan/webgpu, ``aten.rms_norm`` in bf16 on qnn) would be left on
+the CPU, where nothing runs it ("Missing out variants" at serialization).
+``delegation_veto(backend, fused_op)`` asks the backend's per-node support
+check (``edgeplug._partition.support_check``) about a probe of the op each
+decision would create, once per dtype and shape, and refuses the fusion
+with the backend's reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from edgeplug._fusion.decide import Decision
+from edgeplug._fusion.target import FusedOp
+from edgeplug._patterns.base import dtype_name
+
+#: ``veto(decision) -> reason`` ("" when the fusion may go ahead)
+Veto = Callable[[Decision], str]
+
+
+def delegation_veto(backend: Any, fused: FusedOp) -> Veto:
+    """A veto refusing what ``backend`` would not delegate (nothing, where it states no support check)."""
+    from edgeplug._partition import support_check
+
+    answers: dict[tuple, str] = {}
+    checks: list[Any] = []  # made on the first decision: a program without norms pays nothing
+
+    def veto(d: Decision) -> str:
+        x = _input_value(d)
+        key = (x.dtype, tuple(str(s) for s in x.shape), d.weight in ("as_is", "fold") or not fused.weight_optional)
+        if key not in answers:
+            if not checks:
+                checks.append(support_check(backend, None))
+            if checks[0] is None:  # the backend states no per-node check: its partitioner alone decides
+                return ""
+            verdict = checks[0](_probe(fused, d, x, with_weight=key[2]))
+            answers[key] = "" if verdict else (
+                f"the {backend.name} backend would not delegate {fused.policy.target} in {dtype_name(x.dtype)} "
+                f"({verdict.reason or 'refused by its support check'}), so it is not created: the norm stays as it is"
+            )
+        return answers[key]
+
+    return veto
+
+
+def _input_value(d: Decision) -> Any:
+    m = d.match
+    return (m.upcast.args[0] if d.absorb_upcast else m.input).meta["val"]
+
+
+def _probe(fused: FusedOp, d: Decision, x: Any, *, with_weight: bool) -> torch.fx.Node:
+    """The fused op alone in a graph of its own, its values fake: what the support check is asked about."""
+    g = torch.fx.Graph()
+    inp = g.placeholder("x")
+    inp.meta["val"] = x
+    weight = None
+    if with_weight:
+        weight = g.placeholder("weight")
+        with x.fake_mode:
+            weight.meta["val"] = torch.empty(d.match.dim, dtype=x.dtype)
+    node = g.call_function(fused.op, fused.args(input=inp, dim=d.match.dim, weight=weight, eps=d.match.eps))
+    with x.fake_mode:
+        node.meta["val"] = torch.empty_like(x, memory_format=torch.contiguous_format)
+    g.output(node)
+    return node

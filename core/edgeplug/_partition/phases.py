@@ -1,0 +1,410 @@
+"""Partitioning as named phases, each a function of what it is given.
+
+In the order ``CorePartitioner`` runs them on the edge graph:
+
+1. ``inner_support``: what the backend's executorch partitioner tagged (the
+   nodes it supports, grouped as it grouped them).
+2. ``policy_verdict`` over those nodes (``accept``): the plugins' filters,
+   then the constant-only rule, may refuse a node the partitioner took.
+3. ``form_partitions``: the core forms the partitions from the accepted
+   nodes with torch's capability-based partitioner, never joining what the
+   partitioner kept apart, so a refusal cannot leave a dependency cycle or an
+   invalid partition; ``drop_constant_only`` and ``tag_constants`` finish the
+   tags.
+4. ``cpu_reasons``: a reason for every node left on the CPU.
+5. ``stranded_nodes``: kept-whole ops and fused ops left on the CPU (they
+   have no CPU kernel, or were kept for the backend only).
+
+Before decomposition the same ``policy_verdict`` (behind the backend's
+support check) decides which kept-whole ops stay whole (``keep_whole_verdict``).
+The result of a run is a frozen ``PartitionOutcome``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+import torch
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from edgeplug._errors import EdgeplugError
+from edgeplug._graph.ops import aten_overload, is_qdq, op_name
+from edgeplug._partition.verdict import TAKEN, FilterContext, NotAnAnswer, Verdict, filter_answer
+
+#: node -> Verdict, with everything else it needs already bound
+NodeCheck = Callable[[torch.fx.Node], Verdict]
+
+
+def is_op_node(node: torch.fx.Node) -> bool:
+    """A computation: a call other than the ``getitem`` that unpacks a tuple."""
+    return node.op == "call_function" and node.target is not operator.getitem
+
+
+# -- the outcome ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    """One partition: its tag, the delegate it goes to, its nodes and op counts."""
+
+    tag: str
+    backend_id: str
+    nodes: tuple[str, ...] = ()
+    ops: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class StrandedNode:
+    """An op that must not run on the CPU left there: a kept-whole op (neither
+    delegated nor decomposed) or an op a fusion created for the backend."""
+
+    node: str
+    op: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"node {self.node!r} ({self.op}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    """What partitioning decided for one program.
+
+    ``tags``: node name -> partition tag (what is, or in a dry run would be,
+    delegated); ``partitions`` per tag; ``cpu_reasons``: node name -> why it
+    stays on the CPU; ``refused``: the nodes the partitioner took that the
+    filters or the constant-only rule refused, with the reason; ``stranded``:
+    ops left on the CPU that cannot run there (empty when lowering is sound).
+    """
+
+    tags: Mapping[str, str]
+    partitions: tuple[PartitionRecord, ...]
+    cpu_reasons: Mapping[str, str]
+    refused: Mapping[str, str]
+    stranded: tuple[StrandedNode, ...]
+
+
+# -- 2. the policy: filters, then the constant-only rule ---------------------------
+
+
+def _defined_at(fn: Any) -> str:
+    """' (FILE:LINE)' where a filter function is defined, or '' when Python cannot tell."""
+    import inspect
+
+    try:
+        target = inspect.unwrap(fn)
+        code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
+        return f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    except Exception:  # a builtin or an odd callable: the filter's name still says which
+        return ""
+
+
+def filter_verdict(filters: Sequence[Any], node: torch.fx.Node, ctx: FilterContext, origin: Callable[[Any], Any]) -> Optional[Verdict]:
+    """The filters' combined answer: refused if any refuses, taken if any accepts, else None.
+
+    A filter that raises, or answers anything but None/True/False/a Verdict,
+    stops the lowering with an ``EdgeplugError`` naming the filter, its
+    plugin, the node and what it returned.
+    """
+    accepted: Optional[Verdict] = None
+    for f in filters:
+        raised: Optional[BaseException] = None
+        before = _shape_of(node)
+        try:
+            raw = f.fn(node, ctx)
+        except Exception as exc:
+            raised = exc
+        try:
+            if raised is None and _shape_of(node) != before:
+                raise NotAnAnswer(
+                    "changed the program while answering (the node's op, arguments or the graph's node count); "
+                    "a filter only reads: the program it is handed is the lowering's, and a change there would "
+                    "be delegated unchecked. Do the change in a pass (edgeplug_passes) instead"
+                )
+            answer = None if raised is not None else filter_answer(raw, f.name)
+        except NotAnAnswer as exc:
+            raised = exc
+        if raised is not None:
+            info = origin(f)
+            who = f"plugin {info.name!r} ({info.distribution})" if info else "a plugin"
+            what = str(raised) if isinstance(raised, NotAnAnswer) else f"raised {type(raised).__name__}: {raised}{_raised_at(raised, f.fn)}"
+            raise EdgeplugError(
+                f"partitioner filter {f.name!r}{_defined_at(f.fn)} of backend {ctx.backend!r} from {who}, "
+                f"on node {node.name!r} ({op_name(node.target)}) at stage {ctx.stage!r}: {what}. "
+                "Fix the filter or disable the plugin; nothing was written"
+            ) from raised
+        if answer is not None and not answer:
+            return answer
+        accepted = accepted or answer
+    return accepted
+
+
+def _shape_of(node: torch.fx.Node) -> tuple:
+    """What a filter must leave as it was: the node's op, inputs and name, and how many nodes its graph has."""
+    return (node.name, node.op, node.target, node.args, node.kwargs, len(node.graph.nodes))
+
+
+def graph_fingerprint(gm: torch.fx.GraphModule) -> list[tuple]:
+    """Every node's name, op, target and inputs (by name): equal before and after the filters ran."""
+    return [(n.name, n.op, str(n.target), str(n.args), str(n.kwargs)) for n in gm.graph.nodes]
+
+
+def _raised_at(exc: BaseException, fn: Any) -> str:
+    """' at FILE:LINE': the innermost frame in the filter's own folder (its plugin), else the innermost."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    home = os.path.dirname(code.co_filename) if code is not None else None
+    own = [f for f in frames if home and os.path.dirname(f.filename) == home] or frames
+    return f" at {own[-1].filename}:{own[-1].lineno}" if own else ""
+
+
+def policy_verdict(
+    node: torch.fx.Node, ctx: FilterContext, filters: Sequence[Any], *, constant_only_policy: bool, origin: Callable[[Any], Any]
+) -> Verdict:
+    """Filters plus the constant-only rule (everything but the backend's support check)."""
+    verdict = filter_verdict(filters, node, ctx, origin)
+    constant_only = constant_only_policy and ctx.is_constant_only(node)
+    because = (
+        f"constant-only: reads no runtime input ({ctx.backend} refuses graphs "
+        "without one, so it runs on the CPU)"
+    )
+    if verdict is not None and not verdict:
+        return Verdict(False, f"{because}; {verdict.reason}") if constant_only else verdict
+    if constant_only:
+        if verdict is None:
+            return Verdict(False, because)
+        if ctx.stage == "partition" and any(ctx.is_constant_only(u) for u in node.users):
+            # an accepted constant-only node (a weight dequantize) travels with
+            # its consumers; one that also feeds constant-only CPU ops stays there
+            return Verdict(False, "constant-only, and feeds constant-only ops that run on the CPU")
+    return TAKEN
+
+
+def keep_whole_verdict(node: torch.fx.Node, keep_ops: frozenset, delegable: NodeCheck) -> Verdict:
+    """Keep ``node`` whole iff it is a kept-whole op the backend will take."""
+    if node.op != "call_function" or aten_overload(node.target) not in keep_ops:
+        return Verdict(False, "not a kept-whole op")
+    return delegable(node)
+
+
+# -- 1. support: what the executorch partitioner tagged ------------------------------
+
+
+def inner_support(gm: torch.fx.GraphModule) -> tuple[dict[torch.fx.Node, str], dict[torch.fx.Node, str]]:
+    """(call node -> tag, constant node -> tag) as the backend's partitioner left them."""
+    calls: dict[torch.fx.Node, str] = {}
+    constants: dict[torch.fx.Node, str] = {}
+    for node in gm.graph.nodes:
+        tag = node.meta.get("delegation_tag")
+        if tag is None:
+            continue
+        if node.op == "call_function":
+            calls[node] = tag
+        elif node.op in ("placeholder", "get_attr"):  # constants (and submodules) given to a delegate
+            constants[node] = tag
+    return calls, constants
+
+
+def accept(supported: Iterable[torch.fx.Node], policy: NodeCheck) -> tuple[set[torch.fx.Node], dict[str, str]]:
+    """(accepted nodes, node name -> reason refused). A getitem goes with the op it unpacks."""
+    accepted: set[torch.fx.Node] = set()
+    refused: dict[str, str] = {}
+    getitems = []
+    for node in supported:
+        if not is_op_node(node):
+            getitems.append(node)
+            continue
+        v = policy(node)
+        if v:
+            accepted.add(node)
+        else:
+            refused[node.name] = v.reason
+    accepted.update(g for g in getitems if g.args and g.args[0] in accepted)
+    return accepted, refused
+
+
+# -- 3. tags ------------------------------------------------------------------------------
+
+
+class _Accepted(OperatorSupportBase):
+    def __init__(self, nodes: set[torch.fx.Node]) -> None:
+        self.nodes = nodes
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        return node in self.nodes
+
+
+def form_partitions(gm: torch.fx.GraphModule, inner: Mapping[torch.fx.Node, str], accepted: set[torch.fx.Node]) -> dict[torch.fx.Node, str]:
+    """Node -> tag over the accepted nodes, as valid partitions.
+
+    When the partitioner's groups are accepted whole they are kept as they
+    are. Otherwise the accepted nodes are partitioned afresh (capability-based:
+    no partition depends on itself through the CPU), and each new partition
+    is cut along the partitioner's groups, which stays acyclic: a piece is the
+    intersection of two convex sets. A group cut in pieces tags them
+    ``<tag>_0``, ``<tag>_1``, ...
+    """
+    if all(n in accepted for n in inner):
+        return dict(inner)
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+    proposed = CapabilityBasedPartitioner(gm, _Accepted(accepted), allows_single_node_partition=True).propose_partitions()
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    pieces: dict[tuple[int, str], list[torch.fx.Node]] = {}
+    for p in proposed:
+        for node in p.nodes:
+            pieces.setdefault((p.id, inner[node]), []).append(node)
+    by_tag: dict[str, list[list[torch.fx.Node]]] = {}
+    for (_, tag), nodes in sorted(pieces.items(), key=lambda kv: min(order[n] for n in kv[1])):
+        by_tag.setdefault(tag, []).append(nodes)
+    out: dict[torch.fx.Node, str] = {}
+    for tag, groups in by_tag.items():
+        for i, nodes in enumerate(groups):
+            out.update(dict.fromkeys(nodes, tag if len(groups) == 1 else f"{tag}_{i}"))
+    return out
+
+
+def drop_constant_only(tags: Mapping[torch.fx.Node, str], ctx: FilterContext) -> tuple[dict[torch.fx.Node, str], dict[str, str]]:
+    """Untag every partition that reads no runtime input (the backend refuses such partitions)."""
+    members: dict[str, list[torch.fx.Node]] = {}
+    for node, tag in tags.items():
+        if is_op_node(node):
+            members.setdefault(tag, []).append(node)
+    dropped = {t for t, nodes in members.items() if all(ctx.is_constant_only(n) for n in nodes)}
+    why = f"its partition reads no runtime input ({ctx.backend} refuses such partitions)"
+    reasons = {n.name: why for t in dropped for n in members[t]}
+    return {n: t for n, t in tags.items() if t not in dropped}, reasons
+
+
+def tag_constants(constants: Mapping[torch.fx.Node, str], tags: Mapping[torch.fx.Node, str]) -> dict[torch.fx.Node, str]:
+    """A constant the partitioner gave a delegate stays with it while every user is in one partition."""
+    out: dict[torch.fx.Node, str] = {}
+    for node in constants:
+        users = {tags.get(u) for u in node.users}
+        if len(users) == 1 and None not in users:
+            out[node] = users.pop()
+    return out
+
+
+# -- 4. CPU reasons ---------------------------------------------------------------------
+
+
+def cpu_reasons(
+    gm: torch.fx.GraphModule,
+    tags: Mapping[torch.fx.Node, str],
+    known: Mapping[str, str],
+    logged: Mapping[str, str],
+    explain: NodeCheck,
+) -> dict[str, str]:
+    """A reason for every op node left on the CPU.
+
+    ``known`` (refusals already decided) first, then what the partitioner
+    itself logged, then ``explain(node)``.
+    """
+    out: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if not is_op_node(node) or node in tags:
+            continue
+        reason = known.get(node.name) or logged.get(node.name)
+        out[node.name] = reason if reason else explain(node).reason
+    return out
+
+
+# -- 5. the stranded check ---------------------------------------------------------------
+
+
+def stranded_nodes(
+    gm: torch.fx.GraphModule,
+    tags: Mapping[torch.fx.Node, str],
+    reasons: Mapping[str, str],
+    kept_whole: frozenset,
+    fused: Mapping[str, str],
+) -> tuple[StrandedNode, ...]:
+    """Ops left on the CPU that cannot stay there.
+
+    ``kept_whole``: kept-whole ops ``to_edge`` would otherwise decompose
+    (quantize/dequantize excepted: they run on the CPU's quantized kernels).
+    ``fused``: op name prefix ("et_vk.rms_norm") -> the fusion pattern that
+    creates it for this backend; such an op exists only to be delegated.
+    """
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node in tags:
+            continue
+        name = op_name(node.target)
+        why = reasons.get(node.name, "?")
+        if aten_overload(node.target) in kept_whole and not is_qdq(node.target):
+            out.append(StrandedNode(node.name, name, f"kept whole before decomposition, but not delegated: {why}"))
+            continue
+        pattern = next((p for prefix, p in fused.items() if name == prefix or name.startswith(prefix + ".")), None)
+        if pattern is not None:
+            out.append(StrandedNode(node.name, name, f"created by the core's {pattern} fusion for this backend, but not delegated: {why}"))
+    return tuple(out)
+
+
+def partition_records(tags: Mapping[torch.fx.Node, str], backend_ids: Mapping[str, str]) -> tuple[PartitionRecord, ...]:
+    """One record per tag, its op nodes in graph order."""
+    nodes: dict[str, list[str]] = {}
+    ops: dict[str, Counter] = {}
+    for node, tag in tags.items():
+        if is_op_node(node):
+            nodes.setdefault(tag, []).append(node.name)
+            ops.setdefault(tag, Counter())[op_name(node.target)] += 1
+    return tuple(
+        PartitionRecord(tag, backend_ids.get(tag, "?"), tuple(nodes[tag]), MappingProxyType(dict(ops[tag])))
+        for tag in nodes
+    )
+
+
+# -- all of them --------------------------------------------------------------------------
+
+
+def decide(
+    gm: torch.fx.GraphModule,
+    ctx: FilterContext,
+    *,
+    policy: NodeCheck,
+    explain: NodeCheck,
+    logged: Mapping[str, str],
+    inner_specs: Mapping[str, Any],
+    constant_only_policy: bool,
+    kept_whole: frozenset,
+    fused: Mapping[str, str],
+) -> tuple[PartitionOutcome, dict[torch.fx.Node, str], dict[str, Any]]:
+    """The phases in order, on a graph the backend's partitioner tagged.
+
+    Returns the outcome, node -> tag (graph order) and tag -> the
+    partitioner's delegation spec for it. Reads the graph; changes nothing.
+    """
+    calls, constants = inner_support(gm)
+    before = graph_fingerprint(gm)
+    accepted, refused = accept(calls, policy)
+    if graph_fingerprint(gm) != before:  # a filter changed another node than the one it was asked about
+        raise EdgeplugError(
+            f"a partitioner filter of backend {ctx.backend!r} changed the program while answering (a node's op "
+            "or inputs, or the nodes themselves); filters only read the program they are handed: move the "
+            "change into a pass (edgeplug_passes). `edgeplug plugins` lists the backend's filters; nothing was written"
+        )
+    tags = form_partitions(gm, calls, accepted)
+    dropped: dict[str, str] = {}
+    if constant_only_policy:
+        tags, dropped = drop_constant_only(tags, ctx)
+    tags.update(tag_constants(constants, tags))
+    tags = {n: tags[n] for n in gm.graph.nodes if n in tags}
+    specs = {tag: inner_specs.get(calls.get(n) or constants.get(n)) for n, tag in tags.items()}
+    reasons = cpu_reasons(gm, tags, {**refused, **dropped}, logged, explain)
+    outcome = PartitionOutcome(
+        tags=MappingProxyType({n.name: t for n, t in tags.items()}),
+        partitions=partition_records(tags, {t: getattr(s, "backend_id", "?") for t, s in specs.items()}),
+        cpu_reasons=MappingProxyType(reasons),
+        refused=MappingProxyType(refused),
+        stranded=stranded_nodes(gm, tags, reasons, kept_whole, fused),
+    )
+    return outcome, tags, specs

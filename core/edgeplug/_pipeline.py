@@ -1,0 +1,1005 @@
+"""The lowering pipeline: a list of named stages, each timed by one clock.
+
+``lower`` runs ``STAGES`` in order on a ``Lowering`` (the state they share):
+
+- ``export``: the eager reference, on a copy of the model, its buffers and its
+  inputs, then ``torch.export`` of another copy (a given ExportedProgram is
+  copied and run for its reference in ``eager reference`` instead), so the
+  caller's model and inputs are never changed;
+- ``export passes``: the backend's export-stage passes;
+- ``to_edge``: executorch's ``to_edge_transform_and_lower`` with the core's
+  partitioner; the stages it runs inside (``edge passes + fusion``,
+  ``partition + delegate``) enter the same clock, so each timing and each
+  error names the stage that was really running;
+- ``serialize .pte`` and ``verify``.
+
+A stage that fails raises one ``EdgeplugError`` naming the stage, the backend
+and the party at fault (``edgeplug._failures``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import operator
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+
+from edgeplug._backend import Backend, get_backend
+from edgeplug._errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
+from edgeplug._inputs import ExampleInputs, decode_inputs, inputs_for, runtime_inputs
+from edgeplug._records import FusionRecord, PassSpec, TransformRecord
+from edgeplug._report import (
+    CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, Verification, annotate_graph, graph_of,
+    lowered_partitions,
+)
+
+Progress = Callable[[str], None]
+
+
+def _resolve(backend: str | Backend) -> Backend:
+    return backend if isinstance(backend, Backend) else get_backend(backend)
+
+
+def _export_stage_passes(ep: ExportedProgram, backend: Backend) -> list[PassSpec]:
+    """The backend's export passes, then the core's decompositions of what to_edge cannot take
+    (aten.histc, ...: ``edgeplug._graph.decompose``), each added only where ``ep`` has one."""
+    from edgeplug._graph.decompose import export_decompositions
+
+    return [*backend.passes_for("export"), *export_decompositions(ep, backend)]
+
+
+def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
+    """Run the export stage ``lower`` runs (``backend``'s export passes, then the core's
+    decompositions) on an aten-dialect program; ``ep`` is left as it was."""
+    from edgeplug._graph import run_passes
+    from edgeplug._graph.names import copy_exported_program
+
+    b = _resolve(backend)
+    passes = _export_stage_passes(ep, b)
+    return run_passes(copy_exported_program(ep), passes, backend=b) if passes else ep
+
+
+def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
+    """Apply the core's pattern fusions to an edge-dialect program under ``backend``'s policy.
+
+    Returns a new program (``ep`` is not changed) and one ``FusionRecord`` per
+    match: fused, folded, fused with a unit weight, or rejected with its reason.
+    """
+    from edgeplug._fusion import fuse_for_backend
+
+    return fuse_for_backend(ep, _resolve(backend))
+
+
+# -- the eager reference -------------------------------------------------------------
+
+
+@dataclass
+class Reference:
+    """What eager computed, on copies: outputs, and the inputs and buffers after the call."""
+
+    outputs: list[torch.Tensor]
+    #: the inputs after the call, flattened in the program's input order (a model may change its inputs in place)
+    inputs_after: list[Any] = field(default_factory=list)
+    #: buffer name -> value after the call
+    buffers_after: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: the eager model the outputs came from, to run further calls from its first state (decode steps)
+    model: Optional["EagerModel"] = field(default=None, repr=False)
+    #: the inputs after the call as the caller structured them (``inputs_after`` is flattened from this)
+    inputs_tree: Optional[ExampleInputs] = field(default=None, repr=False)
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+class EagerModel:
+    """The model as verification runs it eagerly, on copies the caller does not hold.
+
+    Parameters are shared with the caller's model (calls run under ``no_grad`` and
+    only read them); every buffer is a detached copy, since a call may write it (KV
+    caches, counters), and a buffer that is a non-leaf tensor with a grad history
+    (a cache written under grad mode) copies where ``copy.deepcopy`` refuses.
+    ``reset()`` puts the buffers back to their first values, so a sequence of
+    calls (prefill, then decode steps) can be replayed.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self.initial = {name: b.detach().clone() for name, b in module.named_buffers()}
+
+    @classmethod
+    def of_module(cls, model: torch.nn.Module) -> "EagerModel":
+        # deepcopy's memo maps each parameter to itself and each buffer to its copy: anything else
+        # holding a buffer (a cache object beside the module) gets the same copy
+        memo: dict[int, Any] = {id(p): p for p in model.parameters()}
+        for b in model.buffers():
+            memo.setdefault(id(b), b.detach().clone())
+        return cls(copy.deepcopy(model, memo))
+
+    @classmethod
+    def of_program(cls, ep: ExportedProgram) -> "EagerModel":
+        return cls(_reference_module(ep))
+
+    def reset(self) -> None:
+        with torch.no_grad():
+            for name, b in self.module.named_buffers():
+                if name in self.initial:
+                    b.copy_(self.initial[name])
+
+    def __call__(self, given: ExampleInputs) -> Reference:
+        """Run one call on a copy of ``given``; buffers keep what the call wrote."""
+        args, kwargs = copy.deepcopy((given.args, given.kwargs))
+        with torch.no_grad():
+            out = self.module(*args, **kwargs)
+        return Reference(
+            outputs=[t.detach() for t in _tensors(out)],
+            inputs_after=pytree.tree_leaves((args, kwargs)),
+            buffers_after={k: v.detach().clone() for k, v in self.module.named_buffers()},
+            model=self,
+            inputs_tree=ExampleInputs(args, kwargs),
+        )
+
+
+# -- the result ------------------------------------------------------------------------
+
+
+@dataclass
+class LoweringResult:
+    """What ``lower`` returns: the report, the programs at each stage, and ``save`` for the .pte."""
+
+    report: LoweringReport
+    exported_program: ExportedProgram
+    edge: Any  # executorch EdgeProgramManager
+    program: Any = None  # executorch ExecutorchProgramManager (None on dry run)
+    #: the example inputs the program was lowered (and is verified) with: ``model(*args, **kwargs)``
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    reference: Optional[Reference] = None
+
+    def runtime_inputs(self) -> list[Any]:
+        """The example inputs as the ``.pte``'s method takes them: one flat list in the program's input order
+        (keyword inputs in the order of its in-spec, ``None`` and scalars included)."""
+        return runtime_inputs(self.exported_program, ExampleInputs(self.args, self.kwargs))
+
+    @property
+    def eager_outputs(self) -> list[torch.Tensor]:
+        return self.reference.outputs if self.reference is not None else []
+
+    @property
+    def buffer(self) -> bytes:
+        if self.program is None:
+            raise EdgeplugError("this was a dry run: there is no .pte to write")
+        return self.program.buffer
+
+    def save(
+        self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None, *, force: bool = False
+    ) -> Path:
+        """Write the .pte (and the JSON report, with ``report``): each file whole or not at all.
+
+        A regular file is replaced atomically; ``-`` (stdout), a FIFO or a
+        character device is streamed (``edgeplug._outputs``). A result whose
+        verification failed is refused (``VerificationError``) unless ``force``.
+        """
+        from edgeplug._outputs import check_output_paths, write_files
+
+        v = self.report.verification
+        if v is not None and not v.passed and not force:
+            raise VerificationError(
+                f"not saving {os.fspath(path)}: verification failed ({' | '.join(v.failures())}); "
+                "the runtime would compute something else. Fix the lowering, or pass force=True to write it anyway"
+            )
+        data = self.buffer
+        check_output_paths({"the .pte": path, "the report": report})
+        path = Path(path) if os.fspath(path) != "-" else path
+        self.report.output_path = str(path)
+        self.report.output_bytes = len(data)
+        files: dict[Path, bytes | str] = {path: data}
+        if report is not None:
+            files[Path(report)] = self.report.to_json()
+        try:
+            write_files(files)
+        except BaseException:
+            self.report.output_path = self.report.output_bytes = None
+            raise
+        return path
+
+
+# -- the stages -------------------------------------------------------------------
+
+
+class StageClock:
+    """Times and names the stage now running: the one source of the report's stage timings."""
+
+    def __init__(self, backend: str, say: Progress) -> None:
+        self.backend, self.say = backend, say
+        self.timings: list[StageTiming] = []
+        self.current: Optional[str] = None
+        self._started = 0.0
+
+    def enter(self, stage: str) -> None:
+        self.stop()
+        self.say(f"[{self.backend}] {stage} ...")
+        self.current, self._started = stage, time.perf_counter()
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.timings.append(StageTiming(stage=self.current, seconds=time.perf_counter() - self._started))
+            self.current = None
+
+
+@dataclass
+class Lowering:
+    """The state ``STAGES`` share."""
+
+    source: torch.nn.Module | ExportedProgram
+    inputs: ExampleInputs
+    backend: Backend
+    clock: StageClock
+    dry_run: bool = False
+    verify: bool = False
+    tolerance: Optional[float] = None
+    label: str = ""
+    #: ``torch.export``'s dynamic_shapes for a module source
+    dynamic_shapes: Any = None
+    ep: Optional[ExportedProgram] = None
+    reference: Optional[Reference] = None
+    partitioner: Any = None
+    fusions: list[FusionRecord] = field(default_factory=list)
+    #: op name -> who created it (a core transform, a plugin's pass): named when a check refuses one
+    created_ops: dict[str, str] = field(default_factory=dict)
+    transforms: list[TransformRecord] = field(default_factory=list)
+    #: the edge graph as the partitioner received it (the report's ``graph``, annotated in ``_describe``)
+    graph: list[GraphNode] = field(default_factory=list)
+    edge: Any = None
+    report: Optional[LoweringReport] = None
+    result: Optional[LoweringResult] = None
+
+
+def _without_grad(module: torch.nn.Module) -> torch.nn.Module:
+    # lowering never trains: a parameter that carries requires_grad cannot be
+    # updated in place (KV caches) nor serialized; the copy drops it
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
+def _copy_model(model: torch.nn.Module) -> torch.nn.Module:
+    # buffers are copied detached: one written under grad mode (a KV cache) is not a leaf, and
+    # copy.deepcopy refuses such tensors
+    memo: dict[int, Any] = {}
+    for b in model.buffers():
+        memo.setdefault(id(b), b.detach().clone())
+    try:
+        return _without_grad(copy.deepcopy(model, memo))
+    except Exception as exc:
+        raise LoweringError(
+            f"cannot copy the model ({type(exc).__name__}: {exc}); edgeplug lowers a copy so that your "
+            "model is left as it was. Make the model deep-copyable (copy.deepcopy)"
+        ) from exc
+
+
+def _raised_in_user_code(exc: BaseException) -> Optional[Any]:
+    """The innermost traceback frame of ``exc`` outside torch and edgeplug (the model's code), or None."""
+    import traceback
+
+    skip = (os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else None
+        if path is not None and not path.startswith(skip):
+            return frame
+    return None
+
+
+def _eager_model(job: Lowering) -> EagerModel:
+    if isinstance(job.source, ExportedProgram):
+        return EagerModel.of_program(job.source)
+    try:
+        return EagerModel.of_module(job.source)
+    except Exception as exc:
+        raise LoweringError(
+            f"cannot copy the model's buffers for its eager run ({type(exc).__name__}: {exc}); edgeplug runs "
+            "the model on copies so that your model is left as it was. Make the model deep-copyable (copy.deepcopy)"
+        ) from exc
+
+
+def _run_eager(job: Lowering, eager: EagerModel) -> Reference:
+    try:
+        return eager(job.inputs)
+    except Exception as exc:
+        from edgeplug._failures import first_line
+
+        cause = first_line(exc)
+        why = "edgeplug runs it once before lowering: its outputs are what --verify compares with"
+        frame = _raised_in_user_code(exc)
+        if frame is not None:  # the model's own code raised: say where
+            raise LoweringError(
+                f"running the model eagerly on its example inputs failed in {frame.name}, "
+                f"{frame.filename}:{frame.lineno}: {cause}. The model raised there: fix it, or give it the "
+                f"inputs it takes ({why})"
+            ) from exc
+        raise LoweringError(
+            f"running the model eagerly on its example inputs failed: {cause}. Check that the example "
+            f"inputs are the ones the model (or program) takes ({why})"
+        ) from exc
+
+
+def _export(job: Lowering) -> None:
+    import io
+    import sys
+
+    job.reference = _run_eager(job, _eager_model(job))
+    model = _copy_model(job.source)
+    args, kwargs = copy.deepcopy((job.inputs.args, job.inputs.kwargs))
+    # torch.export prints the partial graph of a failed export to stderr; the error carries it
+    # (``partial_fx_graph``, shown with --debug), so the user's terminal ends in one error line
+    printed = io.StringIO()
+    with torch.no_grad(), contextlib.redirect_stderr(printed):
+        job.ep = torch.export.export(model, args, kwargs, dynamic_shapes=job.dynamic_shapes)
+    sys.stderr.write(printed.getvalue())  # what a successful export printed still reaches the user
+    _in_program_order(job)
+
+
+def _in_program_order(job: Lowering) -> None:
+    """The reference's inputs after the call, flattened as the program orders its inputs (keywords by its in-spec)."""
+    ref = job.reference
+    if ref is not None and ref.inputs_tree is not None:
+        ref.inputs_after = runtime_inputs(job.ep, ref.inputs_tree)
+
+
+def _reference_module(ep: ExportedProgram) -> torch.nn.Module:
+    """``ep.module()`` with its buffers copied (the call may write them) and its parameters shared
+    with ``ep`` (the call only reads them): eager needs no second copy of the weights."""
+    module = ep.module()
+    copies: dict[int, torch.Tensor] = {}  # one copy per tensor: buffers that alias stay aliased
+    for name, buf in list(module.named_buffers(remove_duplicate=False)):
+        owner, _, leaf = name.rpartition(".")
+        new = copies.setdefault(id(buf), buf.detach().clone())
+        module.get_submodule(owner)._buffers[leaf] = new
+    return module
+
+
+def _program_reference(job: Lowering) -> None:
+    from edgeplug._graph.names import copy_exported_program
+
+    job.ep = copy_exported_program(job.source)
+    for t in job.ep.state_dict.values():
+        t.requires_grad_(False)
+    job.reference = _run_eager(job, _eager_model(job))
+    _in_program_order(job)
+
+
+def _fusion_pass(job: Lowering, stage: str) -> PassSpec:
+    """The core's fusion as a pass of ``stage``: its records go to the report, and the ops it
+    creates are remembered so that a later check refusing one names the fusion, not executorch."""
+    from edgeplug._graph.passes import core_pass
+
+    def fusion(ep: ExportedProgram) -> ExportedProgram:
+        from edgeplug._fusion import resolve_target
+        from edgeplug._graph.ops import op_name
+
+        out, job.fusions = fuse(ep, job.backend)
+        if any(r.outcome != "rejected" for r in job.fusions):
+            policy = job.backend.fusion_policy("rms_norm")
+            job.created_ops.setdefault(
+                op_name(resolve_target(policy, ep.dialect).op),
+                f"the edgeplug core's {stage}-stage rms_norm fusion, under the fusion policy of backend "
+                f"{job.backend.name!r} from {_policy_origin(job.backend, policy)}",
+            )
+        return out
+
+    return core_pass("fuse", fusion, stage=stage)
+
+
+def _policy_origin(backend: Backend, policy: Any) -> str:
+    origin = backend.origin(policy) if hasattr(backend, "origin") else None
+    return origin.describe() if origin is not None else backend.distribution
+
+
+def _export_passes(job: Lowering) -> None:
+    from edgeplug._fusion import fusion_stage
+    from edgeplug._graph import recording, run_passes
+
+    passes = _export_stage_passes(job.ep, job.backend)
+    if fusion_stage(job.backend.fusion_policy("rms_norm")) == "export":
+        passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
+    with recording() as log:
+        job.ep = run_passes(job.ep, passes, backend=job.backend, created=job.created_ops)
+    job.transforms = list(log)
+
+
+def _edge_stage(job: Lowering) -> Any:
+    """The pass executorch runs between to_edge and partitioning: constant folding, the backend's
+    edge passes, fusion, then the backend's pre-partition passes (the core's rewrites it chose)."""
+    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+
+    from edgeplug._fusion import fusion_stage
+    from edgeplug._graph import recording, run_passes
+    from edgeplug._graph.fold import fold_constant_subgraphs
+    from edgeplug._graph.passes import core_pass
+
+    def constant_fold(ep: ExportedProgram) -> None:
+        fold_constant_subgraphs(ep, budget=job.backend.spec.constant_fold_budget)
+
+    fuses_here = fusion_stage(job.backend.fusion_policy("rms_norm")) == "edge"
+
+    class EdgeplugEdgeStage(ExportedProgramPassBase):
+        def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+            job.clock.enter("edge passes + fusion")
+            # the core's folding and fusion go through the runner too: names reserved, graphs linted
+            passes = [
+                core_pass("constant fold", constant_fold),
+                *job.backend.passes_for("edge"),
+                *([_fusion_pass(job, "edge")] if fuses_here else []),
+                *job.backend.passes_for("pre_partition"),
+            ]
+            with recording() as log:
+                ep = run_passes(exported_program, passes, backend=job.backend, created=job.created_ops)
+            job.transforms = [*job.transforms, *log]  # after the export stage's
+            job.graph = graph_of(ep)
+            job.clock.enter("partition + delegate")
+            return ExportedProgramPassResult(ep, True)
+
+    return EdgeplugEdgeStage()
+
+
+def _make_partitioner(job: Lowering) -> Any:
+    from edgeplug._partition import CorePartitioner
+
+    try:
+        return CorePartitioner(job.backend, dry_run=job.dry_run)
+    except EdgeplugError:
+        raise
+    except Exception as exc:
+        from edgeplug._failures import first_line, root_cause
+        from edgeplug._registry import plugin_location
+
+        b = job.backend
+        raise LoweringError(
+            f"the partitioner factory (BackendSpec.partitioner) of backend {b.name!r}, from "
+            f"{b.plugin.describe()}, raised {first_line(root_cause(exc))}{plugin_location(exc, b.plugin)}. Check the backend's "
+            "configuration (its environment variables), or report it to the plugin's maintainers"
+        ) from exc
+
+
+def _to_edge(job: Lowering) -> None:
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from executorch.exir.pass_manager import ExportedProgramPassManager
+
+    b = job.backend
+    job.partitioner = _make_partitioner(job)
+    # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
+    scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
+    try:
+        with scope:
+            job.edge = to_edge_transform_and_lower(
+                job.ep,
+                transform_passes=ExportedProgramPassManager([_edge_stage(job)]),
+                partitioner=[job.partitioner],
+                # the edge IR check runs in a dry run too: it lowers to a stand-in backend
+                compile_config=EdgeCompileConfig(_check_ir_validity=True),
+            )
+    except Exception as exc:
+        if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
+            raise LoweringError(job.partitioner.stranded_message()) from exc
+        raise
+    job.report = _describe(job)
+
+
+def _serialize(job: Lowering) -> None:
+    program = job.edge.to_executorch(_executorch_config(job.edge.exported_program()))
+    _ = program.buffer
+    if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
+        job.result.program = program
+
+
+def _verify(job: Lowering) -> None:
+    from edgeplug._quantization import is_quantized, verify_quantized
+
+    if is_quantized(job.source):  # against the quantized model, with a tolerance from its output scale
+        job.report.verification = verify_quantized(job.result, job.backend, job.source, job.tolerance)
+        return
+    job.report.verification = verify(job.result, job.backend, tolerance=job.tolerance)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Lowering], None]
+    #: whether the stage runs for this lowering
+    applies: Callable[[Lowering], bool] = lambda job: True
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("export", _export, lambda job: not isinstance(job.source, ExportedProgram)),
+    Stage("eager reference", _program_reference, lambda job: isinstance(job.source, ExportedProgram)),
+    Stage("export passes", _export_passes),
+    Stage("to_edge", _to_edge),
+    Stage("serialize .pte", _serialize),
+    Stage("verify", _verify, lambda job: job.verify and not job.dry_run),
+)
+
+
+def _run_stage(job: Lowering, stage: Stage) -> None:
+    from edgeplug._failures import edgeplug_cause, name_the_plugin, stage_failure
+
+    job.clock.enter(stage.name)
+    try:
+        stage.run(job)
+    except EdgeplugError as exc:
+        exc.lowering_stage = getattr(exc, "lowering_stage", None) or job.clock.current
+        raise name_the_plugin(exc, job.backend)
+    except Exception as exc:
+        ours = edgeplug_cause(exc)
+        if ours is not None:  # e.g. a PassError executorch's pass manager wrapped
+            ours.lowering_stage = getattr(ours, "lowering_stage", None) or job.clock.current
+            raise name_the_plugin(ours, job.backend) from exc
+        raise stage_failure(exc, job.clock.current or stage.name, job.backend, job.created_ops) from exc
+    job.clock.stop()
+
+
+# -- the report ----------------------------------------------------------------------
+
+
+def _count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) -> tuple[list[PartitionSummary], Counter]:
+    """Partitions and delegated ops read from the lowered graph (a dry run's stand-in delegates
+    are named ``backend_id``, the backend they stand in for)."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    from edgeplug._partition import op_name
+    from edgeplug._partition.standin import STAND_IN_ID
+
+    parts: list[PartitionSummary] = []
+    total: Counter = Counter()
+    for name, lowered, _node in get_lowered_submodules(edge_ep.graph_module):
+        ops: Counter = Counter()
+        for n in lowered.original_module.graph_module.graph.nodes:
+            if n.op == "call_function" and n.target is not operator.getitem:
+                ops[op_name(n.target)] += 1
+        total.update(ops)
+        real_id = backend_id if lowered.backend_id == STAND_IN_ID and backend_id else lowered.backend_id
+        parts.append(PartitionSummary(tag=name, backend_id=real_id, nodes=sum(ops.values()), ops=dict(ops)))
+    return parts, total
+
+
+def _cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, tagged: set[str] = frozenset()) -> list[CpuNode]:
+    from edgeplug._partition import op_name
+
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is operator.getitem:
+            continue
+        if "executorch_call_delegate" in str(n.target) or n.name in tagged:
+            continue
+        out.append(CpuNode(node=n.name, op=op_name(n.target), reason=reasons.get(n.name, default)))
+    return out
+
+
+def _partitions(job: Lowering) -> tuple[list[PartitionSummary], Counter, list[CpuNode]]:
+    p, edge_ep = job.partitioner, job.edge.exported_program()
+    default_reason = f"no reason recorded by the {job.backend.name} partitioner"
+    # read from the lowered graph, dry run or not: a dry run lowers the same partitions to a stand-in
+    real_ids = {r.backend_id for r in p.partitions}
+    parts, delegated = _count_delegated(edge_ep, next(iter(real_ids)) if len(real_ids) == 1 else None)
+    return parts, delegated, _cpu_nodes(edge_ep.graph_module, p.cpu_reasons, default_reason)
+
+
+def _foreign_passes(job: Lowering) -> list[str]:
+    """Notes naming passes another plugin than the backend's own ran on this backend."""
+    b = job.backend
+    notes = []
+    for spec in b.passes:
+        origin = b.origin(spec)
+        if origin is not None and origin != b.plugin:
+            notes.append(f"{spec.stage}-stage pass {spec.name!r} on backend {b.name!r} came from {origin.describe()}, not from {b.distribution}")
+    return notes
+
+
+def _partition_of(job: Lowering) -> dict[str, str]:
+    """Node name -> its partition as the report names it: read from the lowered graph, or from the
+    partitioner's records where nothing was lowered."""
+    where = lowered_partitions(job.edge.exported_program().graph_module)
+    return where or {n: r.tag for r in job.partitioner.partitions for n in r.nodes}
+
+
+def _describe(job: Lowering) -> LoweringReport:
+    b, p = job.backend, job.partitioner
+    parts, delegated, cpu = _partitions(job)
+    report = LoweringReport(
+        model=job.label,
+        backend=b.name,
+        distribution=f"{b.distribution} {b.version}".strip(),
+        dry_run=job.dry_run,
+        partitions=parts,
+        delegated_ops=dict(delegated),
+        cpu_ops=dict(Counter(c.op for c in cpu)),
+        cpu_nodes=cpu,
+        fusions=job.fusions,
+        transforms=job.transforms,
+        graph=annotate_graph(
+            job.graph, _partition_of(job),
+            {c.node: c.reason for c in cpu}, job.fusions, job.transforms,
+        ),
+        kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],
+        decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
+        notes=_foreign_passes(job),
+    )
+    if p.stranded:
+        report.notes.append(p.stranded_message())
+    job.result = LoweringResult(
+        report=report, exported_program=job.ep, edge=job.edge, args=job.inputs.args, kwargs=job.inputs.kwargs,
+        reference=job.reference,
+    )
+    return report
+
+
+def lower(
+    model_or_ep: torch.nn.Module | ExportedProgram,
+    args: Any = (),
+    backend: str | Backend | None = None,
+    *,
+    kwargs: Optional[dict[str, Any]] = None,
+    dynamic_shapes: Any = None,
+    verify: bool = False,
+    dry_run: bool = False,
+    model_name: Optional[str] = None,
+    progress: Optional[Progress] = None,
+    tolerance: Optional[float] = None,
+) -> LoweringResult:
+    """Lower a model (or aten-dialect ExportedProgram) for ``backend``.
+
+    The example inputs are one call's, as ``torch.export.export`` takes them:
+    ``args`` the positional inputs (a tuple; one tensor is one input), ``kwargs``
+    the keyword inputs (``edgeplug._inputs``). ``dynamic_shapes`` is passed to
+    ``torch.export`` for a module; an ExportedProgram is taken as it was exported
+    (keyword inputs and dynamic dimensions included), and the inputs must have
+    its structure. A program that keeps state in buffers (a KV cache) is verified
+    over several calls: the example inputs, then decode steps.
+
+    Returns a ``LoweringResult``; ``.save(path)`` writes the .pte. With
+    ``dry_run`` everything but serialization runs and the report says what
+    would be delegated. With ``verify`` the lowered program is executed and
+    compared against eager (``tolerance``: the max |difference| accepted;
+    default by output dtype); ``report.verification.passed`` says whether it
+    held. The caller's model, program and inputs are left as they were.
+    """
+    from edgeplug._verification import check_tolerance
+
+    given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
+    b = _resolve(backend)
+    if verify and not dry_run:
+        refuse_verify_without_runtime(b)
+    if not dry_run:
+        b.require_available()
+    job = Lowering(
+        source=model_or_ep,
+        inputs=given,
+        dynamic_shapes=dynamic_shapes,
+        backend=b,
+        clock=StageClock(b.name, progress or (lambda msg: None)),
+        dry_run=dry_run,
+        verify=verify,
+        tolerance=check_tolerance(tolerance),
+        label=model_name or type(model_or_ep).__name__,
+    )
+    with torch.no_grad():  # lowering never needs grad, and grad mode must not change the program
+        for stage in STAGES:
+            if stage.applies(job):
+                _run_stage(job, stage)
+    if verify and dry_run:
+        job.report.notes.append("verification skipped: a dry run produces no program to run")
+    job.report.stages = job.clock.timings
+    from edgeplug._quantization import describe_quantization
+
+    describe_quantization(job.report, job.source, b)  # scheme, norms, quantize timings
+    return job.result
+
+
+# -- verification -----------------------------------------------------------------------
+
+
+def refuse_verify_without_runtime(backend: Backend) -> None:
+    """Refuse verification before any work for a backend whose programs cannot run here (``verify_method="none"``)."""
+    if backend.spec.verify_method == "none":
+        raise VerificationError(
+            f"backend {backend.name!r} cannot verify here: its BackendSpec.verify_method is 'none' (no runtime "
+            "for its programs on this host). Lower without --verify (verify=False) to write the .pte and run "
+            "it on the device, or use --dry-run to see the partitions; nothing was done"
+        )
+
+
+def _installed() -> str:
+    from edgeplug._backend import backends
+
+    return ", ".join(backends()) or "none (pip install a backend plugin)"
+
+
+def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_shapes: Any) -> ExampleInputs:
+    """``lower``'s arguments checked before any work: what was wrong, and what to pass instead."""
+    if backend is None:
+        raise EdgeplugError(
+            "edgeplug.lower needs a backend: lower(model, args, NAME) or backend=NAME, "
+            f"NAME one of the installed backends: {_installed()}"
+        )
+    if isinstance(backend, dict):
+        raise EdgeplugError(
+            "edgeplug.lower: the third argument is the backend, not keyword inputs; pass them as kwargs={...}"
+        )
+    if not isinstance(source, (torch.nn.Module, ExportedProgram)):
+        raise EdgeplugError(
+            f"edgeplug.lower takes a torch.nn.Module or a torch.export.ExportedProgram, not {type(source).__name__}"
+        )
+    return inputs_for(source, args, kwargs, dynamic_shapes, where="edgeplug.lower")
+
+
+def _runtime_inputs(result: LoweringResult, given: Optional[ExampleInputs] = None) -> list[Any]:
+    """``given`` (by default the result's example inputs) as the runtime takes them: flat, in the program's order."""
+    return runtime_inputs(result.exported_program, given or ExampleInputs(result.args, result.kwargs))
+
+
+@dataclass
+class _Run:
+    outputs: list[torch.Tensor]
+    method: str
+    adapter: str
+    note: str = ""
+    #: buffer name -> value after the run, where the runner can see it
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: the outputs of each further call (decode steps), in order
+    steps: list[list[torch.Tensor]] = field(default_factory=list)
+
+
+#: executorch's runtime error codes (runtime/core/error.h) a .pte commonly fails with
+_RUNTIME_ERRORS = {
+    0x14: "OperatorMissing: an op of the program has no kernel in the runtime executorch's Python "
+    "package links (its log above says which: 'Missing operator'); the .pte may still run on a "
+    "runtime built with that kernel",
+    0x12: "InvalidArgument: the inputs do not match what the program expects",
+    0x23: "InvalidProgram: the runtime could not read the program",
+    0x30: "DelegateInvalidCompatibility: a delegate's payload is not one this runtime's backend reads",
+}
+
+
+def _executorch_config(ep: ExportedProgram) -> Any:
+    """``to_executorch``'s config: executorch's quantized-op fusion where torchao's dequantize is left on the
+    CPU (a weight-only embedding: dequantize + embedding become ``quantized_decomposed.embedding_4bit``,
+    which executorch's quantized kernels run; torchao's dequantize has no kernel), else the default."""
+    if not any(n.op == "call_function" and "torchao.dequantize_affine" in str(n.target) for n in ep.graph.nodes):
+        return None
+    from executorch.exir import ExecutorchBackendConfig
+
+    return ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)
+
+
+def _run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run:
+    """Run the .pte in executorch's runtime on the example inputs, then on each of ``calls`` with the same
+    loaded program (its mutable buffers persist between calls, as on a device); ``_Run.steps`` holds the
+    outputs of each of ``calls``."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):
+        import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels with the runtime
+
+    steps: list[list[torch.Tensor]] = []
+    try:
+        module = _load_for_executorch_from_buffer(result.buffer)
+        outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result))))
+        for call in calls:
+            steps.append(_tensors(module.forward(copy.deepcopy(_runtime_inputs(result, call)))))
+    except RuntimeError as exc:
+        code = re.search(r"error:? (0x[0-9a-fA-F]+)", str(exc))
+        meaning = _RUNTIME_ERRORS.get(int(code.group(1), 16)) if code else None
+        raise RuntimeRefusedError(
+            f"executorch's runtime could not run the .pte: {str(exc).strip().splitlines()[0]}"
+            + (f" ({meaning})" if meaning else "")
+            + ". This is the runtime's refusal, not a lowering error of edgeplug's or a plugin's; "
+            "lower without --verify to write the .pte anyway"
+            + (f" (it ran {len(steps) + 1} calls before this one)" if steps else "")
+        ) from exc
+    return _Run(outs, "pte", "executorch runtime (host CPU)", steps=steps)
+
+
+def _run_kernels(result: LoweringResult, backend: Backend) -> _Run:
+    from edgeplug._runtime import run_lowered
+
+    run = run_lowered(_with_copied_inputs(result), backend)
+    return _Run(run.outputs, "kernels", run.adapter, run.note, dict(getattr(run, "mutated_buffers", {}) or {}))
+
+
+def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
+    # the host interpreter may change inputs in place, as the model does: give it copies
+    return LoweringResult(
+        report=result.report, exported_program=result.exported_program, edge=result.edge, program=result.program,
+        args=copy.deepcopy(result.args), kwargs=copy.deepcopy(result.kwargs), reference=result.reference,
+    )
+
+
+#: decode steps verification runs after the example inputs' call, for a program that keeps state in buffers
+DECODE_STEPS = 3
+
+
+@dataclass
+class _Step:
+    """One further call verification makes (a decode step): its inputs and eager's outputs."""
+
+    inputs: ExampleInputs
+    outputs: list[torch.Tensor]
+
+
+def _keeps_state(ep: ExportedProgram) -> bool:
+    """Whether the lowered program writes buffers (a KV cache), at the top level or inside a delegate."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    if ep.graph_signature.buffers_to_mutate:
+        return True
+    return any(
+        s.kind.name == "BUFFER_MUTATION"
+        for _, lowered, _ in get_lowered_submodules(ep.graph_module)
+        for s in lowered.original_module.graph_signature.output_specs
+    )
+
+
+def decode_steps(result: LoweringResult, count: int = DECODE_STEPS) -> tuple[list[_Step], str]:
+    """For a program that keeps state in buffers: ``count`` calls continuing the example inputs (the next
+    tokens, ``edgeplug._inputs.decode_inputs``) with eager's outputs for each, replayed on the eager model
+    from its first state; and why fewer were made (empty when all were)."""
+    ref = result.reference
+    if ref is None or ref.model is None or result.edge is None:
+        return [], ""
+    ep = result.edge.exported_program()
+    if not _keeps_state(ep):
+        return [], ""
+    calls = decode_inputs(ep, ExampleInputs(result.args, result.kwargs), count, sizes_from=result.exported_program)
+    if not calls:
+        return [], "decode steps not run: the program's inputs do not match the example inputs' leaves"
+    from edgeplug._failures import first_line
+
+    steps: list[_Step] = []
+    eager = ref.model
+    eager.reset()
+    try:
+        eager(ExampleInputs(result.args, result.kwargs))
+        for call in calls:
+            steps.append(_Step(call, eager(call).outputs))
+    except Exception as exc:
+        return steps, (
+            f"decode steps stopped after {len(steps)}: eager raised {first_line(exc)} on step {len(steps) + 1} "
+            f"({calls[len(steps)].describe()})"
+        )
+    finally:
+        eager.reset()
+    return steps, ""
+
+
+def _compare_steps(steps: Sequence[_Step], runs: Sequence[list[torch.Tensor]], tolerance: Optional[float]) -> list:
+    from edgeplug._verification import compare_outputs
+
+    checks = []
+    for i, (step, outs) in enumerate(zip(steps, runs), start=1):
+        outs = list(outs)[len(outs) - len(step.outputs):] if len(outs) > len(step.outputs) else list(outs)
+        names = [f"decode {i}: output {j}" for j in range(len(step.outputs))]
+        checks += compare_outputs(outs, step.outputs, tolerance, names)
+    return checks
+
+
+def _buffers_the_pte_starts_at_zero(result: LoweringResult) -> list[str]:
+    """Buffers the program writes whose value in the model is not zero: executorch's runtime starts a
+    mutable buffer without the model's value (the .pte holds none for it), so the first call differs."""
+    ref = result.reference
+    if ref is None or ref.model is None or result.edge is None:
+        return []
+    written = set(result.edge.exported_program().graph_signature.buffers_to_mutate.values())
+    return sorted(n for n, t in ref.model.initial.items() if n in written and bool(torch.count_nonzero(t)))
+
+
+def _steps_note(steps: Sequence[_Step]) -> str:
+    return (
+        f"prefill and {len(steps)} decode steps ran through one loaded program, its buffers kept between calls; "
+        f"each decode step: {steps[0].inputs.describe()}"
+    )
+
+
+def _labelled_reference(result: LoweringResult, count: int) -> tuple[list[torch.Tensor], list[str]]:
+    """The reference for ``count`` lowered outputs: user outputs, plus inputs the program mutates when returned."""
+    ref = result.reference
+    outputs = list(ref.outputs)
+    names = [""] * len(outputs)
+    if count == len(outputs) or result.edge is None:
+        return outputs, names
+    ep = result.edge.exported_program()
+    user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    mutated, values, labels = [], [], []
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind.name == "USER_INPUT_MUTATION" and spec.target in user_inputs:
+            i = user_inputs.index(spec.target)
+            if i < len(ref.inputs_after) and isinstance(ref.inputs_after[i], torch.Tensor):
+                mutated.append(spec.target)
+                values.append(ref.inputs_after[i])
+                labels.append(f"input {spec.target!r} (changed in place)")
+    if count == len(outputs) + len(values):  # the runtime returns mutated inputs first, as the program does
+        return [*values, *outputs], [*labels, *names]
+    return outputs, names
+
+
+def _quantized(result: LoweringResult) -> bool:
+    from edgeplug._quantization import is_quantized
+
+    return result.report.quantization is not None or is_quantized(result.exported_program)
+
+
+def verify(
+    result: LoweringResult, backend: str | Backend, *, tolerance: Optional[float] = None,
+    reference: Optional[Sequence[torch.Tensor]] = None,
+) -> Verification:
+    """``edgeplug.verify``: run the lowered program and compare each output with eager.
+
+    ``backend`` is a ``Backend`` or its name; ``BackendSpec.verify_method`` says
+    how the program runs here. ``tolerance`` is the max |difference| accepted
+    (default by output dtype; see ``edgeplug._verification``); ``reference``
+    replaces eager's outputs (e.g. a quantized model's). NaN and infinities
+    are compared by position. ``Verification.passed`` says whether it held.
+    """
+    from edgeplug._verification import compare_outputs
+
+    backend = _resolve(backend)
+    if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
+        from edgeplug._quantization import verify_quantized
+
+        return verify_quantized(result, backend, result.exported_program, tolerance)
+    if reference is None and result.reference is None:
+        raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
+    method = backend.spec.verify_method
+    # decode steps need a runtime that keeps buffers between calls: the .pte's
+    steps, why_not = decode_steps(result) if reference is None and method == "pte" else ([], "")
+    if method == "pte":
+        run = _run_pte(result, [s.inputs for s in steps])
+    elif method == "kernels":
+        run = _run_kernels(result, backend)
+    else:
+        raise VerificationError(
+            f"backend {backend.name!r} has no way to run its programs on this host "
+            "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
+        )
+    outs = list(run.outputs)
+    if reference is not None:
+        expected, names = list(reference), [""] * len(reference)
+    else:
+        expected, names = _labelled_reference(result, len(outs))
+        # state the model updates (a buffer the delegate owns) is compared once, as itself
+        after = result.reference.buffers_after if result.reference is not None else {}
+        for name, value in sorted(run.buffers.items()):
+            if name in after:
+                outs.append(value)
+                expected.append(after[name])
+                names.append(f"buffer {name!r} (updated in forward)")
+    notes = [run.note, why_not]
+    nonzero = _buffers_the_pte_starts_at_zero(result) if reference is None and method == "pte" else []
+    if nonzero:
+        notes.append(
+            f"the program writes buffer{'s' if len(nonzero) > 1 else ''} {', '.join(map(repr, nonzero))}, which the "
+            "model holds non-zero; executorch's runtime starts a mutable buffer without that value (the .pte "
+            "carries none), so eager and the .pte start from different states: reset the buffer to zeros before "
+            "lowering, or make it a constant if the program only reads it"
+        )
+    if steps and method == "pte":
+        names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
+        notes.append(_steps_note(steps))
+    elif reference is None and method == "kernels" and _keeps_state(result.edge.exported_program()):
+        notes.append(
+            "host kernels run one call at a time (the buffers a delegate owns are not carried to the next call), "
+            f"so the {DECODE_STEPS} decode steps were not run"
+        )
+    checks = compare_outputs(outs, expected, tolerance, names)
+    if steps and method == "pte":
+        checks += _compare_steps(steps, run.steps, tolerance)
+    note = "; ".join(x for x in notes if x)
+    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)

@@ -1,0 +1,772 @@
+"""Quantization through a backend's own PT2E quantizer.
+
+``quantize(model, args, backend, scheme, kwargs=...)`` runs, in order:
+
+1. ``torch.export`` (skipped for an ExportedProgram);
+2. the backend's export-stage passes (``edgeplug.transform``);
+3. RMSNorm recomposed on the aten program under the backend's fusion policy
+   (Gemma's ``1 + w`` folded into a constant), so the quantizer annotates one
+   norm op instead of pow/mean/rsqrt/mul and quantize/dequantize never land
+   inside a norm;
+4. ``prepare_pt2e`` with the scheme's quantizer (from the backend's
+   ``edgeplug_quantizers`` records), calibration, ``convert_pt2e``.
+
+A ``source_transform`` scheme (torchao's ``quantize_`` with the config the
+scheme's factory returns: 8da4w, int4 weight-only) instead transforms a deep
+copy of the model, then exports it and runs the export-stage passes; there is
+no calibration. Either way the lowering verifies against the quantized model.
+
+The result is the converted ``torch.fx.GraphModule``; ``quantization_info(gm)``
+returns what was done (backend, scheme, timings, the recomposed norms), which
+``edgeplug.lower`` puts in its report.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from pydantic import BaseModel, Field
+
+from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
+from edgeplug._errors import QuantizationError
+from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
+
+Progress = Callable[[str], None]
+
+#: key of ``GraphModule.meta`` under which ``quantize`` leaves its ``QuantizationInfo``
+META_KEY = "edgeplug_quantization"
+
+#: default verification tolerance of a quantized output, in steps of its output scale: the
+#: lowered program rounds at every requantization as the reference does, but a value one step
+#: off at one layer moves the next layers' outputs too (measured on XNNPACK: 1 step for the MLP
+#: and the Gemma-style block, 4 for the 2-layer Llama); a wrong weight or op is tens of steps off
+QUANT_STEPS = 8
+
+#: default verification tolerance of an output of a source-transform scheme with dynamically
+#: quantized activations, as a fraction of the output's largest magnitude: there is no static
+#: output scale, and XNNPACK picks each row's activation scale and rounds as torchao's reference
+#: does but not bit for bit. Measured on XNNPACK 8da4w, |lowered - quantized| / max|logit|: 0.6%,
+#: 1.2%, 2.2% (zoo llama, qwen3, gemma3, 2 layers), 2.1% (the built-in llama example); the float
+#: error is 11-12% and one int4 group of one layer negated and scaled is 26% (the xnnpack test)
+DYNAMIC_RELATIVE = 0.05
+
+
+@dataclass
+class QuantizationInfo:
+    """What ``quantize`` did; ``quantization_info(gm)`` returns it."""
+
+    backend: str
+    scheme: str
+    description: str
+    activation_bits: Optional[int]
+    weight_bits: int
+    per_channel: bool
+    #: the distribution that contributed the scheme
+    distribution: str = ""
+    #: "pt2e" (prepare/calibrate/convert) or "source_transform" (torchao's quantize_ before export)
+    kind: str = "pt2e"
+    calibration_batches: int = 0
+    #: the most calibration batches read (``quantize(calibration_batches=)``), and whether the data had more
+    calibration_limit: int = 0
+    calibration_cut: bool = False
+    #: (stage, seconds) in the order they ran
+    stages: list[tuple[str, float]] = field(default_factory=list)
+    #: the RMSNorm recomposition before annotation, one record per match
+    fusions: list[FusionRecord] = field(default_factory=list)
+    #: constant-only subgraphs folded before annotation (and folds refused, with why)
+    folds: list[TransformRecord] = field(default_factory=list)
+    #: the float model's outputs on ``inputs`` (``(args, kwargs)``; for |lowered - float| in reports)
+    inputs: tuple = ((), {})
+    float_outputs: list[Any] = field(default_factory=list)
+
+    def summary(self) -> "QuantizationSummary":
+        return QuantizationSummary(
+            quantizer_backend=self.backend, scheme=self.scheme, description=self.description,
+            activation_bits=self.activation_bits, weight_bits=self.weight_bits, per_channel=self.per_channel,
+            distribution=self.distribution, calibration_batches=self.calibration_batches,
+            calibration_limit=self.calibration_limit, calibration_cut=self.calibration_cut,
+            norms=self.fusions, folds=self.folds, kind=self.kind,
+        )
+
+
+class QuantizationSummary(BaseModel):
+    """The report's account of a quantized program: whose quantizer, what it did, how it verified."""
+
+    #: the backend whose quantizer produced the program (may differ from the lowering's)
+    quantizer_backend: str
+    scheme: str
+    description: str = ""
+    activation_bits: Optional[int] = None
+    weight_bits: Optional[int] = None
+    per_channel: Optional[bool] = None
+    distribution: str = ""
+    #: "pt2e" or "source_transform" (torchao's quantize_ on a copy of the model; no calibration)
+    kind: str = "pt2e"
+    calibration_batches: int = 0
+    #: the cap on calibration batches, and whether the calibration data had more than it (they were not read)
+    calibration_limit: int = 0
+    calibration_cut: bool = False
+    #: RMSNorms recomposed before annotation (``fused``/``folded_weight``) or refused, with why
+    norms: list[FusionRecord] = Field(default_factory=list)
+    #: constant-only subgraphs folded before annotation (``fold`` records; refusals say why)
+    folds: list[TransformRecord] = Field(default_factory=list)
+    #: set when the program was quantized for another backend than the one it is lowered for
+    foreign: bool = False
+    #: what verification compared with, and per output |lowered - quantized| and |lowered - float|
+    reference: str = ""
+    versus_quantized: list[float] = Field(default_factory=list)
+    versus_float: list[float] = Field(default_factory=list)
+    #: per output, the cosine similarity of the lowered program's output and the float model's (1.0: same direction)
+    cosine_to_float: list[float] = Field(default_factory=list)
+
+    def table_lines(self) -> list[str]:
+        bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
+        what = f"{bits}, {self.weight_bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} weights"
+        batches = f"{self.calibration_batches} calibration batch{'es' if self.calibration_batches != 1 else ''}"
+        if self.calibration_cut:
+            batches += f", the first {self.calibration_limit} of more (--calibration-batches)"
+        if self.kind == "source_transform":
+            what, batches = f"torchao source transform: {self.description}", "no calibration"
+        lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {batches})"]
+        if self.foreign:
+            lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
+        outcomes = {}
+        for r in self.norms:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        if self.norms:
+            told = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+            lines.append(f"  norms recomposed before annotation: {len(self.norms)} ({told})")
+            lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
+        applied = [r for r in self.folds if r.outcome == "applied"]
+        if self.folds:
+            removed = sum(r.removed for r in applied)
+            lines.append(
+                f"  constant-only subgraphs folded before annotation: {len(applied)} ({removed} nodes removed)"
+                + (f", {len(self.folds) - len(applied)} left as they were" if len(applied) < len(self.folds) else "")
+            )
+            lines.extend(f"    {r.node} ({r.op}): {r.detail}" for r in self.folds if r.outcome == "refused")
+        if self.reference:
+            lines.append(f"  verification reference: {self.reference}")
+        for i, q in enumerate(self.versus_quantized):
+            versus_float = f", |lowered - float| = {self.versus_float[i]:.3e}" if i < len(self.versus_float) else ""
+            if i < len(self.cosine_to_float):
+                versus_float += f", cosine to float = {self.cosine_to_float[i]:.4f}"
+            lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}{versus_float}")
+        return lines
+
+
+# -- schemes ---------------------------------------------------------------------
+
+
+def _backend_name(backend: Any) -> str:
+    return backend.name if hasattr(backend, "name") else str(backend).strip().lower()
+
+
+def _contributions(backend: str) -> list[tuple[Any, QuantScheme]]:
+    from edgeplug._registry import manager
+
+    return [(info, rec) for info, rec in manager().contributions("edgeplug_quantizers", backend)]
+
+
+def schemes(backend: Any) -> list[QuantScheme]:
+    """The quantization schemes ``backend`` (a name or ``Backend``) offers, in plugin order."""
+    from edgeplug._backend import get_backend
+
+    name = get_backend(backend).name if isinstance(backend, str) else _backend_name(backend)
+    return [rec for _, rec in _contributions(name)]
+
+
+def _describe(schemes_: Sequence[QuantScheme]) -> str:
+    return "; ".join(f"{s.scheme} ({s.description})" for s in schemes_)
+
+
+def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
+    """The record of ``scheme`` for ``backend``; a clear error naming the backend's schemes when there is none."""
+    from edgeplug._backend import backends, get_backend
+
+    b = get_backend(backend) if isinstance(backend, str) else backend
+    found = _contributions(b.name)
+    key = scheme.strip().lower()
+    if not found:
+        able = [n for n in backends() if _contributions(n)]
+        others = f"backends with quantizers: {', '.join(able)}" if able else "no installed backend has one"
+        raise QuantizationError(
+            f"backend {b.name!r} has no quantizer: no installed plugin yields a QuantScheme for it "
+            f"(hook edgeplug_quantizers); {others}. Lower the float model, or quantize for one of those"
+        )
+    # two records of one scheme name make the plugin manager refuse the backend (get_backend raised above)
+    matches = [(info, rec) for info, rec in found if rec.scheme == key]
+    if not matches:
+        import difflib
+
+        names = [rec.scheme for _, rec in found]
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise QuantizationError(
+            f"backend {b.name!r} has no quantization scheme {scheme!r}{hint}; its schemes: "
+            f"{_describe([rec for _, rec in found])}"
+        )
+    return matches[0][1]
+
+
+def make_quantizer(backend: Any, scheme: str) -> Any:
+    """A fresh torchao ``Quantizer`` for ``scheme`` of ``backend`` (never reaches the network)."""
+    from edgeplug._backend import get_backend
+
+    b = get_backend(backend) if isinstance(backend, str) else backend
+    rec = quant_scheme(b, scheme)
+    try:
+        return rec.factory()
+    except Exception as exc:
+        raise QuantizationError(
+            f"building the quantizer of scheme {rec.scheme!r} for backend {b.name!r} failed: "
+            f"{type(exc).__name__}: {exc}. The factory comes from the backend's plugin "
+            f"({b.distribution}); check its executorch version"
+        ) from exc
+
+
+# -- the pipeline ----------------------------------------------------------------
+
+
+def recompose_norms(ep: Any, backend: Any) -> tuple[Any, list[FusionRecord]]:
+    """RMSNorm recomposed on an aten-dialect program under ``backend``'s fusion policy.
+
+    The policy-level fuser (``edgeplug._fusion.fuse_program``) runs on the aten
+    program: each norm becomes the policy's op, Gemma's ``1 + w`` folded into a
+    constant, so the quantizer annotates one op per norm. ``ep`` is left as it
+    was; a backend without an rms_norm policy gets ``ep`` back.
+    """
+    from edgeplug._fusion import fuse_program
+
+    return fuse_program(ep, backend.fusion_policy("rms_norm"))
+
+
+#: calibration batches read unless the caller says otherwise (``--calibration-batches``)
+DEFAULT_CALIBRATION_BATCHES = 100
+
+
+def quantize(
+    model: Any,
+    args: Any = (),
+    backend: Any = None,
+    scheme: Optional[str] = None,
+    calibration: Optional[Iterable[Sequence[Any]]] = None,
+    *,
+    kwargs: Optional[dict[str, Any]] = None,
+    dynamic_shapes: Any = None,
+    progress: Optional[Progress] = None,
+    calibration_batches: int = DEFAULT_CALIBRATION_BATCHES,
+) -> Any:
+    """Quantize ``model`` with ``backend``'s quantizer for ``scheme``; returns the converted GraphModule.
+
+    ``args`` and ``kwargs`` are the example inputs as ``edgeplug.lower`` takes
+    them (``edgeplug._inputs``); ``dynamic_shapes`` is passed to ``torch.export``
+    for a module. ``calibration`` is an iterable of positional input tuples (a
+    single tensor counts as a one-input tuple) run through the observed model;
+    by default the example inputs. At most ``calibration_batches`` batches are read (a
+    generator that never ends is cut there); the report counts them and says
+    when the data had more. The caller's model is not changed.
+    """
+    import torch
+    from torch.export import ExportedProgram
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from edgeplug._backend import get_backend
+    from edgeplug._inputs import inputs_for
+    from edgeplug._pipeline import transform
+
+    if backend is None or scheme is None:
+        raise EdgeplugError(
+            "edgeplug.quantize needs a backend and a scheme: quantize(model, args, BACKEND, SCHEME) "
+            "(edgeplug.backends() lists the backends; `edgeplug plugins` lists each backend's schemes)"
+        )
+    given = inputs_for(model, args, kwargs, dynamic_shapes, where="edgeplug.quantize")
+    limit = check_calibration_batches(calibration_batches)
+    _refuse_second_quantization(model)
+    b = get_backend(backend) if isinstance(backend, str) else backend
+    rec = quant_scheme(b, scheme)  # before any work: an unknown scheme fails at once
+    info = QuantizationInfo(
+        backend=b.name, scheme=rec.scheme, description=rec.description, activation_bits=rec.activation_bits,
+        weight_bits=rec.weight_bits, per_channel=rec.per_channel, distribution=b.distribution,
+        calibration_limit=limit, kind=rec.kind,
+    )
+    timed = _QuantizeStages(b.name, rec.scheme, info, progress)
+    if rec.kind == "source_transform":
+        _check_source_transform(model, rec, b, calibration)
+        ep = _source_transform(model, given, b, rec, timed, dynamic_shapes)
+        converted = ep.module()
+        info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
+        converted.meta[META_KEY] = info
+        return converted
+    if isinstance(model, ExportedProgram):
+        ep = model
+    else:
+        ep = timed("export", lambda: torch.export.export(model, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
+    ep = timed("export passes", lambda: transform(ep, b))
+    ep, info.fusions = timed("recompose norms", lambda: recompose_norms(ep, b))
+    ep, info.folds = timed("fold constants", lambda: fold_before_annotation(ep, b))
+    quantizer = timed("build quantizer", lambda: make_quantizer(b, rec.scheme))
+    prepared = timed("prepare", lambda: prepare_pt2e(ep.module(), quantizer))
+    timed("calibrate", lambda: _calibrate(prepared, calibration, given, info))
+    converted = timed("convert", lambda: convert_pt2e(prepared))
+    info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
+    converted.meta[META_KEY] = info
+    return converted
+
+
+def _check_source_transform(model: Any, rec: QuantScheme, backend: Any, calibration: Any) -> None:
+    """Before any work: a source transform needs the module itself and takes no calibration data."""
+    from torch.export import ExportedProgram
+
+    if isinstance(model, ExportedProgram):
+        raise QuantizationError(
+            f"scheme {rec.scheme!r} of backend {backend.name!r} is a torchao source transform: it rewrites the "
+            "model's linear layers before export, so it needs the nn.Module, not an ExportedProgram. Pass the "
+            "module (edgeplug.quantize(model, inputs, ...)), or pick a PT2E scheme of the backend"
+        )
+    if calibration is not None:
+        raise QuantizationError(
+            f"scheme {rec.scheme!r} of backend {backend.name!r} takes no calibration data (a torchao source "
+            "transform: its weights are quantized from their own values and any activations per call); "
+            "leave the calibration out"
+        )
+
+
+def _source_transform(model: Any, given: Any, backend: Any, rec: QuantScheme, timed: Any, dynamic_shapes: Any) -> Any:
+    """The exported program of a deep copy of ``model`` quantized with torchao's ``quantize_`` and the
+    scheme's config; the backend's export passes applied. ``model`` is left as it was."""
+    import copy
+
+    import torch
+    from torchao.quantization import quantize_
+
+    from edgeplug._pipeline import transform
+
+    steps = timed("build config", lambda: _transform_steps(make_quantizer(backend, rec.scheme), rec, backend))
+
+    def apply() -> Any:
+        with torch.no_grad():
+            copied = copy.deepcopy(model)
+            for config, filter_fn in steps:
+                quantize_(copied, config, filter_fn=filter_fn)
+        return copied
+
+    copied = timed("transform", apply)
+    ep = timed("export", lambda: torch.export.export(copied, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
+    return timed("export passes", lambda: transform(ep, backend))
+
+
+def _transform_steps(made: Any, rec: QuantScheme, backend: Any) -> list[tuple[Any, Any]]:
+    """A source-transform factory's answer as ``[(config, filter_fn), ...]``: one config (linear layers), or pairs."""
+    if not isinstance(made, (list, tuple)):
+        return [(made, None)]
+    steps = [tuple(p) if isinstance(p, (list, tuple)) else p for p in made]
+    if not steps or not all(isinstance(p, tuple) and len(p) == 2 and (p[1] is None or callable(p[1])) for p in steps):
+        raise QuantizationError(
+            f"the factory of scheme {rec.scheme!r} for backend {backend.name!r} ({backend.distribution}) returned "
+            f"{made!r}: a source-transform factory returns one torchao config, or a non-empty sequence of "
+            "(config, filter_fn) pairs with filter_fn(module, fqn) -> bool or None"
+        )
+    return steps
+
+
+def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRecord]]:
+    """``ep`` with its constant-only subgraphs folded (``edgeplug._graph.fold``), under ``backend``'s
+    fold budget, so the quantizer neither observes them nor breaks them.
+
+    A mask built from ``arange``/``cumsum``/``index`` at static shapes (transformers' decoders) is
+    what the lowering would fold anyway; left in, ``prepare_pt2e`` puts observers in its index
+    chain and calibration fails ("tensors used as indices must be long ..."). ``ep`` is left as it
+    was; every fold (and every refusal, with why) is a record in the quantization report.
+    """
+    from edgeplug._fusion import copy_program
+    from edgeplug._graph.fold import fold_constant_subgraphs
+
+    out = copy_program(ep)
+    records = fold_constant_subgraphs(out, budget=backend.spec.constant_fold_budget)
+    if not any(r.outcome == "applied" for r in records):
+        return ep, records
+    out.graph_module.recompile()
+    return out, records
+
+
+def _refuse_second_quantization(model: Any) -> None:
+    """A model ``quantize`` made, or one holding quantize/dequantize ops, is not quantized again."""
+    if not is_quantized(model):
+        return
+    done = quantization_info(model)
+    by = f"by {done.backend}'s quantizer, scheme {done.scheme!r}" if done is not None else "it holds quantize/dequantize ops"
+    raise QuantizationError(
+        f"the model is already quantized ({by}): quantizing it again would observe and round its "
+        "dequantized weights a second time. Quantize the float model once, or lower this one as it is"
+    )
+
+
+class _QuantizeStages:
+    """Runs one quantize stage: says it, times it into ``info.stages``, names it when it fails."""
+
+    def __init__(self, backend: str, scheme: str, info: Any, progress: Optional[Progress]) -> None:
+        self.backend, self.scheme, self.info = backend, scheme, info
+        self.say = progress or (lambda msg: None)
+
+    def __call__(self, stage: str, fn: Callable[[], Any]) -> Any:
+        self.say(f"[{self.backend}] quantize {self.scheme}: {stage} ...")
+        t = time.perf_counter()
+        try:
+            value = fn()
+        except EdgeplugError:
+            raise
+        except Exception as exc:
+            where = _graph_node_that_raised(exc)
+            raise QuantizationError(
+                f"quantizing for backend {self.backend!r} with scheme {self.scheme!r} failed at {stage!r}"
+                f"{where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                + (
+                    ". The observed program could not run there: a subgraph the quantizer annotated "
+                    "computes something it must not observe (e.g. indices). If it is constant at the example "
+                    "inputs' shapes, the fold before annotation should have taken it: the quantization "
+                    "report's folds say why it did not (a budget, a symbolic size)"
+                    if where and stage == "calibrate" else ""
+                )
+            ) from exc
+        self.info.stages.append((stage, time.perf_counter() - t))
+        return value
+
+
+def _graph_node_that_raised(exc: BaseException) -> str:
+    """`` at node 'index' (torch.ops.aten.index.Tensor(...), from model.py:12)``: the innermost line of an
+    fx-generated forward in ``exc``'s traceback, and the model line its node came from; "" if none."""
+    import linecache
+    import re as _re
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<eval_with_key>")]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    line = (linecache.getline(frame.filename, frame.lineno) or frame.line or "").strip()
+    m = _re.match(r"^([A-Za-z_]\w*)\s*=\s*(.*)$", line)
+    if not m:
+        return f" in the graph's code ({line})" if line else ""
+    name, call = m.group(1), m.group(2)
+    source = ""
+    gm = frame_gm = None
+    tb = exc.__traceback__
+    while tb is not None:  # the GraphModule whose forward raised: its node holds the model's line
+        if tb.tb_frame.f_code.co_filename == frame.filename:
+            frame_gm = tb.tb_frame.f_locals.get("self")
+        tb = tb.tb_next
+    gm = frame_gm
+    node = next((n for n in gm.graph.nodes if n.name == name), None) if hasattr(gm, "graph") else None
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines() if node is not None else []
+    files = [t.strip() for t in trace if t.strip().startswith("File ")]
+    if files:
+        source = f", from {files[-1].removeprefix('File ')}"
+    return f" at node {name!r} ({call[:120]}{source})"
+
+
+def _calibrate(prepared: Any, calibration: Any, given: Any, info: Any) -> None:
+    import torch
+
+    with torch.no_grad():
+        if calibration is None:  # the example inputs, keywords included
+            prepared(*given.args, **given.kwargs)
+            info.calibration_batches += 1
+        for batch in calibration or ():
+            if info.calibration_batches >= info.calibration_limit:
+                info.calibration_cut = True  # more than the cap: the rest is not read (a generator may never end)
+                break
+            args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+            prepared(*args)
+            info.calibration_batches += 1
+    if info.calibration_batches == 0:
+        raise QuantizationError("the calibration data is empty: give at least one input tuple")
+
+
+def _float_outputs(model: Any, given: Any) -> list[Any]:
+    from torch.export import ExportedProgram
+
+    from edgeplug._pipeline import EagerModel
+
+    # on copies of the buffers, parameters shared: a KV cache written under grad mode copies too
+    eager = EagerModel.of_program(model) if isinstance(model, ExportedProgram) else EagerModel.of_module(model)
+    return eager(given).outputs
+
+
+def quantization_info(model: Any) -> Optional[QuantizationInfo]:
+    """What ``quantize`` did to ``model`` (its result), or None for any other model."""
+    meta = getattr(model, "meta", None)
+    return meta.get(META_KEY) if isinstance(meta, dict) else None
+
+
+
+# -- lowering a quantized program ----------------------------------------------------
+
+
+def _graph_module(model: Any) -> Any:
+    from torch.export import ExportedProgram
+
+    return model.graph_module if isinstance(model, ExportedProgram) else model
+
+
+def is_quantized(model: Any) -> bool:
+    """Whether ``model`` (a module or program) holds quantize/dequantize ops or came from ``quantize``."""
+    if quantization_info(model) is not None:
+        return True
+    gm = _graph_module(model)
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return False
+    return any(n.op == "call_function" and _is_quant_op(str(n.target)) for n in graph.nodes)
+
+
+def _is_quant_op(target: str) -> bool:
+    """PT2E's quantize/dequantize ops, and torchao's (a source transform's program after export)."""
+    return "quantized_decomposed" in target or (target.startswith("torchao.") and "quantize" in target)
+
+
+def output_steps(model: Any) -> list[Optional[float]]:
+    """Per output of ``model``'s graph: the scale of the dequantize that produces it, or None."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    gm = _graph_module(model)
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return []
+    out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+    if out is None:
+        return []
+    steps: list[Optional[float]] = []
+    for leaf in pytree.tree_leaves(out.args[0]):
+        if not isinstance(leaf, torch.fx.Node):
+            continue
+        step = None
+        if leaf.op == "call_function" and "dequantize_per_tensor" in str(leaf.target) and len(leaf.args) > 1:
+            scale = leaf.args[1]
+            if isinstance(scale, torch.fx.Node) and scale.op == "get_attr":
+                scale = _attr(gm, scale.target)
+            if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+                scale = scale.item()
+            step = float(scale) if isinstance(scale, (int, float)) else None
+        steps.append(step)
+    return steps
+
+
+def _attr(gm: Any, target: str) -> Any:
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) -> tuple:
+    """(outputs, method, adapter, note) of the lowered program, as ``edgeplug.verify`` runs it."""
+    from edgeplug import _pipeline as pipeline
+
+    method = backend.spec.verify_method
+    if method not in ("pte", "kernels"):
+        raise VerificationError(
+            f"backend {backend.name!r} has no way to run its programs on this host "
+            "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
+        )
+    try:
+        run = pipeline._run_pte(result) if method == "pte" else pipeline._run_kernels(result, backend)
+        if isinstance(run, tuple):
+            return run
+        return run.outputs, run.method, run.adapter, run.note
+    except RuntimeRefusedError as exc:  # the runtime's refusal, explained with the quantizer that made it
+        raise _refused(exc, info, backend) from exc
+    except EdgeplugError:
+        raise
+    except Exception as exc:
+        raise _refused(exc, info, backend) from exc
+
+
+def _refused(exc: BaseException, info: Any, backend: Any) -> VerificationError:
+    """The runtime refused a quantized program: say whose quantizer made it and what to do."""
+    from edgeplug._failures import first_line
+
+    if info is not None and info.backend != backend.name:
+        why = (
+            f"the program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}), whose "
+            f"quantized ops {backend.name} does not take as they are"
+        )
+    else:
+        why = "the backend's runtime refused the quantized program"
+    own = ", ".join(s.scheme for _, s in _contributions(backend.name)) or "none"
+    return VerificationError(
+        f"running the lowered quantized program with {backend.name}'s runtime failed: {first_line(exc)}; "
+        f"{why}. Quantize for {backend.name} itself (its schemes: {own}), e.g. "
+        f"`edgeplug lower MODEL --backend {backend.name} --quantize SCHEME --verify`"
+    )
+
+
+def _same_inputs(a: tuple, b: tuple) -> bool:
+    import torch
+    import torch.utils._pytree as pytree
+
+    la, lb = pytree.tree_leaves(a), pytree.tree_leaves(b)
+    if len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and not (x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)):
+            return False
+    return True
+
+
+def verify_quantized(result: Any, backend: Any, model: Any, tolerance: Optional[float] = None) -> Any:
+    """``edgeplug.verify`` for a quantized program; fills ``result.report.quantization`` too.
+
+    The reference is the quantized model's eager output (``result``'s
+    reference, since ``model`` is what was lowered). Each output whose value a
+    dequantize produces is held to ``QUANT_STEPS`` steps of its scale unless
+    ``tolerance`` is given; other outputs (weight-only schemes) to the float
+    default. |lowered - float| is reported where ``quantize`` kept the float
+    model's outputs for the same inputs.
+    """
+    import torch
+
+    from edgeplug._report import Verification
+    from edgeplug._verification import check_tolerance, compare_output
+
+    tolerance = check_tolerance(tolerance)
+    info = quantization_info(model)
+    outs, method, adapter, note = _run_lowered(result, backend, info)
+    reference = list(result.eager_outputs)
+    if len(outs) != len(reference):
+        raise VerificationError(
+            f"the lowered program returned {len(outs)} outputs, the quantized model returned {len(reference)}"
+        )
+    steps = output_steps(model)
+    checks = []
+    for i, (a, e) in enumerate(zip(outs, reference)):
+        step = steps[i] if i < len(steps) and len(steps) == len(reference) else None
+        why = None
+        tol = tolerance
+        if tol is None and step is not None:
+            tol = QUANT_STEPS * step
+            why = f"default for a quantized output: {QUANT_STEPS} steps of its output scale {step:.4g}"
+        elif tol is None and info is not None and info.kind == "source_transform" and info.activation_bits and e.is_floating_point():
+            largest = e.detach().abs().max().item() if e.numel() else 0.0
+            tol = DYNAMIC_RELATIVE * largest
+            why = (
+                f"default for dynamically quantized activations: {DYNAMIC_RELATIVE:.0%} of the output's largest "
+                f"magnitude {largest:.4g} (no static output scale)"
+            )
+        check = compare_output(i, a, e, tol)
+        if why is not None:
+            check = check.model_copy(update={"tolerance_reason": why})
+        checks.append(check)
+    summary = result.report.quantization or (info.summary() if info is not None else None)
+    if summary is None:
+        summary = QuantizationSummary(quantizer_backend="unknown", scheme="unknown", description="quantized outside edgeplug")
+    summary.reference = "the quantized model's eager output"
+    summary.versus_quantized = [c.max_abs_diff for c in checks]
+    if info is not None and info.float_outputs and _same_inputs(info.inputs, (result.args, result.kwargs)):
+        summary.versus_float = [
+            (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
+            for a, f in zip(outs, info.float_outputs)
+        ]
+        summary.cosine_to_float = [_cosine(a, f) for a, f in zip(outs, info.float_outputs)]
+    result.report.quantization = summary
+    note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
+    return Verification(method=method, adapter=adapter, outputs=checks, note=note)
+
+
+def _cosine(a: Any, b: Any) -> float:
+    """Cosine similarity of two outputs taken as flat vectors (NaN where shapes differ, or for a zero vector)."""
+    import torch
+
+    if a.shape != b.shape or not a.numel() or not (a.is_floating_point() and b.is_floating_point()):
+        return float("nan")
+    x, y = a.detach().double().flatten(), b.detach().double().flatten()
+    norms = x.norm() * y.norm()
+    return float("nan") if norms == 0 else float((x @ y / norms).item())
+
+
+def describe_quantization(report: Any, model: Any, backend: Any) -> None:
+    """Put what ``quantize`` did to ``model`` into a lowering ``report``: scheme, norms, timings, and
+    a note when ``model`` was quantized with another backend's quantizer."""
+    from edgeplug._report import StageTiming
+
+    info = quantization_info(model)
+    if info is None:
+        if is_quantized(model) and report.quantization is None:
+            report.notes.append(
+                "the program holds quantize/dequantize ops from a quantizer edgeplug did not run; "
+                "its norms were not recomposed before annotation (use edgeplug.quantize or --quantize)"
+            )
+        return
+    summary = report.quantization or info.summary()
+    summary.foreign = info.backend != backend.name
+    report.quantization = summary
+    report.stages = [StageTiming(stage=f"quantize: {s}", seconds=t) for s, t in info.stages] + list(report.stages)
+    if summary.foreign:
+        report.notes.append(
+            f"this program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}, "
+            f"{info.distribution}), not {backend.name}'s: {backend.name} may not run it as it is; quantize "
+            f"for {backend.name} (--backend {backend.name} --quantize SCHEME) to lower it"
+        )
+
+
+def check_calibration_batches(value: Any) -> int:
+    """``value`` as a cap on calibration batches (an int >= 1); raises ``QuantizationError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise QuantizationError(
+            f"calibration_batches must be a whole number >= 1, not {value!r} "
+            f"(the default, {DEFAULT_CALIBRATION_BATCHES}, caps what a generator that never ends gives)"
+        )
+    return value
+
+
+def load_calibration(spec: str, limit: int = DEFAULT_CALIBRATION_BATCHES) -> list[tuple]:
+    """``FILE.py:ATTR`` -> a list of input tuples: ATTR is such an iterable, or a callable returning one.
+
+    At most ``limit`` + 1 are read (one more than the cap, so ``quantize`` can
+    say the data had more): a generator that never ends is cut.
+    """
+    import itertools
+
+    limit = check_calibration_batches(limit)
+    if ":" not in spec:
+        raise QuantizationError(f"--calibration {spec!r}: expected FILE.py:ATTR")
+    from edgeplug.examples import import_user_file
+
+    module, attr, path_s = import_user_file(spec, "calibration file", error=QuantizationError)
+    try:
+        value = getattr(module, attr)
+        data = value() if callable(value) else value
+        batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in itertools.islice(data, limit + 1)]
+    except AttributeError as exc:
+        raise QuantizationError(f"{path_s} has no {attr!r}: it must name input tuples, or a callable returning them") from exc
+    except Exception as exc:
+        raise QuantizationError(f"loading calibration data {spec} failed: {type(exc).__name__}: {exc}") from exc
+    if not batches:
+        raise QuantizationError(f"{spec} gave no calibration inputs: give at least one input tuple")
+    return batches
+
+__all__ = [
+    "DEFAULT_CALIBRATION_BATCHES",
+    "DYNAMIC_RELATIVE",
+    "QUANT_STEPS",
+    "QuantizationError",
+    "QuantizationSummary",
+    "check_calibration_batches",
+    "describe_quantization",
+    "is_quantized",
+    "load_calibration",
+    "output_steps",
+    "verify_quantized",
+    "QuantizationInfo",
+    "make_quantizer",
+    "quant_scheme",
+    "quantization_info",
+    "quantize",
+    "recompose_norms",
+    "schemes",
+]

@@ -1,0 +1,420 @@
+"""The records hooks return.
+
+Every record names the backend it is for, so one plugin may add to a backend
+another plugin registered. Records are pydantic models: the plugin manager
+validates whatever a hook yields and reports the plugin when it is invalid.
+
+Vocabulary (used the same way by hooks, records, ``Backend``, the partitioner
+and the report):
+
+- **keep whole**: an op ``to_edge`` must not decompose because the backend
+  runs it as one op (``KeepWhole`` records, ``Backend.keep_whole``; the report's
+  ``kept_whole_on_cpu`` lists kept-whole ops that stayed on the CPU and
+  ``decomposed_instead`` those the backend refused, so they were decomposed).
+- **verify**: ``edgeplug.verify(result, backend)`` runs a lowered program and
+  compares it with eager; ``lower(..., verify=True)`` calls it;
+  ``BackendSpec.verify_method`` says how it runs for a backend (``"pte"``,
+  ``"kernels"`` or ``"none"``), and the report's ``verification.method``
+  says which method ran.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: Plugin API versions this core accepts in ``BackendSpec.api_version``.
+API_VERSION = 1
+SUPPORTED_API_VERSIONS = (1,)
+
+#: How ``edgeplug.verify`` runs a backend's lowered programs (``BackendSpec.verify_method``).
+VerifyMethod = Literal["pte", "kernels", "none"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
+
+
+def _backend_name(value: str) -> str:
+    value = value.strip().lower()
+    if not _NAME.match(value):
+        raise ValueError(
+            f"backend name {value!r} must be lower-case letters, digits, '-' or '_', "
+            "starting with a letter"
+        )
+    return value
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
+
+    backend: str
+
+    @field_validator("backend")
+    @classmethod
+    def _check_backend(cls, v: str) -> str:
+        return _backend_name(v)
+
+
+class Availability(BaseModel):
+    """Whether a backend's delegate can be serialized on this machine."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    reason: str = ""
+    #: What the user should do to make it available (e.g. set QNN_SDK_ROOT).
+    hint: str = ""
+
+
+class BackendSpec(_Record):
+    """A backend: how to partition for it and whether it can serialize here."""
+
+    description: str
+    #: ExecuTorch's backend id (the name a delegate carries in the .pte).
+    backend_id: str
+    #: Returns a fresh executorch ``Partitioner`` for this backend.
+    partitioner: Callable[[], Any]
+    #: Returns an ``Availability``; called lazily, must not raise.
+    availability: Callable[[], Availability] = Field(
+        default=lambda: Availability(ok=True)
+    )
+    api_version: int = API_VERSION
+    #: How ``edgeplug.verify`` runs a lowered program: execute the real .pte
+    #: with executorch's runtime ("pte"), run delegates with registered kernels
+    #: on the host ("kernels"), or not at all ("none").
+    verify_method: VerifyMethod = "none"
+    #: HTP-like hardware: partitions that read no runtime input are refused,
+    #: kept-whole ops inside constant-only subgraphs are decomposed.
+    constant_only_policy: bool = False
+    #: Returns a context manager the core enters around partitioning and the
+    #: delegate's preprocess (e.g. to keep executorch's own fusions out).
+    #: It must restore whatever it changes on exit, errors included.
+    lowering_context: Optional[Callable[[], Any]] = None
+    #: The backend's per-node support check, for a partitioner ``partitioner()``
+    #: made: ``support_check(partitioner, graph_module_or_None)`` returns
+    #: ``check(node)``, answering an ``edgeplug._partition.Verdict`` (``Verdict(False,
+    #: reason)`` to refuse with a reason) or a bool, for aten and edge nodes.
+    #: The core asks it which kept-whole ops stay whole, why a node stays on
+    #: the CPU, and whether a fused op would be delegated. None: the core
+    #: learns support only from what the partitioner tags.
+    support_check: Optional[Callable[[Any, Any], Callable[[Any], Any]]] = None
+    #: For host verification (``verify_method="kernels"``): what the delegate's
+    #: preprocess does to constants before it stores them (e.g. batch norms
+    #: folded into a convolution, zero points dropped).
+    #: ``delegate_constants(original_program, named_data)`` returns an object
+    #: with ``graph_module`` (the graph to interpret), ``resolve(name, tensor)``
+    #: (``(key or None, value, what)`` for a constant the named data lacks, or
+    #: None), ``counts`` (a Counter of what each rule did) and ``read`` (how
+    #: many constants it read from named data). None: constants are stored as
+    #: the graph holds them.
+    delegate_constants: Optional[Callable[[Any, Any], Any]] = None
+    #: Constant folding (``edgeplug._graph.fold``): the largest constant, in
+    #: bytes, that folding a constant-only subgraph may create for this
+    #: backend; 0 turns the core's constant folding off.
+    constant_fold_budget: int = Field(default=1 << 20, ge=0)
+
+    @field_validator("api_version")
+    @classmethod
+    def _check_api(cls, v: int) -> int:
+        if v not in SUPPORTED_API_VERSIONS:
+            raise ValueError(
+                f"plugin API version {v} is not supported by this edgeplug "
+                f"(supported: {', '.join(map(str, SUPPORTED_API_VERSIONS))}); "
+                "install a plugin release built for this core, or upgrade edgeplug"
+            )
+        return v
+
+
+class KeepWhole(_Record):
+    """Operators the backend keeps whole (``to_edge`` does not decompose them).
+
+    The core keeps an op whole only on nodes the backend will delegate; the
+    others are decomposed (and the report says why).
+    """
+
+    ops: tuple[Any, ...]
+
+    @field_validator("ops")
+    @classmethod
+    def _check_ops(cls, ops: tuple[Any, ...]) -> tuple[Any, ...]:
+        import torch
+
+        for op in ops:
+            if not isinstance(op, torch._ops.OpOverload):
+                raise ValueError(
+                    f"{op!r} is not an operator overload (use e.g. "
+                    "torch.ops.aten.linear.default, not torch.ops.aten.linear)"
+                )
+        return tuple(ops)
+
+
+class PartitionerFilter(_Record):
+    """Refines, per node, what the backend takes (see ``edgeplug_partitioner_filters``).
+
+    ``fn(node, ctx)`` returns ``False`` (refuse: a kept-whole op is decomposed,
+    a node is left on the CPU), ``True`` (accept, which overrides only the
+    backend's constant-only rule, never its support check) or ``None`` (no
+    opinion). ``ctx`` is an ``edgeplug._partition.FilterContext``.
+    """
+
+    name: str
+    fn: Callable[[Any, Any], Optional[bool]]
+
+
+#: Where a fused op's weight comes from: a leaf constant (parameter, buffer,
+#: lifted constant), a constant computed from leaves (Gemma's ``1 + w``), or a
+#: runtime value. ``edgeplug._graph`` classifies nodes with the same names.
+WeightSource = Literal["leaf", "computed", "runtime"]
+
+
+#: What a fused op's argument is, in ``FusionPolicy.arguments``: the normalised
+#: tensor, the ``[D]`` list of the normalised axis' size, the weight, the eps.
+FusedArgument = Literal["input", "normalized_shape", "weight", "eps"]
+
+
+class FusionPolicy(_Record):
+    """What a matched pattern becomes on this backend: the op it emits, and when.
+
+    ``emits`` reads the op back: ``aten.rms_norm(input, normalized_shape,
+    weight, eps)`` or ``et_vk.rms_norm(input, weight, eps)``. The core emits
+    whatever op a policy names (it never lists the ops it knows); the target
+    is resolved when the plugin loads, after ``load_target`` ran.
+    """
+
+    pattern: Literal["rms_norm"] = "rms_norm"
+    #: The fused operator as ``namespace.name`` (its default overload), e.g.
+    #: "aten.rms_norm" or "et_vk.rms_norm".
+    target: str
+    #: The fused op's positional arguments, in order. A weight argument the
+    #: op's schema makes optional gets None for "no weight"; a required one
+    #: gets a constant of ones.
+    arguments: tuple[FusedArgument, ...] = ("input", "normalized_shape", "weight", "eps")
+    #: Makes ``target`` resolvable: imports the library that registers a custom
+    #: op (e.g. executorch's Vulkan custom ops for ``et_vk``). None for aten ops.
+    load_target: Optional[Callable[[], Any]] = None
+    #: Weight sources the fused op may take directly.
+    weight_sources: frozenset[WeightSource] = frozenset({"leaf"})
+    #: A weight that is ``dequantize(constant)`` (a PT2E-quantized program):
+    #: "keep" it so (the backend reads static quantized tensors), or "fold" it
+    #: at AOT into a float constant (the backend prepacks a float weight).
+    dequantized_weights: Literal["keep", "fold"] = "fold"
+    #: Fold computed constant weights (Gemma's 1 + w) into a new constant.
+    fold_computed_constants: bool = True
+    #: For a weight the fused op cannot take (a runtime scale, a scalar, a
+    #: weight not of shape [D]): fuse the norm with a unit weight, keep the multiply.
+    unit_weight_fallback: bool = True
+    #: The fused kernel accumulates in fp32 whatever the storage dtype.
+    fp32_accumulation: bool = False
+
+    @field_validator("arguments")
+    @classmethod
+    def _check_arguments(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        missing = [a for a in ("input", "weight", "eps") if a not in v]
+        if missing or len(set(v)) != len(v):
+            raise ValueError(
+                f"arguments {v} must name input, weight and eps once each (normalized_shape at most once), "
+                "in the fused op's order"
+            )
+        return v
+
+    @property
+    def emits(self) -> str:
+        """``et_vk.rms_norm(input, weight, eps)``: the op and its argument layout."""
+        return f"{self.target}({', '.join(self.arguments)})"
+
+
+_OP_NAME = re.compile(r"^([A-Za-z_]\w*)\.(\w+)\.(\w+)$")
+
+
+def resolve_op_name(name: str) -> str:
+    """Check an op name of the form ``namespace.name.overload`` against torch's op registry.
+
+    The name is the one edge programs and the host runtime use
+    (``aten.linear.default``, ``et_vk.rms_norm.default``). Raises ``ValueError``
+    saying what is wrong; an op of a namespace no library has registered yet
+    (custom ops load with their backend) is accepted here and checked by the
+    conformance suite once the backend's partitioner is imported.
+    """
+    m = _OP_NAME.match(name)
+    if m is None:
+        hint = name.replace("::", ".")
+        if hint.count(".") == 1:
+            hint += ".default"
+        raise ValueError(
+            f"op {name!r} is not written namespace.name.overload, the way edge programs name "
+            f"ops (e.g. {hint!r}; 'aten::linear' or 'aten.linear' never match a node)"
+        )
+    import difflib
+
+    import torch
+
+    ns, op, overload = m.groups()
+    registered = _registered_ops(torch)
+    if ns not in {n.split("::")[0] for n in registered}:
+        return name  # a library not loaded yet; the conformance suite resolves it
+    qualified = f"{ns}::{op}" + ("" if overload == "default" else f".{overload}")
+    if qualified not in registered:
+        close = difflib.get_close_matches(qualified, registered, n=1)
+        suggestion = ""
+        if close:
+            full = close[0].replace("::", ".")
+            suggestion = f"; did you mean {full if full.count('.') == 2 else full + '.default'!r}?"
+        raise ValueError(f"op {name!r} is not a registered operator (torch.ops.{ns}.{op}.{overload}){suggestion}")
+    return name
+
+
+def _registered_ops(torch: Any) -> frozenset[str]:
+    return frozenset(torch._C._dispatch_get_all_op_names())
+
+
+class Kernel(_Record):
+    """A runtime kernel for one op of one backend (host verification, benchmarks).
+
+    ``op`` names the op the way edge programs do: ``namespace.name.overload``
+    (``et_vk.rms_norm.default``); it is checked against torch's op registry
+    when the plugin loads.
+    """
+
+    op: str
+    impl: Callable[..., Any]
+    device: Literal["wgpu", "cpu"] = "wgpu"
+    #: Validates arguments before dispatch; raises with a clear message.
+    checks: Optional[Callable[..., None]] = None
+
+    @field_validator("op")
+    @classmethod
+    def _check_op(cls, v: str) -> str:
+        return resolve_op_name(v.strip())
+
+
+class PassSpec(_Record):
+    """A backend pass. ``fn(ep) -> ExportedProgram | None`` (None: changed in place).
+
+    Stages: ``"export"`` runs on the aten program before ``to_edge``;
+    ``"edge"`` on the edge program, after the core's constant folding and
+    before its fusion; ``"pre_partition"`` after the fusion, just before
+    partitioning (the core's canonicalizing rewrites run there by default, so
+    the fusion matches the graph as exported).
+
+    Passes of one backend and stage run in an order that honours every
+    ``before`` / ``after`` constraint (names of other passes of the backend,
+    from any plugin); ``order`` only breaks ties (lower first), then the order
+    plugins yielded them. Names are unique per backend.
+    """
+
+    stage: Literal["export", "edge", "pre_partition"]
+    name: str
+    fn: Callable[[Any], Any]
+    #: Names of passes this one must run before / after.
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    #: Tie-break between passes no constraint orders (lower first).
+    order: int = 0
+
+    @field_validator("before", "after", mode="before")
+    @classmethod
+    def _names(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
+
+
+_SCHEME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
+
+
+class QuantScheme(_Record):
+    """A quantization scheme of a backend, for ``edgeplug.quantize`` and ``lower --quantize``.
+
+    ``kind`` says what ``factory()`` returns: for ``"pt2e"`` (the default) a
+    fresh, configured torchao ``Quantizer`` (executorch's ``QnnQuantizer``,
+    ``XNNPACKQuantizer``, ...) that ``prepare_pt2e``/``convert_pt2e`` apply to
+    the exported program; for ``"source_transform"`` a torchao config
+    (``Int8DynamicActivationIntxWeightConfig``, ``IntxWeightOnlyConfig``, ...)
+    that ``torchao.quantization.quantize_`` applies to the model's linear layers
+    before export (on a deep copy: the caller's model is not changed), or a
+    sequence of ``(config, filter_fn)`` pairs applied in order, ``filter_fn(module,
+    fqn)`` choosing the modules as ``quantize_``'s own argument does (None: linear
+    layers), e.g. embeddings. Building either must not reach the network. The
+    other fields say what the scheme means.
+    """
+
+    #: the name users pass (``--quantize 8a8w``), lower-case
+    scheme: str
+    factory: Callable[[], Any]
+    #: "pt2e": factory() is a PT2E Quantizer; "source_transform": a torchao config for quantize_
+    kind: Literal["pt2e", "source_transform"] = "pt2e"
+    #: bits of the quantized activations; None: weight-only (activations stay float)
+    activation_bits: Optional[int]
+    weight_bits: int
+    #: weights quantized per output channel (else per tensor)
+    per_channel: bool
+    description: str
+
+    @field_validator("scheme")
+    @classmethod
+    def _check_scheme(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not _SCHEME.match(v):
+            raise ValueError(f"scheme name {v!r} must be lower-case letters, digits, '-' or '_'")
+        return v
+
+
+FusionOutcome = Literal["fused", "fused_unit_weight", "folded_weight", "rejected"]
+
+
+class FusionRecord(BaseModel):
+    """One match of a pattern and what became of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pattern: str
+    anchor: str
+    outcome: FusionOutcome
+    reason: str = ""
+    eps: Optional[float] = None
+    weight: Optional[str] = None
+
+
+TransformKind = Literal["fold", "rewrite"]
+
+
+class TransformRecord(BaseModel):
+    """One change a graph transform made to the program (the report's ``transforms``).
+
+    ``fold``: a constant-only subgraph evaluated at AOT into one constant
+    (``node`` is the node it replaced, ``removed`` the nodes that went with
+    it, ``bytes_added`` the constant's size). ``rewrite``: an exact
+    canonicalizing rewrite (``node`` replaced by ``added`` nodes).
+    ``outcome="refused"``: the transform looked at ``node`` and left it as it
+    was (``detail`` says why: over the fold budget, evaluation failed, ...);
+    such a record changes nothing (``removed``, ``added``, ``bytes_added`` 0).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    transform: str
+    kind: TransformKind
+    node: str
+    op: str
+    outcome: Literal["applied", "refused"] = "applied"
+    removed: int = 1
+    added: int = 0
+    bytes_added: int = 0
+    detail: str = ""
+
+    @model_validator(mode="after")
+    def _refusal_changes_nothing(self) -> "TransformRecord":
+        if self.outcome == "refused" and (self.removed or self.added or self.bytes_added):
+            raise ValueError("a refused transform record changes nothing: give removed=0, added=0, bytes_added=0")
+        return self
+
+
+#: hook name -> the record type it yields
+HOOK_RECORDS: dict[str, type[BaseModel]] = {
+    "edgeplug_backends": BackendSpec,
+    "edgeplug_keep_whole": KeepWhole,
+    "edgeplug_partitioner_filters": PartitionerFilter,
+    "edgeplug_fusion_policies": FusionPolicy,
+    "edgeplug_kernels": Kernel,
+    "edgeplug_passes": PassSpec,
+    "edgeplug_quantizers": QuantScheme,
+}

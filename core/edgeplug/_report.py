@@ -1,0 +1,384 @@
+"""LoweringReport: what a lowering did, as a table for people and JSON for tools."""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+from collections import Counter
+from typing import Any, Optional
+
+from pydantic import BaseModel, Field
+
+from edgeplug._records import FusionRecord, TransformRecord
+from edgeplug._quantization import QuantizationSummary
+
+
+def _finite_or_null(value: Any, path: str, replaced: list[str]) -> Any:
+    """``value`` with every non-finite float replaced by None; ``replaced`` collects their paths."""
+    if isinstance(value, float) and not math.isfinite(value):
+        replaced.append(f"{path or 'value'} ({value})")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v, f"{path}.{k}" if path else str(k), replaced) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v, f"{path}[{i}]", replaced) for i, v in enumerate(value)]
+    return value
+
+
+class StageTiming(BaseModel):
+    stage: str
+    seconds: float
+
+
+class PartitionSummary(BaseModel):
+    tag: str
+    backend_id: str
+    nodes: int
+    ops: dict[str, int]
+
+
+class CpuNode(BaseModel):
+    node: str
+    op: str
+    reason: str
+
+
+class GraphNode(BaseModel):
+    """One node of the partitioned edge graph, as the HTML page and Model Explorer draw it."""
+
+    name: str
+    #: the op (``aten.mm.default``), or ``input`` / ``output``
+    op: str
+    #: the names of the nodes it reads
+    inputs: list[str] = Field(default_factory=list)
+    shape: str = ""
+    dtype: str = ""
+    #: the module it came from (``blocks.0.attn``), "" when none
+    module: str = ""
+    #: the partition it went to (the report's ``partitions[].tag``); "" on the CPU or for inputs/outputs
+    partition: str = ""
+    #: why a call node stayed on the CPU
+    reason: str = ""
+    #: the fusion or transform that made or touched it
+    fusion: str = ""
+
+
+class StockPartitioning(BaseModel):
+    """How the backend's own executorch partitioner splits the same model (``--compare-stock``)."""
+
+    flow: str
+    partitions: list[PartitionSummary] = Field(default_factory=list)
+    delegated_ops: dict[str, int] = Field(default_factory=dict)
+    cpu_ops: dict[str, int] = Field(default_factory=dict)
+    graph: list[GraphNode] = Field(default_factory=list)
+    #: why there is no stock partitioning (the flow failed, or the backend has none)
+    error: str = ""
+
+    @property
+    def delegated_nodes(self) -> int:
+        return sum(self.delegated_ops.values())
+
+    @property
+    def cpu_node_count(self) -> int:
+        return sum(self.cpu_ops.values())
+
+
+class OutputCheck(BaseModel):
+    """One output (or mutated input/buffer) of a verified program against its reference."""
+
+    output: int
+    #: what was compared when it is not a plain output, e.g. "input 'x' (mutated in place)"
+    name: str = ""
+    max_abs_diff: float
+    shape: list[int]
+    dtype: str = ""
+    #: the max |difference| accepted, and why that value (given, or the default for the dtype)
+    tolerance: Optional[float] = None
+    tolerance_reason: str = ""
+    #: NaN/inf values at the same positions in both (these compare equal)
+    nonfinite_matched: int = 0
+    #: why this output fails (empty: it passes)
+    problems: list[str] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    @property
+    def label(self) -> str:
+        return self.name or f"output {self.output}"
+
+
+class Verification(BaseModel):
+    """``edgeplug.verify``'s answer: each output of the lowered program compared with eager."""
+
+    method: str  # "pte" (executorch runtime) or "kernels" (host kernels on a wgpu adapter)
+    adapter: Optional[str] = None
+    outputs: list[OutputCheck] = Field(default_factory=list)
+    note: str = ""
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((o.max_abs_diff for o in self.outputs), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    def failures(self) -> list[str]:
+        """One line per failing output: what it is and why it fails."""
+        return [f"{o.label}: {'; '.join(o.problems)}" for o in self.outputs if o.problems]
+
+
+class LoweringReport(BaseModel):
+    """What a lowering did: partitions, ops on the CPU and why, fusions, transforms, timings, verification."""
+
+    model: str
+    backend: str
+    distribution: str
+    dry_run: bool = False
+    stages: list[StageTiming] = Field(default_factory=list)
+    partitions: list[PartitionSummary] = Field(default_factory=list)
+    delegated_ops: dict[str, int] = Field(default_factory=dict)
+    cpu_ops: dict[str, int] = Field(default_factory=dict)
+    cpu_nodes: list[CpuNode] = Field(default_factory=list)
+    #: ops kept whole before decomposition that were not delegated (a lowering defect)
+    kept_whole_on_cpu: list[CpuNode] = Field(default_factory=list)
+    #: keep-whole ops the backend would not take at that node, so they were decomposed
+    decomposed_instead: list[CpuNode] = Field(default_factory=list)
+    fusions: list[FusionRecord] = Field(default_factory=list)
+    #: What constant folding and canonicalizing rewrites changed, in order.
+    transforms: list[TransformRecord] = Field(default_factory=list)
+    output_path: Optional[str] = None
+    output_bytes: Optional[int] = None
+    verification: Optional[Verification] = None
+    #: set for a quantized program: whose quantizer, the norms it saw, |lowered - quantized| and |lowered - float|
+    quantization: Optional[QuantizationSummary] = None
+    notes: list[str] = Field(default_factory=list)
+    #: the partitioned edge graph, node by node (what ``--report X.html`` and ``--explore`` draw)
+    graph: list[GraphNode] = Field(default_factory=list)
+    #: the stock executorch flow's partitioning of the same model (``--compare-stock``)
+    stock: Optional[StockPartitioning] = None
+
+    @property
+    def delegated_nodes(self) -> int:
+        return sum(self.delegated_ops.values())
+
+    @property
+    def cpu_node_count(self) -> int:
+        return sum(self.cpu_ops.values())
+
+    def to_json(self, indent: int = 2) -> str:
+        """Strict JSON: a non-finite number is written as null, and a note says where."""
+        data = self.model_dump(mode="json")
+        data["summary"] = {
+            "partitions": len(self.partitions),
+            "delegated_nodes": self.delegated_nodes,
+            "cpu_nodes": self.cpu_node_count,
+            "max_abs_diff": self.verification.max_abs_diff if self.verification else None,
+            "verified": self.verification.passed if self.verification else None,
+        }
+        replaced: list[str] = []
+        data = _finite_or_null(data, "", replaced)
+        if replaced:
+            data["notes"] = [*data["notes"], "non-finite numbers written as null (JSON has none): " + ", ".join(replaced)]
+        return json.dumps(data, indent=indent, allow_nan=False)
+
+    def to_table(self) -> str:
+        lines: list[str] = []
+        add = lines.append
+        mode = " (dry run: nothing serialized)" if self.dry_run else ""
+        add(f"edgeplug lowering report: {self.model} -> {self.backend} [{self.distribution}]{mode}")
+        add("")
+        add("stages")
+        width = max([24, *(len(s.stage) for s in self.stages)])
+        for s in self.stages:
+            add(f"  {s.stage:<{width}} {s.seconds:8.2f} s")
+        add(f"  {'total':<{width}} {sum(s.seconds for s in self.stages):8.2f} s")
+        add("")
+        verb = "would delegate" if self.dry_run else "delegated"
+        add(f"partitions: {len(self.partitions)} ({verb} {self.delegated_nodes} nodes)")
+        for p in self.partitions:
+            top = ", ".join(f"{k} x{v}" for k, v in sorted(p.ops.items(), key=lambda kv: -kv[1])[:6])
+            more = "" if len(p.ops) <= 6 else f", ... ({len(p.ops)} op kinds)"
+            add(f"  {p.tag:<20} {p.backend_id:<16} {p.nodes:4d} nodes: {top}{more}")
+        add("")
+        add(f"left on CPU (graph breaks): {self.cpu_node_count} nodes")
+        for op, n in sorted(self.cpu_ops.items(), key=lambda kv: (-kv[1], kv[0])):
+            reasons = sorted({c.reason for c in self.cpu_nodes if c.op == op})
+            add(f"  {op:<40} x{n:<4} {'; '.join(reasons)}")
+        if self.stock is not None:
+            st = self.stock
+            if st.error:
+                add(f"stock executorch: {st.error}")
+            else:
+                add(
+                    f"stock executorch ({st.flow}): {len(st.partitions)} partitions, {st.delegated_nodes} nodes "
+                    f"delegated, {st.cpu_node_count} on CPU"
+                )
+        if self.kept_whole_on_cpu:
+            add(f"kept whole but left on CPU: {len(self.kept_whole_on_cpu)} nodes")
+            for c in self.kept_whole_on_cpu:
+                add(f"  {c.op:<40} {c.node}: {c.reason}")
+        if self.decomposed_instead:
+            add(f"decomposed instead of kept whole: {len(self.decomposed_instead)} nodes")
+            for c in self.decomposed_instead:
+                add(f"  {c.op:<40} {c.node}: {c.reason}")
+        add("")
+        if self.quantization is not None:
+            lines.extend(self.quantization.table_lines())
+            add("")
+        outcomes = Counter(f.outcome for f in self.fusions)
+        summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+        add(f"fusions: {len(self.fusions)}" + (f" ({summary})" if summary else ""))
+        for f in self.fusions:
+            extra = f": {f.reason}" if f.reason else ""
+            eps = f" eps={f.eps:g}" if f.eps is not None else ""
+            weight = f" weight={f.weight}" if f.weight else ""
+            add(f"  {f.pattern:<9} {f.anchor:<28} {f.outcome}{eps}{weight}{extra}")
+        if self.transforms:
+            add("")
+            lines.extend(_transform_lines(self.transforms))
+        if self.verification is not None:
+            v = self.verification
+            add("")
+            where = f" on {v.adapter}" if v.adapter else ""
+            add(f"verification ({v.method}{where}): max |difference| vs eager = {v.max_abs_diff:.3e}")
+            for o in v.outputs:
+                tol = f" (tolerance {o.tolerance:.3e}, {o.tolerance_reason})" if o.tolerance is not None else ""
+                verdict = f" FAILED: {'; '.join(o.problems)}" if o.problems else ""
+                add(f"  {o.label} {tuple(o.shape)}: {o.max_abs_diff:.3e}{tol}{verdict}")
+            if v.note:
+                add(f"  note: {v.note}")
+        add("")
+        if self.output_path:
+            add(f"wrote {self.output_path} ({self.output_bytes:,} bytes)")
+        for n in self.notes:
+            add(f"note: {n}")
+        return "\n".join(lines)
+
+
+def _module_path(node: Any) -> str:
+    """The module a node came from (``blocks.0.attn``), from torch.export's ``nn_module_stack``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = str(list(stack.values())[-1][0])
+    path = path.replace("L['self'].", "").replace("L['self']", "")
+    return re.sub(r"\[(\d+)\]", r".\1", path).replace("['", ".").replace("']", "").strip(".")
+
+
+def _shape_and_dtype(val: Any) -> tuple[str, str]:
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    shapes, dtypes = [], []
+    for v in vals:
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            shapes.append("[" + ", ".join(str(d) for d in v.shape) + "]")
+            dtypes.append(str(v.dtype).replace("torch.", ""))
+    return ", ".join(shapes), ", ".join(dtypes)
+
+
+def graph_nodes(gm: Any, user_inputs: Optional[set[str]] = None) -> list[GraphNode]:
+    """The nodes of an fx graph as the page draws them: ``getitem`` nodes are folded into the node
+    they read, placeholders are ``input`` (a user input) or ``weight`` (parameters, buffers, constants)."""
+    from edgeplug._partition import op_name
+
+    alias: dict[str, str] = {}
+    out: list[GraphNode] = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is operator.getitem and n.args and hasattr(n.args[0], "name"):
+            alias[n.name] = alias.get(n.args[0].name, n.args[0].name)
+            continue
+        if n.op == "placeholder":
+            op = "input" if user_inputs is None or n.name in user_inputs else "weight"
+        elif n.op == "output":
+            op = "output"
+        elif n.op == "call_function":
+            op = op_name(n.target)
+        else:
+            continue  # get_attr: a submodule or constant, drawn through its readers
+        inputs = list(dict.fromkeys(alias.get(a.name, a.name) for a in n.all_input_nodes if a.op != "get_attr"))
+        shape, dtype = _shape_and_dtype(n.meta.get("val"))
+        out.append(GraphNode(name=n.name, op=op, inputs=inputs, shape=shape, dtype=dtype, module=_module_path(n)))
+    return out
+
+
+def annotate_graph(
+    nodes: list[GraphNode], partition_of: dict[str, str], cpu_reasons: dict[str, str],
+    fusions: list[FusionRecord] = (), transforms: list[TransformRecord] = (),
+) -> list[GraphNode]:
+    """``nodes`` with each call node's partition (``partition_of``: node name -> tag) or CPU reason,
+    and the fusion or transform records that name it (a fused op is matched to the fused records
+    of its pattern in graph order)."""
+    notes: dict[str, list[str]] = {}
+    for f in fusions:
+        if f.outcome == "rejected":
+            notes.setdefault(f.anchor, []).append(_fusion_text(f))
+    fused = [f for f in fusions if f.outcome != "rejected"]
+    for t in transforms:
+        detail = f": {t.detail}" if t.detail else ""
+        notes.setdefault(t.node, []).append(f"{t.transform} ({t.kind}) {t.outcome}{detail}")
+    out = []
+    for n in nodes:
+        extra: dict[str, Any] = {}
+        if n.op not in ("input", "weight", "output"):
+            tag = partition_of.get(n.name, "")
+            extra["partition"] = tag
+            if not tag:
+                extra["reason"] = cpu_reasons.get(n.name, "")
+            made = [next(iter(fused))] if fused and fused[0].pattern in n.op else []
+            if made:
+                fused.pop(0)
+            text = [_fusion_text(f) for f in made] + notes.get(n.name, [])
+            if text:
+                extra["fusion"] = "; ".join(text)
+        out.append(n.model_copy(update=extra) if extra else n)
+    return out
+
+
+def _fusion_text(f: FusionRecord) -> str:
+    eps = f" eps={f.eps:g}" if f.eps is not None else ""
+    weight = f" weight={f.weight}" if f.weight else ""
+    why = f": {f.reason}" if f.reason else ""
+    return f"{f.pattern} fusion at {f.anchor}: {f.outcome}{eps}{weight}{why}"
+
+
+def _transform_lines(records: list[TransformRecord]) -> list[str]:
+    """Per transform: one line for what it did (summed), then one per record."""
+    lines = []
+    by_name: dict[str, list[TransformRecord]] = {}
+    for r in records:
+        by_name.setdefault(r.transform, []).append(r)
+    for name, rs in by_name.items():
+        done = [r for r in rs if r.outcome == "applied"]
+        removed, added, size = sum(r.removed for r in done), sum(r.added for r in done), sum(r.bytes_added for r in done)
+        extra = f", {size:,} bytes of constants added" if size else ""
+        refused = len(rs) - len(done)
+        left = f"; {refused} left as they were" if refused else ""
+        lines.append(f"{name} ({rs[0].kind}): {len(done)} applied, {removed} nodes removed, {added} added{extra}{left}")
+        for r in rs:
+            detail = f": {r.detail}" if r.detail else ""
+            mark = "left " if r.outcome == "refused" else ""
+            lines.append(f"  {mark}{r.op:<40} {r.node}{detail}")
+    return lines
+
+
+def graph_of(ep: Any) -> list[GraphNode]:
+    """``graph_nodes`` of an ExportedProgram, its user inputs told apart from its weights."""
+    users = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
+    return graph_nodes(ep.graph_module, users)
+
+
+def lowered_partitions(gm: Any) -> dict[str, str]:
+    """Node name -> the lowered module holding it (the report's partition tag), read from the
+    lowered graph's delegates as the report's partition counts are."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    where: dict[str, str] = {}
+    for name, lowered, _node in get_lowered_submodules(gm):
+        for n in lowered.original_module.graph_module.graph.nodes:
+            if n.op == "call_function":
+                where[n.name] = name
+    return where

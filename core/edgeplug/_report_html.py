@@ -1,0 +1,182 @@
+"""The lowering report as one self-contained HTML page, and the stock flow's partitioning beside it.
+
+``render_html(report)`` returns a page with no external reference: the report
+as JSON, the page's script and style, and the graph layout library (dagre,
+vendored under ``edgeplug/_vendor`` with its MIT license) all inline. The page
+draws ``report.graph`` top to bottom, each node coloured by its partition or
+marked as left on the CPU, with the CPU nodes, fusions and transforms as
+sortable tables linked to it; layers collapse by module path. With
+``report.stock`` (``stock_partitioning``) it shows the backend's stock
+executorch partitioning of the same model and counts the differences.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import operator
+import os
+from importlib import resources
+from typing import Any, Sequence
+
+from edgeplug._report import LoweringReport, PartitionSummary, StockPartitioning, annotate_graph, graph_of, lowered_partitions
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>{title}</title>
+<style>{css}</style>
+</head><body>
+<header><h1 id="title"></h1><div id="subtitle" class="muted"></div></header>
+<main>
+<h2>Summary</h2><div id="cards" class="cards"></div>
+<section id="compare-section" hidden><h2>Against stock executorch</h2>
+<p class="muted">stock: <span id="flow-stock"></span></p>
+<table id="compare"></table><h3>ops placed differently</h3><table id="compare-ops"></table></section>
+<h2>Graph</h2>
+<div class="toolbar">
+<input id="search" type="search" placeholder="search nodes by name or op" size="32">
+<button id="collapse">collapse layers</button><button id="expand">expand all</button><button id="fit">fit</button>
+<label><input id="weights" type="checkbox"> show weights</label>
+<span id="views"><label><input type="radio" name="view" id="view-edgeplug" value="edgeplug" checked> edgeplug</label>
+<label><input type="radio" name="view" id="view-stock" value="stock"> stock executorch</label></span>
+</div>
+<div id="matches"></div>
+<div id="legend" class="legend"></div>
+<div id="graph-wrap"><div id="graph"><svg id="svg"><g id="viewport"></g></svg></div>
+<div id="detail"><p class="muted">Click a node (or hover) for its op, shapes, dtypes, partition or CPU reason,
+and the fusion or transform that made it. Click a collapsed group to expand it.</p></div></div>
+<div id="graph-status" class="muted"></div>
+<h2>Left on the CPU</h2><table id="cpu-nodes"></table>
+<h2>Partitions</h2><table id="partitions"></table>
+<h2>Fusions</h2><table id="fusions"></table>
+<h2>Transforms</h2><table id="transforms"></table>
+<h2>Stage timings</h2><table id="stages"></table>
+<ul id="notes"></ul>
+</main>
+<script type="application/json" id="edgeplug-report">{data}</script>
+<script>{dagre}</script>
+<script>{js}</script>
+</body></html>
+"""
+
+
+def _asset(folder: str, name: str) -> str:
+    return resources.files("edgeplug").joinpath(folder, name).read_text(encoding="utf-8")
+
+
+def _inline_json(text: str) -> str:
+    # inside <script>, "</" could close the element and "<!--" open a comment: escape both
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def render_html(report: LoweringReport) -> str:
+    """The report as one HTML page with every script, style and datum inline (no network)."""
+    import html
+
+    return _PAGE.format(
+        title=html.escape(f"edgeplug: {report.model} -> {report.backend}"),
+        css=_asset("_report_page", "report.css"),
+        data=_inline_json(report.to_json(indent=None)),
+        dagre=_asset("_vendor", "dagre.min.js"),
+        js=_asset("_report_page", "report.js"),
+    )
+
+
+def write_report(path: str | os.PathLike, report: LoweringReport) -> None:
+    """Write ``report`` to ``path`` atomically: HTML for a ``.html``/``.htm`` path, JSON otherwise."""
+    from edgeplug._outputs import write_file
+
+    write_file(path, render_html(report) if is_html(path) else report.to_json())
+
+
+def is_html(path: str | os.PathLike | None) -> bool:
+    return path is not None and os.fspath(path).lower().endswith((".html", ".htm"))
+
+
+def load_report(path: str | os.PathLike) -> LoweringReport:
+    """A report ``--report X.json`` wrote, read back (its ``summary`` is derived, so it is dropped)."""
+    from edgeplug._errors import EdgeplugError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise EdgeplugError(f"cannot read the report {os.fspath(path)}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise EdgeplugError(f"{os.fspath(path)} is not JSON ({exc}): give the file `edgeplug lower --report X.json` wrote") from exc
+    if not isinstance(data, dict):
+        raise EdgeplugError(f"{os.fspath(path)} holds JSON but not a lowering report: give the file `edgeplug lower --report X.json` wrote")
+    data.pop("summary", None)
+    try:
+        return LoweringReport.model_validate(data)
+    except ValueError as exc:
+        first = str(exc).splitlines()[:3]
+        raise EdgeplugError(
+            f"{os.fspath(path)} is not a lowering report edgeplug can read ({' '.join(first)}): "
+            "give the file `edgeplug lower --report X.json` wrote"
+        ) from exc
+
+
+# -- the stock flow -----------------------------------------------------------------------------
+
+
+def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend: Any) -> StockPartitioning:
+    """Lower the model with the backend's own executorch partitioner alone (executorch's
+    ``to_edge_transform_and_lower``, as a user of executorch would) and describe its partitioning.
+
+    A backend whose partitioner is not executorch's has no stock flow; a stock flow
+    that fails is described, not raised: ``StockPartitioning.error`` says which.
+    """
+    import torch
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+    from executorch.exir.pass_manager import ExportedProgramPassManager
+
+    from edgeplug._backend import Backend, get_backend
+    from edgeplug._failures import first_line
+    from edgeplug._partition import op_name
+    from edgeplug._pipeline import _count_delegated
+
+    b = backend if isinstance(backend, Backend) else get_backend(backend)
+    inner = b.make_partitioner()
+    cls = f"{type(inner).__module__}.{type(inner).__qualname__}"
+    flow = f"executorch.exir.to_edge_transform_and_lower(ep, partitioner=[{type(inner).__name__}()])"
+    if not type(inner).__module__.startswith("executorch."):
+        return StockPartitioning(
+            flow=flow, error=f"backend {b.name!r} partitions with {cls}, not an executorch partitioner: there is no stock flow to compare with"
+        )
+    seen: list = []
+
+    class _Snapshot(ExportedProgramPassBase):  # changes nothing: records the graph the partitioner gets
+        def call(self, exported_program: Any) -> ExportedProgramPassResult:
+            seen[:] = graph_of(exported_program)
+            return ExportedProgramPassResult(exported_program, False)
+
+    try:
+        if isinstance(model_or_ep, torch.export.ExportedProgram):
+            ep = copy.deepcopy(model_or_ep)
+        else:
+            model = copy.deepcopy(model_or_ep)
+            for p in model.parameters():
+                p.requires_grad_(False)
+            with torch.no_grad():
+                ep = torch.export.export(model, copy.deepcopy(tuple(example_inputs)))
+        edge = to_edge_transform_and_lower(ep, transform_passes=ExportedProgramPassManager([_Snapshot()]), partitioner=[inner])
+        edge_ep = edge.exported_program()
+    except Exception as exc:
+        return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")
+    parts, delegated = _count_delegated(edge_ep)
+    gm = edge_ep.graph_module
+    cpu: dict[str, int] = {}
+    reasons: dict[str, str] = {}
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is operator.getitem or "executorch_call_delegate" in str(n.target):
+            continue
+        cpu[op_name(n.target)] = cpu.get(op_name(n.target), 0) + 1
+        reasons[n.name] = f"not delegated by {type(inner).__name__} (the stock flow records no reason)"
+    return StockPartitioning(
+        flow=flow, partitions=[PartitionSummary(**p.model_dump()) for p in parts], delegated_ops=dict(delegated),
+        cpu_ops=cpu, graph=annotate_graph(seen, lowered_partitions(gm), reasons),
+    )

@@ -1,0 +1,48 @@
+"""The model zoo: any model set x backends x schemes, each cell in its own process, locally or on Ray.
+
+    import edgeplug._zoo
+    cells = edgeplug._zoo.run(["llama", "qwen3"], ["xnnpack", "vulkan"], compare_stock=True, jobs=2,
+                             out="cells.jsonl")
+    print(edgeplug._zoo.table(cells))
+
+The command is ``edgeplug zoo`` (``edgeplug zoo --help``). The built-in models
+are tiny, randomly initialised transformers models (``MODELS``; nothing is
+downloaded); ``FILE.py:FUNCTION`` entries and ``@FILE`` lists add others.
+Names load on first use: ``import edgeplug._zoo`` imports neither torch nor ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NAMES = {
+    # running a zoo
+    "run": "_run", "plan": "_run", "load_cells": "_run", "Settings": "_run", "EXECUTORS": "_run",
+    "table": "_render", "render": "_render", "summary": "_render", "targets": "_render",
+    # one cell
+    "Cell": "_cell", "Side": "_cell", "run_cell": "_cell", "comparable": "_cell", "STATUSES": "_cell",
+    "Target": "_cell", "target": "_cell", "lower_stock": "_cell", "lower_edgeplug": "_cell",
+    "schemes_of": "_cell", "FLOAT": "_cell",
+    "execute_cell": "_isolate",
+    # the built-in models
+    "MODELS": "_models", "DEFAULT_MODELS": "_models", "Arch": "_models", "build": "_models",
+    "exported": "_models", "count_norms": "_models", "resolve_models": "_models", "load": "_models",
+    "DECODER": "_models", "SEQ": "_models", "VOCAB": "_models",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'edgeplug._zoo' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"edgeplug._zoo.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

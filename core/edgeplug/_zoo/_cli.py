@@ -1,0 +1,129 @@
+"""``edgeplug zoo``: the command's arguments and what it does with them (``edgeplug._zoo.run`` underneath)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from edgeplug._errors import EdgeplugError
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}")
+        return value
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--models", action="append", metavar="LIST",
+        help="comma-separated: built-in zoo names (llama, qwen3, gemma3, ...; default: the built-in zoo but jamba), "
+        "their transformers classes (LlamaForCausalLM), FILE.py:FUNCTION (returning (model, args) or "
+        "(model, args, kwargs)), or @FILE listing them; may repeat",
+    )
+    p.add_argument("--backends", metavar="LIST", help="comma-separated (default: every installed backend)")
+    p.add_argument(
+        "--schemes", metavar="LIST",
+        help="comma-separated: float and quantization schemes (default: float and each backend's own schemes)",
+    )
+    p.add_argument("--compare-stock", action="store_true",
+                   help="also lower each float cell with the backend's own executorch partitioner, in the same process")
+    p.add_argument("--jobs", "-j", type=_positive(int), default=1, help="cells at a time (default 1)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local processes (default), or a Ray task per cell (needs edgeplug[ray])")
+    p.add_argument("--address", help="the Ray cluster to use (default: start a local one of --jobs CPUs)")
+    p.add_argument("--timeout", type=_positive(float), default=600.0, metavar="S",
+                   help="seconds a cell's process may run, start-up included (default 600)")
+    p.add_argument("--memory-limit", type=_positive(int), default=None, metavar="MB",
+                   help="memory a cell's process may allocate (RLIMIT_DATA; default: no limit)")
+    p.add_argument("--retries", type=int, default=2,
+                   help="times a cell whose process or worker was killed is started again (default 2)")
+    p.add_argument("--out", "-o", metavar="CELLS.jsonl", help="append each finished cell here as a JSON line")
+    p.add_argument("--resume", action="store_true", help="run only the cells --out does not hold yet")
+    p.add_argument("--markdown", metavar="FILE.md", help="write the Markdown docs/zoo.md is made of here")
+    p.add_argument("--layers", type=_positive(int), default=None,
+                   help="layers of every built-in model (default: each config's 2)")
+    p.add_argument("--repeat", type=_positive(int), default=1,
+                   help="lower each side this many times (alternating) and keep each side's fastest time")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The ``edgeplug zoo`` command that gives ``args`` (what docs/zoo.md says it was made with)."""
+    defaults = vars(build_parser().parse_args([]))
+    words = ["edgeplug", "zoo"]
+    for name, value in vars(args).items():
+        if name not in defaults or value == defaults[name] or name in ("quiet", "out", "resume"):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        else:
+            for item in value if isinstance(value, list) else [value]:
+                words += [flag, str(item)]
+    return shlex.join(words)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgeplug zoo")
+    add_arguments(p)
+    return p
+
+
+def command(args: argparse.Namespace) -> int:
+    from edgeplug._zoo._render import render, table
+    from edgeplug._zoo._run import run
+
+    if args.resume and not args.out:
+        raise EdgeplugError("--resume needs --out CELLS.jsonl: the file whose missing cells to run")
+    if args.retries < 0:
+        raise EdgeplugError(f"--retries must be 0 or more, not {args.retries}")
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # wgpu only warns without it
+    interactive = sys.stderr.isatty()
+
+    def progress(line: str) -> None:
+        if args.quiet:
+            return
+        if interactive and line.startswith("["):
+            print("\r\033[K" + line[: os.get_terminal_size(sys.stderr.fileno()).columns - 1], end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    try:
+        cells = run(
+            args.models, args.backends, args.schemes, compare_stock=args.compare_stock, jobs=args.jobs,
+            executor=args.executor, address=args.address, timeout=args.timeout, memory_limit=args.memory_limit,
+            retries=args.retries, out=args.out, resume=args.resume, layers=args.layers, repeat=args.repeat,
+            progress=progress,
+        )
+    except BaseException as exc:  # an error, Ctrl-C, SIGTERM: what finished is kept, and says so
+        if args.out and os.path.exists(args.out) and not isinstance(exc, EdgeplugError):
+            from edgeplug._zoo._run import load_cells
+
+            kept = len(load_cells(args.out))
+            print(f"\nedgeplug zoo: stopped; {args.out} keeps the {kept} cells finished: add --resume to run "
+                  "the rest", file=sys.stderr, flush=True)
+        raise
+    if interactive and not args.quiet:
+        print(file=sys.stderr)
+    print(table(cells))
+    if args.markdown:
+        from edgeplug._outputs import write_file
+
+        text = render(cells, command_line(args), args.jobs, time.perf_counter() - start, layers=args.layers,
+                      repeat=args.repeat, executor=args.executor)
+        write_file(args.markdown, text)
+        print(f"wrote {args.markdown}")
+    if args.out:
+        print(f"cells in {args.out}")
+    return 0

@@ -1,0 +1,242 @@
+"""The built-in zoo: tiny, randomly initialised transformers models (nothing is downloaded),
+and how a model entry of ``edgeplug zoo --models`` resolves to something a cell can build.
+
+An entry is a built-in name (``llama``), a transformers class the built-in zoo knows
+(``LlamaForCausalLM``, ``Qwen3Config``), ``FILE.py:FUNCTION`` (the function returns
+``(model, args)`` or ``(model, args, kwargs)``, as ``edgeplug lower`` takes it), or
+``@FILE`` listing entries (one a line or comma-separated; ``#`` starts a comment; a relative
+FILE.py there is relative to the list).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from edgeplug._errors import EdgeplugError
+
+SEQ, VOCAB = 8, 128
+#: shared by every decoder config: 2 layers, hidden 64, 4 heads of 16, 2 key/value heads
+DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+)
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One architecture: transformers config and model classes, config overrides, call kwargs."""
+
+    config: str
+    model: str
+    overrides: dict = field(default_factory=dict)
+    base: dict = field(default_factory=lambda: dict(DECODER))
+    call: dict = field(default_factory=lambda: {"use_cache": False})
+    output: str = "logits"
+    note: str = ""
+
+
+MODELS: dict[str, Arch] = {
+    "llama": Arch("LlamaConfig", "LlamaForCausalLM"),
+    "qwen3": Arch("Qwen3Config", "Qwen3ForCausalLM", note="q/k norms"),
+    "gemma3": Arch("Gemma3TextConfig", "Gemma3ForCausalLM", note="text; norms weighted 1 + w, q/k norms"),
+    "olmoe": Arch("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 1}, note="mixture of experts"),
+    "falcon-mamba": Arch(
+        "FalconMambaConfig",
+        "FalconMambaForCausalLM",
+        base=dict(vocab_size=VOCAB, hidden_size=64, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4),
+        note="state-space (Mamba-1), unweighted norms of B, C and dt",
+    ),
+    "bert": Arch(
+        "BertConfig",
+        "BertModel",
+        base=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64),
+        call={},
+        output="last_hidden_state",
+        note="encoder, LayerNorm (no RMSNorm)",
+    ),
+    "mistral": Arch("MistralConfig", "MistralForCausalLM"),
+    "phi3": Arch("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
+    "olmo2": Arch("Olmo2Config", "Olmo2ForCausalLM", {"eos_token_id": 1}, note="norms after attention/MLP, q/k norms over all heads"),
+    "bamba": Arch(
+        "BambaConfig",
+        "BambaForCausalLM",
+        {"attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
+         "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 8},
+        note="hybrid: a Mamba-2 layer, then an attention layer; gated norm in the mixer",
+    ),
+    "t5-encoder": Arch(
+        "T5Config",
+        "T5EncoderModel",
+        base=dict(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4),
+        call={},
+        output="last_hidden_state",
+        note="encoder, RMSNorm without mean subtraction (T5LayerNorm)",
+    ),
+    "jamba": Arch(
+        "JambaConfig",
+        "JambaForCausalLM",
+        {"num_experts": 2, "num_experts_per_tok": 1, "attn_layer_period": 2, "attn_layer_offset": 1,
+         "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8, "mamba_d_conv": 4,
+         "mamba_expand": 2, "mamba_dt_rank": 8},
+        note="hybrid: a Mamba layer, then attention with a mixture of experts",
+    ),
+}
+
+
+#: what `make zoo` runs (jamba: a second hybrid, on request)
+DEFAULT_MODELS = [m for m in MODELS if m != "jamba"]
+
+
+def resolve_models(entries: list[str] | str | None) -> list[str]:
+    """The cell keys of ``entries`` (see the module's docstring), in order, without repeats.
+
+    Raises EdgeplugError naming the entry that resolves to nothing, and what would."""
+    if entries is None:
+        return list(DEFAULT_MODELS)
+    if isinstance(entries, str):
+        entries = [entries]
+    out: list[str] = []
+    for raw in entries:
+        for entry in (e.strip() for e in raw.split(",")):
+            if not entry:
+                continue
+            for key in _resolve_one(entry, source=None):
+                if key not in out:
+                    out.append(key)
+    if not out:
+        raise EdgeplugError("no model given: name built-in zoo models (" + ", ".join(MODELS) + "), FILE.py:FUNCTION or @FILE")
+    return out
+
+
+def _resolve_one(entry: str, source: Optional[str]) -> list[str]:
+    where = f" (in {source})" if source else ""
+    if entry.startswith("@"):
+        path = Path(entry[1:])
+        if not path.is_file():
+            raise EdgeplugError(f"model list {entry[1:]!r}{where} does not exist: @FILE names a file listing models")
+        keys: list[str] = []
+        for line in path.read_text().splitlines():
+            line = line.split("#", 1)[0]
+            for item in (i.strip() for i in line.split(",")):
+                if item:
+                    keys.extend(_resolve_one(item, source=entry[1:]))
+        return keys
+    if entry in MODELS:
+        return [entry]
+    for name, arch in MODELS.items():
+        if entry in (arch.model, arch.config):
+            return [name]
+    if ":" in entry:
+        path, _, function = entry.rpartition(":")
+        if not path.endswith(".py") or not function.isidentifier():
+            raise EdgeplugError(f"model {entry!r}{where}: expected FILE.py:FUNCTION")
+        if source and not Path(path).is_absolute():
+            path = str(Path(source).resolve().parent / path)  # relative to the list that names it
+        if not Path(path).is_file():
+            raise EdgeplugError(f"model file {path!r}{where} does not exist (from {entry!r})")
+        # absolute: a cell's process, or a Ray worker, may start in another folder
+        return [f"{Path(path).resolve()}:{function}"]
+    import difflib
+
+    close = difflib.get_close_matches(entry, list(MODELS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise EdgeplugError(
+        f"unknown model {entry!r}{where}{hint}: use a built-in zoo name ({', '.join(MODELS)}), its transformers "
+        "class (e.g. LlamaForCausalLM), FILE.py:FUNCTION, or @FILE listing them"
+    )
+
+
+def label(key: str) -> str:
+    """How a cell's model is shown: the built-in name, or ``FUNCTION (FILE.py)``."""
+    if key in MODELS:
+        return key
+    path, _, function = key.rpartition(":")
+    return f"{function} ({Path(path).name})"
+
+
+# --------------------------------------------------------------------------- models
+
+
+class Forward(torch.nn.Module):
+    """``input_ids -> tensor`` (logits or hidden states): what both lowerings export."""
+
+    def __init__(self, model: torch.nn.Module, call: dict, output: str) -> None:
+        super().__init__()
+        self.model = model
+        self.call = dict(call)
+        self.output = output
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(input_ids=input_ids, **self.call), self.output)
+
+
+def build(name: str, layers: Optional[int] = None) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    """The tiny model ``name`` and its example inputs; the same numbers in every process.
+
+    ``layers`` overrides the config's layer count (the tests use 1)."""
+    import transformers
+
+    arch = MODELS[name]
+    settings = {**arch.base, **arch.overrides}
+    if layers is not None:
+        settings["num_layers" if "num_layers" in settings else "num_hidden_layers"] = layers
+    config = getattr(transformers, arch.config)(**settings)
+    torch.manual_seed(0)
+    model = getattr(transformers, arch.model)(config).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for module in model.modules():  # not the init's ones (or zeros): a wrong weight must show
+            w = getattr(module, "weight", None)
+            if "Norm" in type(module).__name__ and isinstance(w, torch.nn.Parameter):
+                w.add_(0.2 * torch.randn(w.shape, generator=g, dtype=w.dtype))
+    ids = torch.randint(0, VOCAB, (1, SEQ), generator=g)
+    return Forward(model, arch.call, arch.output).eval(), (ids,)
+
+
+def count_norms(ep: torch.export.ExportedProgram) -> int:
+    """Norms present: ``rsqrt`` and ``rms_norm`` nodes of an aten-dialect program."""
+    names = {"aten::rsqrt", "aten::rms_norm"}
+    return sum(
+        1
+        for n in ep.graph.nodes
+        if n.op == "call_function" and getattr(getattr(n.target, "_schema", None), "name", None) in names
+    )
+
+
+@lru_cache(maxsize=2)
+def exported_call(key: str, layers: Optional[int] = None) -> tuple[Any, Any, tuple, dict, int]:
+    """(model, aten-dialect program, args, kwargs, norms present) of a resolved entry, once per process."""
+    model, args, kwargs = load(key, layers)
+    if isinstance(model, torch.export.ExportedProgram):
+        return model.module(), model, args, kwargs, count_norms(model)
+    with torch.no_grad():
+        ep = torch.export.export(model, args, kwargs or None)
+    return model, ep, args, kwargs, count_norms(ep)
+
+
+def exported(key: str, layers: Optional[int] = None) -> tuple[Any, Any, tuple, int]:
+    """(model, aten-dialect program, example inputs, norms present) of a model without keyword inputs."""
+    model, ep, args, _, norms = exported_call(key, layers)
+    return model, ep, args, norms
+
+def load(key: str, layers: Optional[int] = None) -> tuple[Any, tuple, dict]:
+    """``(model, args, kwargs)`` of a resolved entry: a built-in model, or what FILE.py:FUNCTION returns."""
+    if key in MODELS:
+        model, inputs = build(key, layers)
+        return model, inputs, {}
+    from edgeplug.examples import load_model
+
+    model, args, *rest = load_model(key)
+    kwargs = rest[0] if rest and isinstance(rest[0], dict) else {}
+    return model, tuple(args), kwargs

@@ -1,0 +1,333 @@
+"""What a zoo run shows: the terminal's summary table, and the Markdown ``docs/zoo.md`` is generated from."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import replace
+from typing import Any, Optional
+
+from edgeplug._zoo._cell import FLOAT, Cell, Side
+from edgeplug._zoo._models import MODELS, SEQ, label
+from edgeplug._zoo._run import status_text
+
+
+def table(cells: list[Cell]) -> str:
+    """The terminal's summary: a row per cell, then the counts by what became of the cells."""
+    rows = [("model", "backend", "scheme", "outcome", "stock", "time / stock")]
+    for c in cells:
+        stock = "—"
+        if c.status == "ran" and not c.error:
+            stock = c.stock_absent if c.stock_absent else (_pc(c.stock) if c.stock.ok else f"fails: {c.stock.error}")
+        ratio = f"{c.time_ratio:.2f}×" if c.time_ratio is not None else "—"
+        rows.append((c.label, c.backend + (" (dry run)" if c.dry_run else ""), c.scheme, status_text(c), stock, ratio))
+    widths = [min(60, max(len(r[i]) for r in rows)) for i in range(len(rows[0]))]
+    lines = ["  ".join(v[:60].ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    counts: dict[str, int] = {}
+    for c in cells:
+        what = c.status if c.status != "ran" else ("failed" if c.error or not c.edgeplug.ok else "lowered")
+        counts[what] = counts.get(what, 0) + 1
+    lines.append("")
+    lines.append(f"{len(cells)} cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- docs/zoo.md
+
+
+def _ops(cpu_ops: dict, limit: int = 6) -> str:
+    if not cpu_ops:
+        return "none"
+    items = sorted(cpu_ops.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"`{op.removeprefix('aten.')}` ×{n}" for op, n in items[:limit])
+    return text + (f", … ({len(items)} ops)" if len(items) > limit else "")
+
+
+def _diff(side: Side) -> str:
+    if side.max_abs_diff is not None:
+        if side.verify_passed is False:
+            return f"{side.max_abs_diff:.1e} **fails**: {_esc('; '.join(side.verify_problems))[:160]}"
+        return f"{side.max_abs_diff:.1e}"
+    if side.verify_error:
+        return f"fails: {_esc(side.verify_error)}"
+    return "—"
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _pc(side: Side) -> str:
+    if not side.ok:
+        return f"**fails**: {_esc(side.error)}"
+    return f"{side.partitions} / {side.cpu_nodes}"
+
+
+def _norms(cell: Cell) -> str:
+    if cell.error or not cell.edgeplug.ok:
+        return "—"
+    if cell.no_policy and not cell.fusion_outcomes:
+        return f"— / {cell.norms_present} (no rms_norm policy)"
+    text = f"{cell.norms_fused} / {cell.norms_present}"
+    rejected = cell.fusion_outcomes.get("rejected", 0)
+    if rejected:
+        text += f" ({rejected} rejected with reason)"
+    missing = (cell.norms_present or 0) - cell.norms_recorded
+    if missing > 0:
+        text += f" (**{missing} without a record**)"
+    return text
+
+
+def _settled(cell: Cell) -> Cell:
+    """A cell whose process timed out, ran out of memory, crashed or was lost reads as a failed cell."""
+    if cell.status == "ran" or cell.error:
+        return cell
+    return replace(cell, error=f"{cell.status}: {cell.detail}")
+
+
+def summary(cells: list[Cell]) -> dict[str, Any]:
+    """Headline figures against issue 13's targets."""
+    cells = [_settled(c) for c in cells]
+    real = [c for c in cells if not c.dry_run and not c.error]
+    both = [c for c in real if c.edgeplug.ok and c.stock.ok]
+    ratios = [c.time_ratio for c in both if c.time_ratio is not None]
+    diffs = [c.edgeplug.max_abs_diff for c in real if c.edgeplug.max_abs_diff is not None]
+    normed = [c for c in cells if not c.error and c.edgeplug.ok and not c.no_policy]
+    return {
+        "cells": len(cells),
+        "edgeplug_failures": sum(1 for c in cells if c.error or not c.edgeplug.ok),
+        "stock_failures": sum(1 for c in real if not c.stock.ok),
+        "fewer_or_equal_partitions": sum(1 for c in both if c.edgeplug.partitions <= c.stock.partitions),
+        "fewer_or_equal_cpu_nodes": sum(1 for c in both if c.edgeplug.cpu_nodes <= c.stock.cpu_nodes),
+        "compared": len(both),
+        "cpu_nodes_edgeplug": sum(c.edgeplug.cpu_nodes for c in both),
+        "cpu_nodes_stock": sum(c.stock.cpu_nodes for c in both),
+        "norms_present": sum(c.norms_present or 0 for c in normed),
+        "norms_fused": sum(c.norms_fused for c in normed),
+        "norms_recorded": sum(c.norms_recorded for c in normed),
+        "max_abs_diff": max(diffs, default=None),
+        "verified": len(diffs),
+        "verify_failures": sum(1 for c in real if c.edgeplug.verify_error),
+        "time_ratio_median": sorted(ratios)[len(ratios) // 2] if ratios else None,
+        "time_ratio_max": max(ratios, default=None),
+        "cells_within_1_1x": sum(1 for r in ratios if r <= 1.1),
+        "timed": len(ratios),
+    }
+
+
+#: how executorch's Vulkan partitioner says it has no kernel for an op
+NO_KERNEL = "no operator implementation"
+NORM_OPS = ("aten.rsqrt.default", "aten.mean.dim", "aten.rms_norm.default", "et_vk.rms_norm.default")
+
+
+def targets(cells: list[Cell]) -> list[str]:
+    """Issue 13's "done when", one line each: met or not, with the figures."""
+    cells = [_settled(c) for c in cells]
+    def decoder(c: Cell) -> bool:
+        arch = MODELS.get(c.model)
+        return arch is not None and arch.output == "logits"
+
+    def ok(c: Cell) -> bool:
+        return not c.error and c.edgeplug.ok
+
+    lowered = sum(ok(c) for c in cells)
+    out = [f"every cell lowers with edgeplug: {lowered} of {len(cells)} — {'met' if lowered == len(cells) else 'not met'}"]
+    for backend in ("vulkan", "webgpu"):
+        cs = [c for c in cells if c.backend == backend and decoder(c)]
+        if not cs:
+            continue
+        one = [c for c in cs if ok(c) and c.edgeplug.partitions == 1]
+        cpu = sum(c.edgeplug.cpu_nodes or 0 for c in cs if ok(c))
+        # an op the delegate has no kernel for stays on the CPU and splits the graph where it stands
+        kernelless = {c.model: sorted(op for op, why in c.edgeplug.cpu_reasons.items() if all(NO_KERNEL in r for r in why))
+                      for c in cs if ok(c)}
+        other = {c.model: sorted(set(c.edgeplug.cpu_ops) - set(kernelless[c.model])) for c in cs if ok(c)}
+        clean = [c for c in cs if ok(c) and not other[c.model] and (kernelless[c.model] or c.edgeplug.partitions == 1)]
+        split = [f"{c.model} {c.edgeplug.partitions} ({', '.join(o.removeprefix('aten.') for o in kernelless[c.model])})"
+                 for c in cs if ok(c) and c.edgeplug.partitions > 1 and kernelless[c.model]]
+        rest = [f"{m}: {', '.join(o.removeprefix('aten.') for o in ops)}" for m, ops in other.items() if ops]
+        out.append(
+            f"{backend}: 1 partition on {len(one)} of {len(cs)} decoders; "
+            + (f"split only at ops without a kernel: {'; '.join(split)}; " if split else "")
+            + f"{cpu} CPU nodes over the {sum(ok(c) for c in cs)} that lowered, each with the partitioner's reason; "
+            + (f"CPU ops that have a kernel: {'; '.join(rest)} " if rest else "no CPU op that has a kernel ")
+            + f"(target: 1 partition, 0 CPU nodes but ops without a kernel) — {'met' if len(clean) == len(cs) else 'not met'}"
+        )
+    cs = [c for c in cells if c.backend == "xnnpack" and decoder(c)]
+    if cs:
+        third = [
+            c for c in cs
+            if ok(c) and c.stock.ok
+            and c.edgeplug.cpu_nodes * 3 <= c.stock.cpu_nodes and c.edgeplug.partitions * 3 <= c.stock.partitions
+        ]
+        # where stock fails to lower at all there is nothing to divide: edgeplug lowering is the win
+        stock_failed = [c for c in cs if ok(c) and not c.stock.ok and not c.stock_absent]
+        normed = [c for c in cs if ok(c) and any(op in c.edgeplug.cpu_ops for op in NORM_OPS)]
+        met = len(third) + len(stock_failed) == len(cs) and not normed
+        out.append(
+            f"xnnpack: at most a third of stock's CPU nodes and partitions on {len(third)} of {len(cs)} decoders"
+            + (f" (stock fails on {', '.join(c.model for c in stock_failed)}, which edgeplug lowers)" if stock_failed else "")
+            + f"; a norm op ({', '.join(o.removeprefix('aten.') for o in NORM_OPS[:3])}) on the CPU in {len(normed)} "
+            f"(target: all, none) — {'met' if met else 'not met'}"
+        )
+    policy = [c for c in cells if ok(c) and not c.no_policy]
+    unrecorded = sum(max(0, (c.norms_present or 0) - c.norms_recorded) for c in policy)
+    verified = [c for c in cells if c.edgeplug.max_abs_diff is not None]
+    over = [c for c in verified if c.edgeplug.max_abs_diff > 1e-4]
+    failed = [c for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_error]
+    out.append(
+        f"norms: {unrecorded} norms without a fusion record in {len(policy)} cells of backends with an rms_norm "
+        f"policy (xnnpack has none); max |lowered − eager| > 1e-4 in {len(over)} of {len(verified)} verified cells, "
+        f"{len(failed)} real lowerings could not verify — {'met' if not unrecorded and not over and not failed else 'not met'}"
+    )
+    ratios = [c.time_ratio for c in cells if c.time_ratio is not None]
+    within = sum(1 for r in ratios if r <= 1.1)
+    out.append(
+        f"lowering time ≤ 1.1× stock on {within} of {len(ratios)} timed cells"
+        f" — {'met' if ratios and within == len(ratios) else 'not met'}"
+    )
+    return out
+
+
+def render(
+    cells: list[Cell],
+    command: str,
+    jobs: int,
+    seconds: float,
+    partial: str = "",
+    layers: Optional[int] = None,
+    repeat: int = 1,
+    executor: str = "local",
+) -> str:
+    """docs/zoo.md: how the run was made, the summary against issue 13's targets, the matrix, CPU ops by model."""
+    from importlib.metadata import version
+
+    import torch
+    import transformers
+
+    cells = [_settled(c) for c in cells]
+    et_version = version("executorch")
+    lines: list[str] = []
+    add = lines.append
+    add("# Model zoo: transformers architectures through edgeplug and stock executorch")
+    add("")
+    add("Generated by (from the repository root; `make zoo` runs the same):")
+    add("")
+    add("```")
+    add(command)
+    add("```")
+    add("")
+    add(
+        f"torch {torch.__version__}, executorch {et_version}, transformers {transformers.__version__}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {jobs} cells at a time "
+        f"({'local processes' if executor == 'local' else 'Ray tasks'}, each cell in its own process); "
+        + (f"**partial: {partial}**, {seconds / 60:.1f} min so far." if partial else f"the whole run took {seconds / 60:.1f} min.")
+    )
+    add("")
+    add(
+        f"Every model is tiny and randomly initialised from its transformers config ({layers or 2} layer{'s' if (layers or 2) > 1 else ''}, hidden 64, "
+        f"sequence {SEQ}; nothing downloaded), exported once (`torch.export`, no KV cache) and lowered from that "
+        "same program by both columns in the same process:"
+    )
+    add("")
+    add("- **edgeplug**: `edgeplug.lower(ep, inputs, backend)` (qnn, samsung: `dry_run=True`, their SDKs are absent), "
+        "then `edgeplug.verify`;")
+    add("- **stock**: `executorch.exir.to_edge_transform_and_lower(ep, partitioner=[P()])` and `.to_executorch()`, "
+        "P the backend's own executorch partitioner (`VulkanPartitioner`, `WebGPUPartitioner`, `XnnpackPartitioner`).")
+    add("")
+    add("Columns: **partitions / CPU nodes** (call_function nodes outside every delegate, `getitem` not counted); "
+        "**norms** = fused (any outcome but `rejected`) / present (`aten.rsqrt` and `aten.rms_norm` nodes of the "
+        "exported program), rejections and norms without a fusion record called out; **max |Δ|** = max |lowered − eager| "
+        "over the outputs (xnnpack: the .pte in executorch's runtime; vulkan, webgpu: edgeplug's host kernels on the "
+        "wgpu adapter; stock vulkan/webgpu programs cannot run here); **time** = edgeplug's lowering time / stock's "
+        "(export excluded, serialization included, verification excluded; "
+        + (f"each side's fastest of {repeat} lowerings, the two sides alternating, each after a garbage collection, on a shared machine, so less noisy than one run)"
+           if repeat > 1 else "single runs on a shared machine, so expect ±20% noise)")
+        + ". A failing cell shows the first line of its error.")
+    add("")
+    add("Each cell (model × backend × scheme) ran in its own process, with a timeout and a memory limit; "
+        "a cell that ran past either, crashed, or whose worker was lost (after its retries) is a row that says so. "
+        "To run another set, or on a Ray cluster (`pip install 'edgeplug[ray]'`):")
+    add("")
+    add("```")
+    add("edgeplug zoo --models llama,qwen3,@more-models.txt,my_models.py:build --backends xnnpack,vulkan \\")
+    add("  --schemes float,8a8w --compare-stock --jobs 2 --timeout 600 --memory-limit 8000 --out cells.jsonl")
+    add("edgeplug zoo ... --out cells.jsonl --resume            # after an interruption: only the missing cells")
+    add("edgeplug zoo ... --executor ray [--address HOST:PORT]   # a Ray task per cell, the same cell function")
+    add("```")
+    add("")
+    add("`cells.jsonl` holds one JSON line per finished cell (`edgeplug._zoo.load_cells` reads it); "
+        "`--markdown FILE.md` writes this page.")
+    add("")
+    s = summary(cells)
+    add("## Summary")
+    add("")
+
+    def fmt(v: Optional[float], spec: str = ".2f") -> str:
+        return "—" if v is None else format(v, spec)
+
+    add(f"- cells: {s['cells']}; edgeplug failed in {s['edgeplug_failures']}, stock in {s['stock_failures']} "
+        f"(of the real lowerings)")
+    add(f"- against stock, on the {s['compared']} cells both lowered: partitions ≤ stock's in "
+        f"{s['fewer_or_equal_partitions']}, CPU nodes ≤ stock's in {s['fewer_or_equal_cpu_nodes']}; CPU nodes "
+        f"in all {s['compared']}: {s['cpu_nodes_edgeplug']} (edgeplug) vs {s['cpu_nodes_stock']} (stock)")
+    add(f"- norms (backends with an rms_norm fusion policy): {s['norms_fused']} fused of {s['norms_present']} "
+        f"present; {s['norms_recorded']} have a fusion record (fused or rejected with a reason)")
+    add(f"- verification: {s['verified']} cells ran, max |lowered − eager| = {fmt(s['max_abs_diff'], '.1e')}; "
+        f"{s['verify_failures']} could not verify")
+    add(f"- lowering time / stock: median {fmt(s['time_ratio_median'])}×, max {fmt(s['time_ratio_max'])}×; "
+        f"{s['cells_within_1_1x']} of {s['timed']} cells within 1.1×")
+    add("")
+    add("## Against issue 13's targets")
+    add("")
+    for line in targets(cells):
+        add(f"- {line}")
+    add("")
+    add("## Matrix")
+    add("")
+    add("| model | backend | scheme | edgeplug partitions / CPU nodes | stock partitions / CPU nodes | norms fused / present "
+        "| max \\|Δ\\| edgeplug | max \\|Δ\\| stock | time / stock |")
+    add("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for c in cells:
+        backend = c.backend + (" (dry run)" if c.dry_run else "")
+        if c.error:
+            add(f"| {c.label} | {backend} | {c.scheme} | **fails**: {_esc(c.error)} | | | | | |")
+            continue
+        stock = _pc(c.stock) if not c.stock_absent else c.stock_absent
+        ratio = fmt(c.time_ratio) + "×" if c.time_ratio is not None else "—"
+        add(f"| {c.label} | {backend} | {c.scheme} | {_pc(c.edgeplug)} | {stock} | {_norms(c)} | {_diff(c.edgeplug)} "
+            f"| {_diff(c.stock)} | {ratio} |")
+    add("")
+    add("## CPU nodes by op")
+    add("")
+    add("edgeplug's reasons are the partitioner's, from `report.cpu_nodes`.")
+    add("")
+    for model in dict.fromkeys(c.model for c in cells):
+        arch = MODELS.get(model)
+        add(f"### {label(model)}" + (f" ({arch.note})" if arch and arch.note else ""))
+        add("")
+        for c in (c for c in cells if c.model == model):
+            name = f"**{c.backend}**" + (f" {c.scheme}" if c.scheme != FLOAT else "")
+            if c.error:
+                add(f"- {name}: fails: {_esc(c.error)}")
+                continue
+            e = c.edgeplug
+            add(f"- {name}" + (" (dry run)" if c.dry_run else ""))
+            if e.ok:
+                add(f"  - edgeplug: {_ops(e.cpu_ops, limit=12)}")
+                for op, reasons in sorted(e.cpu_reasons.items()):
+                    add(f"    - `{op}`: {_esc('; '.join(reasons))[:240]}")
+            else:
+                add(f"  - edgeplug fails: {_esc(e.error)}")
+            if c.stock_absent:
+                add(f"  - stock: {c.stock_absent}")
+            elif c.stock.ok:
+                add(f"  - stock: {_ops(c.stock.cpu_ops, limit=12)}")
+            else:
+                add(f"  - stock fails: {_esc(c.stock.error)}")
+            for anchor, reason in c.rejected:
+                add(f"  - norm `{anchor}` not fused: {_esc(reason)}")
+        add("")
+    return "\n".join(lines).rstrip() + "\n"
+
