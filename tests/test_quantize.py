@@ -9,7 +9,8 @@ import torch
 
 import edgeplug
 from edgeplug.examples import load_model
-from edgeplug._quantization import QuantizationError, output_steps, quantization_info
+from edgeplug._quantization import QuantizationError
+from edgeplug._quantized import output_steps, quantization_info
 
 aten = torch.ops.aten
 

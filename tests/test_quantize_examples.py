@@ -7,7 +7,8 @@ import torch
 
 import edgeplug
 from edgeplug.examples import EXAMPLES, load_model
-from edgeplug._quantization import quantization_info, schemes
+from edgeplug._quantization import schemes
+from edgeplug._quantized import quantization_info
 
 #: norms per example (two per block, and the final one)
 NORMS = {"llama": 5, "gemma-block": 3, "mlp": 0}

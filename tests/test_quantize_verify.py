@@ -15,7 +15,8 @@ from torch import nn
 import edgeplug
 from edgeplug._errors import VerificationError
 from edgeplug.examples import load_model
-from edgeplug._quantization import QUANT_STEPS, output_steps
+from edgeplug._quantization import QUANT_STEPS
+from edgeplug._quantized import output_steps
 from edgeplug._runtime import run_lowered
 
 

@@ -503,7 +503,8 @@ def _serialize(job: Lowering) -> None:
 
 
 def _verify(job: Lowering) -> None:
-    from edgeplug._quantization import is_quantized, verify_quantized
+    from edgeplug._quantization import verify_quantized
+    from edgeplug._quantized import is_quantized
 
     if is_quantized(job.source):  # against the quantized model, with a tolerance from its output scale
         job.report.verification = verify_quantized(job.result, job.backend, job.source, job.tolerance)
@@ -698,7 +699,7 @@ def lower(
     if verify and dry_run:
         job.report.notes.append("verification skipped: a dry run produces no program to run")
     job.report.stages = job.clock.timings
-    from edgeplug._quantization import describe_quantization
+    from edgeplug._quantized import describe_quantization
 
     describe_quantization(job.report, job.source, b)  # scheme, norms, quantize timings
     return job.result
@@ -931,7 +932,7 @@ def _labelled_reference(result: LoweringResult, count: int) -> tuple[list[torch.
 
 
 def _quantized(result: LoweringResult) -> bool:
-    from edgeplug._quantization import is_quantized
+    from edgeplug._quantized import is_quantized
 
     return result.report.quantization is not None or is_quantized(result.exported_program)
 

@@ -24,19 +24,15 @@ returns what was done (backend, scheme, timings, the recomposed norms), which
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from pydantic import BaseModel, Field
-
-from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
-from edgeplug._errors import QuantizationError
+from edgeplug._errors import EdgeplugError, QuantizationError, RuntimeRefusedError, VerificationError
+from edgeplug._quantized import META_KEY, QuantizationInfo, is_quantized, output_steps, quantization_info
 from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
+from edgeplug._report import QuantizationSummary
 
 Progress = Callable[[str], None]
 
-#: key of ``GraphModule.meta`` under which ``quantize`` leaves its ``QuantizationInfo``
-META_KEY = "edgeplug_quantization"
 
 #: default verification tolerance of a quantized output, in steps of its output scale: the
 #: lowered program rounds at every requantization as the reference does, but a value one step
@@ -51,110 +47,6 @@ QUANT_STEPS = 8
 #: 1.2%, 2.2% (zoo llama, qwen3, gemma3, 2 layers), 2.1% (the built-in llama example); the float
 #: error is 11-12% and one int4 group of one layer negated and scaled is 26% (the xnnpack test)
 DYNAMIC_RELATIVE = 0.05
-
-
-@dataclass
-class QuantizationInfo:
-    """What ``quantize`` did; ``quantization_info(gm)`` returns it."""
-
-    backend: str
-    scheme: str
-    description: str
-    activation_bits: Optional[int]
-    weight_bits: int
-    per_channel: bool
-    #: the distribution that contributed the scheme
-    distribution: str = ""
-    #: "pt2e" (prepare/calibrate/convert) or "source_transform" (torchao's quantize_ before export)
-    kind: str = "pt2e"
-    calibration_batches: int = 0
-    #: the most calibration batches read (``quantize(calibration_batches=)``), and whether the data had more
-    calibration_limit: int = 0
-    calibration_cut: bool = False
-    #: (stage, seconds) in the order they ran
-    stages: list[tuple[str, float]] = field(default_factory=list)
-    #: the RMSNorm recomposition before annotation, one record per match
-    fusions: list[FusionRecord] = field(default_factory=list)
-    #: constant-only subgraphs folded before annotation (and folds refused, with why)
-    folds: list[TransformRecord] = field(default_factory=list)
-    #: the float model's outputs on ``inputs`` (``(args, kwargs)``; for |lowered - float| in reports)
-    inputs: tuple = ((), {})
-    float_outputs: list[Any] = field(default_factory=list)
-
-    def summary(self) -> "QuantizationSummary":
-        return QuantizationSummary(
-            quantizer_backend=self.backend, scheme=self.scheme, description=self.description,
-            activation_bits=self.activation_bits, weight_bits=self.weight_bits, per_channel=self.per_channel,
-            distribution=self.distribution, calibration_batches=self.calibration_batches,
-            calibration_limit=self.calibration_limit, calibration_cut=self.calibration_cut,
-            norms=self.fusions, folds=self.folds, kind=self.kind,
-        )
-
-
-class QuantizationSummary(BaseModel):
-    """The report's account of a quantized program: whose quantizer, what it did, how it verified."""
-
-    #: the backend whose quantizer produced the program (may differ from the lowering's)
-    quantizer_backend: str
-    scheme: str
-    description: str = ""
-    activation_bits: Optional[int] = None
-    weight_bits: Optional[int] = None
-    per_channel: Optional[bool] = None
-    distribution: str = ""
-    #: "pt2e" or "source_transform" (torchao's quantize_ on a copy of the model; no calibration)
-    kind: str = "pt2e"
-    calibration_batches: int = 0
-    #: the cap on calibration batches, and whether the calibration data had more than it (they were not read)
-    calibration_limit: int = 0
-    calibration_cut: bool = False
-    #: RMSNorms recomposed before annotation (``fused``/``folded_weight``) or refused, with why
-    norms: list[FusionRecord] = Field(default_factory=list)
-    #: constant-only subgraphs folded before annotation (``fold`` records; refusals say why)
-    folds: list[TransformRecord] = Field(default_factory=list)
-    #: set when the program was quantized for another backend than the one it is lowered for
-    foreign: bool = False
-    #: what verification compared with, and per output |lowered - quantized| and |lowered - float|
-    reference: str = ""
-    versus_quantized: list[float] = Field(default_factory=list)
-    versus_float: list[float] = Field(default_factory=list)
-    #: per output, the cosine similarity of the lowered program's output and the float model's (1.0: same direction)
-    cosine_to_float: list[float] = Field(default_factory=list)
-
-    def table_lines(self) -> list[str]:
-        bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
-        what = f"{bits}, {self.weight_bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} weights"
-        batches = f"{self.calibration_batches} calibration batch{'es' if self.calibration_batches != 1 else ''}"
-        if self.calibration_cut:
-            batches += f", the first {self.calibration_limit} of more (--calibration-batches)"
-        if self.kind == "source_transform":
-            what, batches = f"torchao source transform: {self.description}", "no calibration"
-        lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {batches})"]
-        if self.foreign:
-            lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
-        outcomes = {}
-        for r in self.norms:
-            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
-        if self.norms:
-            told = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
-            lines.append(f"  norms recomposed before annotation: {len(self.norms)} ({told})")
-            lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
-        applied = [r for r in self.folds if r.outcome == "applied"]
-        if self.folds:
-            removed = sum(r.removed for r in applied)
-            lines.append(
-                f"  constant-only subgraphs folded before annotation: {len(applied)} ({removed} nodes removed)"
-                + (f", {len(self.folds) - len(applied)} left as they were" if len(applied) < len(self.folds) else "")
-            )
-            lines.extend(f"    {r.node} ({r.op}): {r.detail}" for r in self.folds if r.outcome == "refused")
-        if self.reference:
-            lines.append(f"  verification reference: {self.reference}")
-        for i, q in enumerate(self.versus_quantized):
-            versus_float = f", |lowered - float| = {self.versus_float[i]:.3e}" if i < len(self.versus_float) else ""
-            if i < len(self.cosine_to_float):
-                versus_float += f", cosine to float = {self.cosine_to_float[i]:.4f}"
-            lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}{versus_float}")
-        return lines
 
 
 # -- schemes ---------------------------------------------------------------------
@@ -495,71 +387,7 @@ def _float_outputs(model: Any, given: Any) -> list[Any]:
     return eager(given).outputs
 
 
-def quantization_info(model: Any) -> Optional[QuantizationInfo]:
-    """What ``quantize`` did to ``model`` (its result), or None for any other model."""
-    meta = getattr(model, "meta", None)
-    return meta.get(META_KEY) if isinstance(meta, dict) else None
-
-
-
 # -- lowering a quantized program ----------------------------------------------------
-
-
-def _graph_module(model: Any) -> Any:
-    from torch.export import ExportedProgram
-
-    return model.graph_module if isinstance(model, ExportedProgram) else model
-
-
-def is_quantized(model: Any) -> bool:
-    """Whether ``model`` (a module or program) holds quantize/dequantize ops or came from ``quantize``."""
-    if quantization_info(model) is not None:
-        return True
-    gm = _graph_module(model)
-    graph = getattr(gm, "graph", None)
-    if graph is None:
-        return False
-    return any(n.op == "call_function" and _is_quant_op(str(n.target)) for n in graph.nodes)
-
-
-def _is_quant_op(target: str) -> bool:
-    """PT2E's quantize/dequantize ops, and torchao's (a source transform's program after export)."""
-    return "quantized_decomposed" in target or (target.startswith("torchao.") and "quantize" in target)
-
-
-def output_steps(model: Any) -> list[Optional[float]]:
-    """Per output of ``model``'s graph: the scale of the dequantize that produces it, or None."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    gm = _graph_module(model)
-    graph = getattr(gm, "graph", None)
-    if graph is None:
-        return []
-    out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
-    if out is None:
-        return []
-    steps: list[Optional[float]] = []
-    for leaf in pytree.tree_leaves(out.args[0]):
-        if not isinstance(leaf, torch.fx.Node):
-            continue
-        step = None
-        if leaf.op == "call_function" and "dequantize_per_tensor" in str(leaf.target) and len(leaf.args) > 1:
-            scale = leaf.args[1]
-            if isinstance(scale, torch.fx.Node) and scale.op == "get_attr":
-                scale = _attr(gm, scale.target)
-            if isinstance(scale, torch.Tensor) and scale.numel() == 1:
-                scale = scale.item()
-            step = float(scale) if isinstance(scale, (int, float)) else None
-        steps.append(step)
-    return steps
-
-
-def _attr(gm: Any, target: str) -> Any:
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part, None)
-    return value
 
 
 def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) -> tuple:
@@ -689,31 +517,6 @@ def _cosine(a: Any, b: Any) -> float:
     return float("nan") if norms == 0 else float((x @ y / norms).item())
 
 
-def describe_quantization(report: Any, model: Any, backend: Any) -> None:
-    """Put what ``quantize`` did to ``model`` into a lowering ``report``: scheme, norms, timings, and
-    a note when ``model`` was quantized with another backend's quantizer."""
-    from edgeplug._report import StageTiming
-
-    info = quantization_info(model)
-    if info is None:
-        if is_quantized(model) and report.quantization is None:
-            report.notes.append(
-                "the program holds quantize/dequantize ops from a quantizer edgeplug did not run; "
-                "its norms were not recomposed before annotation (use edgeplug.quantize or --quantize)"
-            )
-        return
-    summary = report.quantization or info.summary()
-    summary.foreign = info.backend != backend.name
-    report.quantization = summary
-    report.stages = [StageTiming(stage=f"quantize: {s}", seconds=t) for s, t in info.stages] + list(report.stages)
-    if summary.foreign:
-        report.notes.append(
-            f"this program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}, "
-            f"{info.distribution}), not {backend.name}'s: {backend.name} may not run it as it is; quantize "
-            f"for {backend.name} (--backend {backend.name} --quantize SCHEME) to lower it"
-        )
-
-
 def check_calibration_batches(value: Any) -> int:
     """``value`` as a cap on calibration batches (an int >= 1); raises ``QuantizationError`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -755,17 +558,11 @@ __all__ = [
     "DYNAMIC_RELATIVE",
     "QUANT_STEPS",
     "QuantizationError",
-    "QuantizationSummary",
     "check_calibration_batches",
-    "describe_quantization",
-    "is_quantized",
     "load_calibration",
-    "output_steps",
     "verify_quantized",
-    "QuantizationInfo",
     "make_quantizer",
     "quant_scheme",
-    "quantization_info",
     "quantize",
     "recompose_norms",
     "schemes",

@@ -12,7 +12,6 @@ from typing import Any, Optional
 from pydantic import BaseModel, Field
 
 from edgeplug._records import FusionRecord, TransformRecord
-from edgeplug._quantization import QuantizationSummary
 
 
 def _finite_or_null(value: Any, path: str, replaced: list[str]) -> Any:
@@ -130,6 +129,72 @@ class Verification(BaseModel):
     def failures(self) -> list[str]:
         """One line per failing output: what it is and why it fails."""
         return [f"{o.label}: {'; '.join(o.problems)}" for o in self.outputs if o.problems]
+
+
+class QuantizationSummary(BaseModel):
+    """The report's account of a quantized program: whose quantizer, what it did, how it verified."""
+
+    #: the backend whose quantizer produced the program (may differ from the lowering's)
+    quantizer_backend: str
+    scheme: str
+    description: str = ""
+    activation_bits: Optional[int] = None
+    weight_bits: Optional[int] = None
+    per_channel: Optional[bool] = None
+    distribution: str = ""
+    #: "pt2e" or "source_transform" (torchao's quantize_ on a copy of the model; no calibration)
+    kind: str = "pt2e"
+    calibration_batches: int = 0
+    #: the cap on calibration batches, and whether the calibration data had more than it (they were not read)
+    calibration_limit: int = 0
+    calibration_cut: bool = False
+    #: RMSNorms recomposed before annotation (``fused``/``folded_weight``) or refused, with why
+    norms: list[FusionRecord] = Field(default_factory=list)
+    #: constant-only subgraphs folded before annotation (``fold`` records; refusals say why)
+    folds: list[TransformRecord] = Field(default_factory=list)
+    #: set when the program was quantized for another backend than the one it is lowered for
+    foreign: bool = False
+    #: what verification compared with, and per output |lowered - quantized| and |lowered - float|
+    reference: str = ""
+    versus_quantized: list[float] = Field(default_factory=list)
+    versus_float: list[float] = Field(default_factory=list)
+    #: per output, the cosine similarity of the lowered program's output and the float model's (1.0: same direction)
+    cosine_to_float: list[float] = Field(default_factory=list)
+
+    def table_lines(self) -> list[str]:
+        bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
+        what = f"{bits}, {self.weight_bits}-bit {'per-channel' if self.per_channel else 'per-tensor'} weights"
+        batches = f"{self.calibration_batches} calibration batch{'es' if self.calibration_batches != 1 else ''}"
+        if self.calibration_cut:
+            batches += f", the first {self.calibration_limit} of more (--calibration-batches)"
+        if self.kind == "source_transform":
+            what, batches = f"torchao source transform: {self.description}", "no calibration"
+        lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {batches})"]
+        if self.foreign:
+            lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
+        outcomes = {}
+        for r in self.norms:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        if self.norms:
+            told = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+            lines.append(f"  norms recomposed before annotation: {len(self.norms)} ({told})")
+            lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
+        applied = [r for r in self.folds if r.outcome == "applied"]
+        if self.folds:
+            removed = sum(r.removed for r in applied)
+            lines.append(
+                f"  constant-only subgraphs folded before annotation: {len(applied)} ({removed} nodes removed)"
+                + (f", {len(self.folds) - len(applied)} left as they were" if len(applied) < len(self.folds) else "")
+            )
+            lines.extend(f"    {r.node} ({r.op}): {r.detail}" for r in self.folds if r.outcome == "refused")
+        if self.reference:
+            lines.append(f"  verification reference: {self.reference}")
+        for i, q in enumerate(self.versus_quantized):
+            versus_float = f", |lowered - float| = {self.versus_float[i]:.3e}" if i < len(self.versus_float) else ""
+            if i < len(self.cosine_to_float):
+                versus_float += f", cosine to float = {self.cosine_to_float[i]:.4f}"
+            lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}{versus_float}")
+        return lines
 
 
 class LoweringReport(BaseModel):
