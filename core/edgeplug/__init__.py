@@ -79,20 +79,20 @@ from edgeplug._records import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "backends": ("edgeplug._backend", "backends"),
-    "get_backend": ("edgeplug._backend", "get_backend"),
+    "backends": ("edgeplug._plugins", "backends"),
+    "get_backend": ("edgeplug._plugins", "get_backend"),
     "Backend": ("edgeplug._backend", "Backend"),
-    "transform": ("edgeplug._pipeline", "transform"),
-    "fuse": ("edgeplug._pipeline", "fuse"),
+    "transform": ("edgeplug._stages", "transform"),
+    "fuse": ("edgeplug._stages", "fuse"),
     "lower": ("edgeplug._pipeline", "lower"),
-    "LoweringResult": ("edgeplug._pipeline", "LoweringResult"),
+    "LoweringResult": ("edgeplug._result", "LoweringResult"),
     "LoweringReport": ("edgeplug._report", "LoweringReport"),
     "Verification": ("edgeplug._report", "Verification"),
     "quantize": ("edgeplug._quantization", "quantize"),
     "verify": ("edgeplug._pipeline", "verify"),
-    "register_plugin": ("edgeplug._registry", "register"),
-    "unregister_plugin": ("edgeplug._registry", "unregister"),
-    "plugin_problems": ("edgeplug._registry", "problems"),
+    "register_plugin": ("edgeplug._plugins", "register"),
+    "unregister_plugin": ("edgeplug._plugins", "unregister"),
+    "plugin_problems": ("edgeplug._plugins", "problems"),
 }
 
 

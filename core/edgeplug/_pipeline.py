@@ -27,14 +27,13 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from edgeplug._backend import Backend, get_backend
+from edgeplug._backend import Backend
+from edgeplug._eager import EagerModel, Reference, _tensors
 from edgeplug._errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
 from edgeplug._inputs import ExampleInputs, decode_inputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
@@ -42,176 +41,10 @@ from edgeplug._report import (
     CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, Verification, annotate_graph, graph_of,
     lowered_partitions,
 )
+from edgeplug._result import LoweringResult
+from edgeplug._stages import export_stage_passes, fuse, resolve_backend
 
 Progress = Callable[[str], None]
-
-
-def _resolve(backend: str | Backend) -> Backend:
-    return backend if isinstance(backend, Backend) else get_backend(backend)
-
-
-def _export_stage_passes(ep: ExportedProgram, backend: Backend) -> list[PassSpec]:
-    """The backend's export passes, then the core's decompositions of what to_edge cannot take
-    (aten.histc, ...: ``edgeplug._graph.decompose``), each added only where ``ep`` has one."""
-    from edgeplug._graph.decompose import export_decompositions
-
-    return [*backend.passes_for("export"), *export_decompositions(ep, backend)]
-
-
-def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
-    """Run the export stage ``lower`` runs (``backend``'s export passes, then the core's
-    decompositions) on an aten-dialect program; ``ep`` is left as it was."""
-    from edgeplug._graph import run_passes
-    from edgeplug._graph.names import copy_exported_program
-
-    b = _resolve(backend)
-    passes = _export_stage_passes(ep, b)
-    return run_passes(copy_exported_program(ep), passes, backend=b) if passes else ep
-
-
-def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
-    """Apply the core's pattern fusions to an edge-dialect program under ``backend``'s policy.
-
-    Returns a new program (``ep`` is not changed) and one ``FusionRecord`` per
-    match: fused, folded, fused with a unit weight, or rejected with its reason.
-    """
-    from edgeplug._fusion import fuse_for_backend
-
-    return fuse_for_backend(ep, _resolve(backend))
-
-
-# -- the eager reference -------------------------------------------------------------
-
-
-@dataclass
-class Reference:
-    """What eager computed, on copies: outputs, and the inputs and buffers after the call."""
-
-    outputs: list[torch.Tensor]
-    #: the inputs after the call, flattened in the program's input order (a model may change its inputs in place)
-    inputs_after: list[Any] = field(default_factory=list)
-    #: buffer name -> value after the call
-    buffers_after: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: the eager model the outputs came from, to run further calls from its first state (decode steps)
-    model: Optional["EagerModel"] = field(default=None, repr=False)
-    #: the inputs after the call as the caller structured them (``inputs_after`` is flattened from this)
-    inputs_tree: Optional[ExampleInputs] = field(default=None, repr=False)
-
-
-def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
-
-
-class EagerModel:
-    """The model as verification runs it eagerly, on copies the caller does not hold.
-
-    Parameters are shared with the caller's model (calls run under ``no_grad`` and
-    only read them); every buffer is a detached copy, since a call may write it (KV
-    caches, counters), and a buffer that is a non-leaf tensor with a grad history
-    (a cache written under grad mode) copies where ``copy.deepcopy`` refuses.
-    ``reset()`` puts the buffers back to their first values, so a sequence of
-    calls (prefill, then decode steps) can be replayed.
-    """
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.module = module
-        self.initial = {name: b.detach().clone() for name, b in module.named_buffers()}
-
-    @classmethod
-    def of_module(cls, model: torch.nn.Module) -> "EagerModel":
-        # deepcopy's memo maps each parameter to itself and each buffer to its copy: anything else
-        # holding a buffer (a cache object beside the module) gets the same copy
-        memo: dict[int, Any] = {id(p): p for p in model.parameters()}
-        for b in model.buffers():
-            memo.setdefault(id(b), b.detach().clone())
-        return cls(copy.deepcopy(model, memo))
-
-    @classmethod
-    def of_program(cls, ep: ExportedProgram) -> "EagerModel":
-        return cls(_reference_module(ep))
-
-    def reset(self) -> None:
-        with torch.no_grad():
-            for name, b in self.module.named_buffers():
-                if name in self.initial:
-                    b.copy_(self.initial[name])
-
-    def __call__(self, given: ExampleInputs) -> Reference:
-        """Run one call on a copy of ``given``; buffers keep what the call wrote."""
-        args, kwargs = copy.deepcopy((given.args, given.kwargs))
-        with torch.no_grad():
-            out = self.module(*args, **kwargs)
-        return Reference(
-            outputs=[t.detach() for t in _tensors(out)],
-            inputs_after=pytree.tree_leaves((args, kwargs)),
-            buffers_after={k: v.detach().clone() for k, v in self.module.named_buffers()},
-            model=self,
-            inputs_tree=ExampleInputs(args, kwargs),
-        )
-
-
-# -- the result ------------------------------------------------------------------------
-
-
-@dataclass
-class LoweringResult:
-    """What ``lower`` returns: the report, the programs at each stage, and ``save`` for the .pte."""
-
-    report: LoweringReport
-    exported_program: ExportedProgram
-    edge: Any  # executorch EdgeProgramManager
-    program: Any = None  # executorch ExecutorchProgramManager (None on dry run)
-    #: the example inputs the program was lowered (and is verified) with: ``model(*args, **kwargs)``
-    args: tuple = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    reference: Optional[Reference] = None
-
-    def runtime_inputs(self) -> list[Any]:
-        """The example inputs as the ``.pte``'s method takes them: one flat list in the program's input order
-        (keyword inputs in the order of its in-spec, ``None`` and scalars included)."""
-        return runtime_inputs(self.exported_program, ExampleInputs(self.args, self.kwargs))
-
-    @property
-    def eager_outputs(self) -> list[torch.Tensor]:
-        return self.reference.outputs if self.reference is not None else []
-
-    @property
-    def buffer(self) -> bytes:
-        if self.program is None:
-            raise EdgeplugError("this was a dry run: there is no .pte to write")
-        return self.program.buffer
-
-    def save(
-        self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None, *, force: bool = False
-    ) -> Path:
-        """Write the .pte (and the JSON report, with ``report``): each file whole or not at all.
-
-        A regular file is replaced atomically; ``-`` (stdout), a FIFO or a
-        character device is streamed (``edgeplug._outputs``). A result whose
-        verification failed is refused (``VerificationError``) unless ``force``.
-        """
-        from edgeplug._outputs import check_output_paths, write_files
-
-        v = self.report.verification
-        if v is not None and not v.passed and not force:
-            raise VerificationError(
-                f"not saving {os.fspath(path)}: verification failed ({' | '.join(v.failures())}); "
-                "the runtime would compute something else. Fix the lowering, or pass force=True to write it anyway"
-            )
-        data = self.buffer
-        check_output_paths({"the .pte": path, "the report": report})
-        path = Path(path) if os.fspath(path) != "-" else path
-        self.report.output_path = str(path)
-        self.report.output_bytes = len(data)
-        files: dict[Path, bytes | str] = {path: data}
-        if report is not None:
-            files[Path(report)] = self.report.to_json()
-        try:
-            write_files(files)
-        except BaseException:
-            self.report.output_path = self.report.output_bytes = None
-            raise
-        return path
 
 
 # -- the stages -------------------------------------------------------------------
@@ -356,18 +189,6 @@ def _in_program_order(job: Lowering) -> None:
         ref.inputs_after = runtime_inputs(job.ep, ref.inputs_tree)
 
 
-def _reference_module(ep: ExportedProgram) -> torch.nn.Module:
-    """``ep.module()`` with its buffers copied (the call may write them) and its parameters shared
-    with ``ep`` (the call only reads them): eager needs no second copy of the weights."""
-    module = ep.module()
-    copies: dict[int, torch.Tensor] = {}  # one copy per tensor: buffers that alias stay aliased
-    for name, buf in list(module.named_buffers(remove_duplicate=False)):
-        owner, _, leaf = name.rpartition(".")
-        new = copies.setdefault(id(buf), buf.detach().clone())
-        module.get_submodule(owner)._buffers[leaf] = new
-    return module
-
-
 def _program_reference(job: Lowering) -> None:
     from edgeplug._graph.names import copy_exported_program
 
@@ -409,7 +230,7 @@ def _export_passes(job: Lowering) -> None:
     from edgeplug._fusion import fusion_stage
     from edgeplug._graph import recording, run_passes
 
-    passes = _export_stage_passes(job.ep, job.backend)
+    passes = export_stage_passes(job.ep, job.backend)
     if fusion_stage(job.backend.fusion_policy("rms_norm")) == "export":
         passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
     with recording() as log:
@@ -676,7 +497,7 @@ def lower(
     from edgeplug._verification import check_tolerance
 
     given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
-    b = _resolve(backend)
+    b = resolve_backend(backend)
     if verify and not dry_run:
         refuse_verify_without_runtime(b)
     if not dry_run:
@@ -719,7 +540,7 @@ def refuse_verify_without_runtime(backend: Backend) -> None:
 
 
 def _installed() -> str:
-    from edgeplug._backend import backends
+    from edgeplug._plugins import backends
 
     return ", ".join(backends()) or "none (pip install a backend plugin)"
 
@@ -951,7 +772,7 @@ def verify(
     """
     from edgeplug._verification import compare_outputs
 
-    backend = _resolve(backend)
+    backend = resolve_backend(backend)
     if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
         from edgeplug._quantization import verify_quantized
 

@@ -57,14 +57,14 @@ def _backend_name(backend: Any) -> str:
 
 
 def _contributions(backend: str) -> list[tuple[Any, QuantScheme]]:
-    from edgeplug._registry import manager
+    from edgeplug._plugins import manager
 
     return [(info, rec) for info, rec in manager().contributions("edgeplug_quantizers", backend)]
 
 
 def schemes(backend: Any) -> list[QuantScheme]:
     """The quantization schemes ``backend`` (a name or ``Backend``) offers, in plugin order."""
-    from edgeplug._backend import get_backend
+    from edgeplug._plugins import get_backend
 
     name = get_backend(backend).name if isinstance(backend, str) else _backend_name(backend)
     return [rec for _, rec in _contributions(name)]
@@ -76,7 +76,7 @@ def _describe(schemes_: Sequence[QuantScheme]) -> str:
 
 def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
     """The record of ``scheme`` for ``backend``; a clear error naming the backend's schemes when there is none."""
-    from edgeplug._backend import backends, get_backend
+    from edgeplug._plugins import backends, get_backend
 
     b = get_backend(backend) if isinstance(backend, str) else backend
     found = _contributions(b.name)
@@ -105,7 +105,7 @@ def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
 
 def make_quantizer(backend: Any, scheme: str) -> Any:
     """A fresh torchao ``Quantizer`` for ``scheme`` of ``backend`` (never reaches the network)."""
-    from edgeplug._backend import get_backend
+    from edgeplug._plugins import get_backend
 
     b = get_backend(backend) if isinstance(backend, str) else backend
     rec = quant_scheme(b, scheme)
@@ -165,9 +165,9 @@ def quantize(
     from torch.export import ExportedProgram
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from edgeplug._backend import get_backend
+    from edgeplug._plugins import get_backend
     from edgeplug._inputs import inputs_for
-    from edgeplug._pipeline import transform
+    from edgeplug._stages import transform
 
     if backend is None or scheme is None:
         raise EdgeplugError(
@@ -234,7 +234,7 @@ def _source_transform(model: Any, given: Any, backend: Any, rec: QuantScheme, ti
     import torch
     from torchao.quantization import quantize_
 
-    from edgeplug._pipeline import transform
+    from edgeplug._stages import transform
 
     steps = timed("build config", lambda: _transform_steps(make_quantizer(backend, rec.scheme), rec, backend))
 
@@ -380,7 +380,7 @@ def _calibrate(prepared: Any, calibration: Any, given: Any, info: Any) -> None:
 def _float_outputs(model: Any, given: Any) -> list[Any]:
     from torch.export import ExportedProgram
 
-    from edgeplug._pipeline import EagerModel
+    from edgeplug._eager import EagerModel
 
     # on copies of the buffers, parameters shared: a KV cache written under grad mode copies too
     eager = EagerModel.of_program(model) if isinstance(model, ExportedProgram) else EagerModel.of_module(model)

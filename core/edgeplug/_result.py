@@ -1,0 +1,77 @@
+"""``LoweringResult``: what ``lower`` returns, the report and the programs at each stage."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch.export import ExportedProgram
+
+from edgeplug._eager import Reference
+from edgeplug._errors import EdgeplugError, VerificationError
+from edgeplug._inputs import ExampleInputs, runtime_inputs
+from edgeplug._report import LoweringReport
+
+
+@dataclass
+class LoweringResult:
+    """What ``lower`` returns: the report, the programs at each stage, and ``save`` for the .pte."""
+
+    report: LoweringReport
+    exported_program: ExportedProgram
+    edge: Any  # executorch EdgeProgramManager
+    program: Any = None  # executorch ExecutorchProgramManager (None on dry run)
+    #: the example inputs the program was lowered (and is verified) with: ``model(*args, **kwargs)``
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    reference: Optional[Reference] = None
+
+    def runtime_inputs(self) -> list[Any]:
+        """The example inputs as the ``.pte``'s method takes them: one flat list in the program's input order
+        (keyword inputs in the order of its in-spec, ``None`` and scalars included)."""
+        return runtime_inputs(self.exported_program, ExampleInputs(self.args, self.kwargs))
+
+    @property
+    def eager_outputs(self) -> list[torch.Tensor]:
+        return self.reference.outputs if self.reference is not None else []
+
+    @property
+    def buffer(self) -> bytes:
+        if self.program is None:
+            raise EdgeplugError("this was a dry run: there is no .pte to write")
+        return self.program.buffer
+
+    def save(
+        self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None, *, force: bool = False
+    ) -> Path:
+        """Write the .pte (and the JSON report, with ``report``): each file whole or not at all.
+
+        A regular file is replaced atomically; ``-`` (stdout), a FIFO or a
+        character device is streamed (``edgeplug._outputs``). A result whose
+        verification failed is refused (``VerificationError``) unless ``force``.
+        """
+        from edgeplug._outputs import check_output_paths, write_files
+
+        v = self.report.verification
+        if v is not None and not v.passed and not force:
+            raise VerificationError(
+                f"not saving {os.fspath(path)}: verification failed ({' | '.join(v.failures())}); "
+                "the runtime would compute something else. Fix the lowering, or pass force=True to write it anyway"
+            )
+        data = self.buffer
+        check_output_paths({"the .pte": path, "the report": report})
+        path = Path(path) if os.fspath(path) != "-" else path
+        self.report.output_path = str(path)
+        self.report.output_bytes = len(data)
+        files: dict[Path, bytes | str] = {path: data}
+        if report is not None:
+            files[Path(report)] = self.report.to_json()
+        try:
+            write_files(files)
+        except BaseException:
+            self.report.output_path = self.report.output_bytes = None
+            raise
+        return path
