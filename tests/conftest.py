@@ -9,13 +9,39 @@ are session-scoped and only built when a test asks for them.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 #: folders each holding installed test distributions (*.dist-info + modules)
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# the core's test backends (a plain module, no dist-info: nothing discovers it unless registered)
+sys.path.insert(0, str(FIXTURES / "backends"))
+
+
+@contextlib.contextmanager
+def fixture_backends_registered() -> Iterator[Any]:
+    """``edgeplug_fixture_backends`` registered in-process for the duration (session fixtures use this)."""
+    import edgeplug
+    import edgeplug_fixture_backends as fb
+
+    edgeplug.register_plugin(fb, "edgeplug-fixture-backends")
+    try:
+        yield fb
+    finally:
+        edgeplug.unregister_plugin(fb)
+
+
+@pytest.fixture
+def fixture_backends() -> Iterator[Any]:
+    """The core's test backends (fixture-keep, fixture-fused, fixture-table, fixture-offline), registered
+    for one test; the module is returned (its constants name the backends, ops, filter and pass)."""
+    with fixture_backends_registered() as fb:
+        yield fb
 
 
 @pytest.fixture

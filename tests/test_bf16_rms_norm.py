@@ -25,7 +25,7 @@ norm per input.
 
 The outputs are read the way ``edgeplug.verify`` reads them, chosen by the
 backend's ``BackendSpec.verify_method``: ``"kernels"`` (vulkan, webgpu) through
-``edgeplug._runtime.run_lowered``, the fused op on the wgpu adapter (lavapipe
+``edgeplug._verify.host.run_lowered``, the fused op on the wgpu adapter (lavapipe
 here) with the backend's own kernel; ``"pte"`` (xnnpack) by loading the
 ``.pte`` in executorch's Python runtime. ``edgeplug.verify`` with ExecuTorch's
 outputs as the reference must then report the same largest difference, so the
@@ -125,7 +125,7 @@ def _lowered_outputs(result, backend: str) -> tuple[list[torch.Tensor], str]:
     """The program's outputs as ``edgeplug.verify`` obtains them, and where they were computed."""
     method = edgeplug.get_backend(backend).spec.verify_method
     if method == "kernels":
-        from edgeplug._runtime import run_lowered
+        from edgeplug._verify.host import run_lowered
 
         run = run_lowered(result, backend)
         on_adapter = run.placements.get("adapter", {})

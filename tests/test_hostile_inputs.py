@@ -214,7 +214,7 @@ F16 = torch.float16
     ],
 )
 def test_outputs_compare_exactly_in_their_dtype_or_in_ulps_at_their_magnitude(lowered_value, eager_value, problem):
-    from edgeplug._verification import compare_output
+    from edgeplug._verify.compare import compare_output
 
     check = compare_output(0, lowered_value, eager_value)
     if problem is None:

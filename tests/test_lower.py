@@ -306,7 +306,7 @@ def test_a_pass_from_another_plugin_is_named_in_the_report(edgeplug_register):
 
 
 def test_run_lowered_takes_a_backend_name(edgeplug_lowering):
-    from edgeplug._runtime import run_lowered
+    from edgeplug._verify.host import run_lowered
 
     result = edgeplug_lowering("mlp", "webgpu", dry_run=False)
     run = run_lowered(result, "webgpu")

@@ -17,7 +17,7 @@ from edgeplug._errors import VerificationError
 from edgeplug.examples import load_model
 from edgeplug._quantization import QUANT_STEPS
 from edgeplug._quantized import output_steps
-from edgeplug._runtime import run_lowered
+from edgeplug._verify.host import run_lowered
 
 
 def _delegates(result):
@@ -63,7 +63,7 @@ def test_a_missing_packed_weight_fails_instead_of_reading_zeros(mlp_vulkan_w4):
     weight = oe.constants.get("_frozen_param0", oe.state_dict.get("_frozen_param0"))
     import hashlib
 
-    from edgeplug._runtime.host import _storage_bytes
+    from edgeplug._verify.host import _storage_bytes
 
     key = hashlib.sha256(_storage_bytes(pack_int4(weight).contiguous())).hexdigest()
     data = _pte_data(lowered)
@@ -77,7 +77,7 @@ def test_a_missing_packed_weight_fails_instead_of_reading_zeros(mlp_vulkan_w4):
 
 
 def test_only_all_zero_zero_points_of_symmetric_weights_are_implied(mlp_vulkan_w4):
-    from edgeplug._runtime.host import _NamedData
+    from edgeplug._verify.host import _NamedData
     from edgeplug_vulkan.preprocess import VulkanConstants
 
     _, result = mlp_vulkan_w4

@@ -212,7 +212,7 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     from edgeplug._outputs import check_output_paths
 
     if args.verify and not args.dry_run:
-        from edgeplug._pipeline import refuse_verify_without_runtime
+        from edgeplug._verify import refuse_verify_without_runtime
 
         refuse_verify_without_runtime(backend)
     if not args.dry_run:

@@ -99,7 +99,7 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "aten_overload": ("edgeplug._graph.ops", "aten_overload"),
     "qualified_name": ("edgeplug._graph.ops", "qualified_name"),
     "op_name": ("edgeplug._graph.ops", "op_name"),
-    "OpCall": ("edgeplug._runtime.host", "OpCall"),
+    "OpCall": ("edgeplug._verify.host", "OpCall"),
     "GpuDevice": ("edgeplug._runtime.device", "GpuDevice"),
     "WorkgroupShape": ("edgeplug._runtime.rms_norm", "WorkgroupShape"),
     "rms_norm_contract": ("edgeplug._runtime.rms_norm", None),

@@ -119,7 +119,7 @@ def test_8da4w_lowers_runs_and_stays_near_float(llama, lowered_8da4w):
 def test_8da4w_verification_catches_a_wrong_weight(llama, lowered_8da4w):
     """The default tolerance of a dynamically quantized output is tight enough that a program one weight
     group off disagrees: the same .pte checked against a model with one group of one layer changed fails."""
-    from edgeplug._quantization import DYNAMIC_RELATIVE
+    from edgeplug._verify.quantized import DYNAMIC_RELATIVE
 
     model, inputs = llama
     _, quantized, result = lowered_8da4w
