@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug._graph import canonical, recording
+from edgeplug._graph import recording
 from edgeplug._graph.ops import op_name
+from edgeplug.plugin import FLOATS, apply_rewrite, rewrite_pass
 
 DTYPES = [torch.float32, torch.bfloat16]
 #: each rewrite with the parameters it is tested under (every dtype: exactness is checked in bf16 too)
@@ -110,7 +111,7 @@ def _applied(ep, name: str, **params):
     """(a rewritten copy of ``ep``, the records returned, the records noted)."""
     after = copy.deepcopy(ep)
     with recording() as log:
-        records = canonical.apply(after, name, **params)
+        records = apply_rewrite(after, name, **params)
     return after, records, log
 
 
@@ -200,7 +201,7 @@ def test_the_vulkan_delegate_takes_the_tensor_form(block_edge):
     ep, _ = block_edge[torch.float32]
     check = support_check(VulkanPartitioner())
     assert not check(_calls(ep, "aten.mul.Scalar")[0])
-    after, _, _ = _applied(ep, "scalar_to_tensor", dtypes=canonical.FLOATS)
+    after, _, _ = _applied(ep, "scalar_to_tensor", dtypes=FLOATS)
     assert all(check(n) for n in _calls(after, "aten.mul.Tensor") + _calls(after, "aten.sub.Tensor"))
 
 
@@ -404,7 +405,7 @@ def test_scalar_to_tensor_holds_for_any_sequence_length(dynamic_block):
 
 @pytest.mark.parametrize("name", ["scalar_to_tensor", "mean_at_rank", "expand_as_cat"])
 def test_dtypes_the_backend_lacks_are_left_alone(name, block_edge):
-    _untouched(block_edge[torch.bfloat16][0], name, dtypes=canonical.FLOATS)
+    _untouched(block_edge[torch.bfloat16][0], name, dtypes=FLOATS)
 
 
 def test_scalars_a_dtype_cannot_hold_are_left_alone(block_edge):
@@ -456,11 +457,11 @@ def test_a_copy_that_is_a_program_output_stays():
 
 def test_declaring_an_unknown_rewrite_or_parameter_fails_at_once():
     with pytest.raises(ValueError, match="no canonicalizing rewrite 'mean_to_rank'.*mean_at_rank"):
-        canonical.rewrite_pass("mean_to_rank", backend="x")
+        rewrite_pass("mean_to_rank", backend="x")
     with pytest.raises(TypeError, match="rewrite 'mean_at_rank' takes \\['rank', 'dims', 'dtypes'\\]"):
-        canonical.rewrite_pass("mean_at_rank", backend="x", ranks=4)
+        rewrite_pass("mean_at_rank", backend="x", ranks=4)
     with pytest.raises(ValueError, match="trailing dims of rank 4"):
-        canonical.apply(torch.export.export(nn.Identity(), (torch.randn(1),)), "mean_at_rank", dims=(1, 2))
+        apply_rewrite(torch.export.export(nn.Identity(), (torch.randn(1),)), "mean_at_rank", dims=(1, 2))
 
 
 # -- declared by plugins -------------------------------------------------------------------------
@@ -488,11 +489,11 @@ class ItsRewrites:
 
     @edgeplug.hookimpl
     def edgeplug_passes(self):
-        yield canonical.rewrite_pass("mean_at_rank", backend="plain-xnnpack", rank=4, dims=(2, 3))
-        yield canonical.rewrite_pass("unsqueeze_as_view", backend="plain-xnnpack", except_trailing=True)
-        yield canonical.rewrite_pass("squeeze_as_view", backend="plain-xnnpack")
-        yield canonical.rewrite_pass("expand_as_cat", backend="plain-xnnpack", distinct_inputs=True)
-        yield canonical.rewrite_pass("scalar_to_tensor", backend="plain-xnnpack", after="expand_as_cat")
+        yield rewrite_pass("mean_at_rank", backend="plain-xnnpack", rank=4, dims=(2, 3))
+        yield rewrite_pass("unsqueeze_as_view", backend="plain-xnnpack", except_trailing=True)
+        yield rewrite_pass("squeeze_as_view", backend="plain-xnnpack")
+        yield rewrite_pass("expand_as_cat", backend="plain-xnnpack", distinct_inputs=True)
+        yield rewrite_pass("scalar_to_tensor", backend="plain-xnnpack", after="expand_as_cat")
 
 
 def test_a_third_party_backend_chooses_rewrites_through_the_passes_hook(edgeplug_register):
@@ -569,7 +570,7 @@ def test_rewrites_run_after_the_fusion_unless_asked_to_run_before(edgeplug_regis
     class MeanAtRank:
         @edgeplug.hookimpl
         def edgeplug_passes(self):
-            yield canonical.rewrite_pass("mean_at_rank", backend=backend, stage=stage, rank=4, dims=(2, 3))
+            yield rewrite_pass("mean_at_rank", backend=backend, stage=stage, rank=4, dims=(2, 3))
 
     edgeplug_register(MeanAtRank(), name=f"mean-at-rank-{backend}-{stage}")
     report = edgeplug.lower(_Rms(), (torch.randn(1, 2, 8),), backend, dry_run=True).report
@@ -584,7 +585,7 @@ def test_rewrites_run_after_the_fusion_unless_asked_to_run_before(edgeplug_regis
 
 def test_rewrite_pass_refuses_the_export_stage():
     with pytest.raises(ValueError, match="stage must be 'edge' or 'pre_partition'"):
-        canonical.rewrite_pass("scalar_to_tensor", backend="qnn", stage="export")
+        rewrite_pass("scalar_to_tensor", backend="qnn", stage="export")
 
 
 def test_a_plugins_own_rewrite_written_with_the_toolkit(edgeplug_register):

@@ -30,6 +30,7 @@ Partitioning:
 Rewrites (passes that reshape the edge program):
 
 - ``rewrite_pass``: the ``PassSpec`` that runs one of the core's named rewrites for a backend.
+- ``apply_rewrite``: runs one of the core's named rewrites on a program in place and returns its records.
 - ``NodeBuilder``: makes nodes in a program's dialect, with their fake values and metadata.
 - ``replace_with_traced``: replaces a node by the graph a plain torch function traces to.
 - ``note_rewrite``: the ``TransformRecord`` of a rewrite that replaced a node.
@@ -86,7 +87,8 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "refuse": ("edgeplug._partition.verdict", "refuse"),
     "FilterContext": ("edgeplug._partition.verdict", "FilterContext"),
     "SupportTablePartitioner": ("edgeplug._partition.table", "SupportTablePartitioner"),
-    "rewrite_pass": ("edgeplug._graph.canonical", "rewrite_pass"),
+    "rewrite_pass": ("edgeplug._graph.canonical.table", "rewrite_pass"),
+    "apply_rewrite": ("edgeplug._graph.canonical.table", "apply_rewrite"),
     "NodeBuilder": ("edgeplug._graph.rewrite", "NodeBuilder"),
     "replace_with_traced": ("edgeplug._graph.rewrite", "replace_with_traced"),
     "note_rewrite": ("edgeplug._graph.rewrite", "note_rewrite"),
@@ -94,7 +96,7 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "is_static": ("edgeplug._graph.rewrite", "is_static"),
     "is_plain": ("edgeplug._graph.rewrite", "is_plain"),
     "calls_to": ("edgeplug._graph.rewrite", "calls_to"),
-    "FLOATS": ("edgeplug._graph.canonical", "FLOATS"),
+    "FLOATS": ("edgeplug._graph.canonical.base", "FLOATS"),
     "is_qdq": ("edgeplug._graph.ops", "is_qdq"),
     "aten_overload": ("edgeplug._graph.ops", "aten_overload"),
     "qualified_name": ("edgeplug._graph.ops", "qualified_name"),
