@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeplug import _registry as plugins
+from edgeplug import _plugins as plugins
 
 
 @pytest.fixture(autouse=True)

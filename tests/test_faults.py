@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import _registry as plugins
+from edgeplug import _plugins as plugins
 
 PREVIOUS = b"the previous program"
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import _registry as plugins
+from edgeplug import _plugins as plugins
 
 EDGEPLUG = [sys.executable, "-m", "edgeplug._cli"]
 

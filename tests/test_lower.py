@@ -14,7 +14,7 @@ from edgeplug.examples import load_model
 
 @pytest.fixture(autouse=True)
 def _clean(clean_plugin_env):
-    edgeplug._registry.reset()
+    edgeplug._plugins.reset()
 
 
 @pytest.fixture(scope="module")

@@ -129,18 +129,18 @@ def test_support_check_is_the_backends_own_with_its_reasons():
     ep = to_edge(aten, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
     calls = [n for n in ep.graph.nodes if n.op == "call_function"]
     atan2 = next(n for n in calls if "atan2" in str(n.target))
-    vulkan = support_check("vulkan", ep.graph_module)
+    vulkan = support_check(edgeplug.get_backend("vulkan"), ep.graph_module)
     assert vulkan(atan2) == Verdict(False, "Vulkan: no operator implementation")
     # webgpu reuses the vulkan plugin's check, on the Vulkan partitioner its own wraps
     assert edgeplug.get_backend("webgpu").spec.support_check is edgeplug.get_backend("vulkan").spec.support_check
-    assert support_check("webgpu", ep.graph_module)(atan2) == Verdict(False, "Vulkan: no operator implementation")
+    assert support_check(edgeplug.get_backend("webgpu"), ep.graph_module)(atan2) == Verdict(False, "Vulkan: no operator implementation")
     qnn = support_check(edgeplug.get_backend("qnn"))
     assert not qnn(atan2) and "not in the QNN (HTP) support table" in qnn(atan2).reason
     assert all(isinstance(qnn(n), Verdict) for n in calls)
     # aten nodes (before decomposition) are presented to the check as edge ops
     aten_atan2 = next(n for n in aten.graph.nodes if "atan2" in str(n.target))
-    assert support_check("vulkan")(aten_atan2) == Verdict(False, "Vulkan: no operator implementation")
-    assert support_check("xnnpack") is None  # XNNPACK states support only by tagging
+    assert support_check(edgeplug.get_backend("vulkan"))(aten_atan2) == Verdict(False, "Vulkan: no operator implementation")
+    assert support_check(edgeplug.get_backend("xnnpack")) is None  # XNNPACK states support only by tagging
 
 
 def test_partition_outcome_is_frozen():

@@ -79,7 +79,7 @@ class CorruptingPlugin:
 
 @pytest.fixture
 def corrupting_plugin():
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
 
     plugins.register(CorruptingPlugin(), name="corrupting")
     yield
@@ -123,7 +123,7 @@ def test_a_plugin_pass_that_corrupts_the_graph_is_named(corrupting_plugin):
 
 def test_transform_runs_the_backends_export_passes(corrupting_plugin):
     # with only the well-behaved extra pass, transform applies it through the runner
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
 
     plugins.unregister("corrupting")
 
@@ -224,7 +224,7 @@ class _Norm(nn.Module):
 def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend, edge_sees_it_fused):
     """Stage "edge" runs before an edge-stage fusion (vulkan's et_vk.rms_norm), "pre_partition" after
     it; an aten-namespace target (qnn's aten.rms_norm) is fused on the aten program, before both."""
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
 
     seen: dict[str, set] = {}
 
@@ -254,7 +254,7 @@ def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend,
 
 
 def test_a_constraint_across_stages_is_refused():
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
 
     class Crossing:
         @edgeplug.hookimpl

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import _registry as plugins
+from edgeplug import _plugins as plugins
 from edgeplug._registry import PluginWarning
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "battery" / "edgeplug_fixture_battery"

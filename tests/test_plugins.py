@@ -16,7 +16,7 @@ import warnings
 import pytest
 
 import edgeplug
-from edgeplug import _registry as plugins
+from edgeplug import _plugins as plugins
 from edgeplug._errors import PluginConflictError, UnknownBackendError
 from edgeplug._registry import PluginWarning
 

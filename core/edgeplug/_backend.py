@@ -1,4 +1,8 @@
-"""Backend: everything the installed plugins contribute to one backend."""
+"""Backend: everything the loaded plugins contribute to one backend, resolved from a ``PluginManager``.
+
+The functions here take the registry they read; the process's default one is
+read only at the façade (``edgeplug._plugins``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar
 
 from edgeplug._errors import BackendUnavailableError, PluginConflictError, UnknownBackendError
-from edgeplug._registry import Contribution, PluginInfo, manager
+from edgeplug._registry import Contribution, PluginInfo, PluginManager
 from edgeplug._records import (
     Availability,
     BackendSpec,
@@ -113,13 +117,12 @@ def _is_named(info: PluginInfo, backend: str) -> bool:
     return backend in (info.name.lower(), info.distribution.lower().removeprefix("edgeplug-"))
 
 
-def backends() -> list[str]:
-    """Names of installed, loadable backends, sorted."""
-    return sorted(manager().backend_specs())
+def backend_names(registry: PluginManager) -> list[str]:
+    """Names of the loadable backends ``registry`` found, sorted."""
+    return sorted(registry.backend_specs())
 
 
-def _unknown(name: str, key: str, specs: dict[str, Any]) -> UnknownBackendError:
-    m = manager()
+def _unknown(m: PluginManager, name: str, key: str, specs: dict[str, Any]) -> UnknownBackendError:
     msg = f"no backend named {name!r}"
     close = difflib.get_close_matches(key, [*specs, *FIRST_PARTY], n=1, cutoff=0.6)
     msg += f"; did you mean {close[0]!r}?" if close and close[0] != key else "."
@@ -138,16 +141,15 @@ def _unknown(name: str, key: str, specs: dict[str, Any]) -> UnknownBackendError:
     return UnknownBackendError(msg)
 
 
-def get_backend(name: str) -> Backend:
-    """Resolve one backend's contributions across every loaded plugin."""
-    m = manager()
+def resolve_backend(m: PluginManager, name: str) -> Backend:
+    """Resolve one backend's contributions across every plugin ``m`` loaded."""
     key = name.strip().lower()
     conflict = m.conflict(key)
     if conflict is not None:
         raise PluginConflictError(conflict.message)
     specs = m.backend_specs()
     if key not in specs:
-        raise _unknown(name, key, specs)
+        raise _unknown(m, name, key, specs)
     info, spec = specs[key]
     contributions = tuple(m.contributions(backend=key))
 
@@ -167,4 +169,4 @@ def get_backend(name: str) -> Backend:
     )
 
 
-__all__ = ["Backend", "backends", "get_backend", "BackendUnavailableError"]
+__all__ = ["Backend", "backend_names", "resolve_backend"]

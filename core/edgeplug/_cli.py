@@ -21,14 +21,14 @@ def _err(msg: str) -> None:
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
-    from edgeplug._backend import get_backend
-    from edgeplug._registry import manager
+    from edgeplug._backend import resolve_backend
+    from edgeplug._plugins import manager
 
     m = manager()
     specs = m.backend_specs()
     rows = [("backend", "distribution", "version", "verify", "serializes here")]
     for name in sorted(specs):
-        b = get_backend(name)
+        b = resolve_backend(m, name)
         a = b.availability()
         avail = "yes" if a.ok else f"no: {a.reason}"
         if a.ok and not args.no_probe:  # a partitioner that cannot be built makes every lowering fail: say so here
@@ -38,7 +38,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
-    kernels = any(get_backend(n).spec.verify_method == "kernels" for n in specs)
+    kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
     if specs and (args.adapter or (kernels and not args.no_adapter)):
         try:
             from edgeplug._runtime import adapter_summary
@@ -64,7 +64,7 @@ PROBE_SECONDS = 30.0
 
 def probe_partitioner(backend: object, seconds: float = PROBE_SECONDS) -> str:
     """Build the backend's partitioner once: '' if it builds, else why not (its error, or a timeout)."""
-    from edgeplug._registry import TimeLimit, _failure, _time_limit
+    from edgeplug._registry import TimeLimit, failure, time_limit
 
     import contextlib
     import io
@@ -72,12 +72,12 @@ def probe_partitioner(backend: object, seconds: float = PROBE_SECONDS) -> str:
     factory = backend.spec.partitioner
     try:  # what the SDK prints while it imports is noise here: the row says what matters
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            with _time_limit(seconds, f"the partitioner factory of backend {backend.name!r}"):
+            with time_limit(seconds, f"the partitioner factory of backend {backend.name!r}"):
                 made = factory()
     except TimeLimit as exc:
         return str(exc)
     except Exception as exc:  # the user sees which plugin, where, and the cause
-        return f"its partitioner factory (BackendSpec.partitioner) raised {_failure(exc, backend.plugin)}"
+        return f"its partitioner factory (BackendSpec.partitioner) raised {failure(exc, backend.plugin)}"
     if not callable(getattr(made, "partition", None)):
         return (
             f"its partitioner factory (BackendSpec.partitioner) returned {type(made).__name__}, "
@@ -102,9 +102,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     """Each plugin: distribution, version, entry point, status, and what it adds to which backend."""
     import json
 
+    from edgeplug._plugins import manager
     from edgeplug._registry import summaries
 
-    found = summaries()
+    found = summaries(manager())
     if args.json:
         print(json.dumps([
             {
@@ -314,7 +315,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    from edgeplug._backend import get_backend
+    from edgeplug._plugins import get_backend
     from edgeplug.examples import load_model
     from edgeplug._pipeline import lower
 
@@ -365,7 +366,7 @@ def cmd_lower(args: argparse.Namespace) -> int:
 def installed_schemes() -> str:
     """'qnn: 16a8w, 8a8w; xnnpack: 8a8w': the quantization schemes of the backends installed here."""
     try:
-        from edgeplug._registry import manager
+        from edgeplug._plugins import manager
         from edgeplug._records import QuantScheme
 
         m = manager()

@@ -5,16 +5,21 @@ The core knows no fused op by name: a policy names its ``target``
 op resolvable (``load_target``, e.g. importing a library of custom ops).
 ``check_policy`` runs when the plugin loads; ``resolve_target`` when a
 program is fused, in the program's dialect (aten or edge).
+
+It sits below the registry (it needs only the records, and torch when a
+policy is checked), so the registry validates policies at load without
+importing the fusion package, which is above the partitioner and the backend.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional
 
 from edgeplug._records import FusionPolicy
+
+if TYPE_CHECKING:
+    import torch
 
 #: what each argument role accepts, by the schema type's text
 _ARGUMENT_TYPES = {
@@ -46,6 +51,8 @@ class FusedOp:
 
 
 def _overload(policy: FusionPolicy) -> torch._ops.OpOverload:
+    import torch  # when a policy is checked, not when the registry is imported (`import edgeplug` stays light)
+
     if policy.load_target is not None:
         try:
             policy.load_target()

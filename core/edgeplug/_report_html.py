@@ -134,7 +134,8 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
     from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
     from executorch.exir.pass_manager import ExportedProgramPassManager
 
-    from edgeplug._backend import Backend, get_backend
+    from edgeplug._backend import Backend
+    from edgeplug._plugins import get_backend
     from edgeplug._failures import first_line
     from edgeplug._partition import op_name
     from edgeplug._pipeline import _count_delegated

@@ -32,7 +32,7 @@ from edgeplug._errors import EdgeplugError
 from edgeplug._fusion.apply import decide_all, fuse_matches
 from edgeplug._fusion.decide import Decision, decide
 from edgeplug._fusion.delegation import Veto, delegation_veto
-from edgeplug._fusion.target import FusedOp, PolicyTargetError, check_policy, resolve_target
+from edgeplug._policy_target import FusedOp, PolicyTargetError, check_policy, resolve_target
 from edgeplug._records import FusionPolicy, FusionRecord
 
 

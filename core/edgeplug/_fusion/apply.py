@@ -19,7 +19,7 @@ from torch.export.graph_signature import InputKind
 
 from edgeplug._fusion.decide import Decision, decide
 from edgeplug._fusion.delegation import Veto
-from edgeplug._fusion.target import FusedOp
+from edgeplug._policy_target import FusedOp
 from edgeplug._graph import analyze_constants, fold_constants, reserve_node_names
 from edgeplug._graph.constants import ancestors, remove_dead
 from edgeplug._graph.rewrite import copy_meta, fake_mode_of, replace_uses

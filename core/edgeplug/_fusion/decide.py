@@ -23,7 +23,7 @@ from typing import Literal, Optional
 
 import torch
 
-from edgeplug._fusion.target import FusedOp
+from edgeplug._policy_target import FusedOp
 from edgeplug._patterns import RmsNormMatch
 from edgeplug._patterns.base import dtype, dtype_name, is_qdq, shape
 from edgeplug._records import FusionOutcome, FusionPolicy

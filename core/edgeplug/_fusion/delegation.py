@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from edgeplug._fusion.decide import Decision
-from edgeplug._fusion.target import FusedOp
+from edgeplug._policy_target import FusedOp
 from edgeplug._patterns.base import dtype_name
 
 #: ``veto(decision) -> reason`` ("" when the fusion may go ahead)

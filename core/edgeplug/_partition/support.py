@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from edgeplug._graph.ops import op_name
 from edgeplug._partition.verdict import Verdict, support_answer
 
 log = logging.getLogger(__name__)
@@ -68,29 +69,26 @@ def support_check(
 ) -> Optional[SupportCheck]:
     """The backend's per-node support check: ``check(node) -> Verdict`` with a reason.
 
-    ``backend`` is a ``Backend`` or a backend name. ``gm`` is the graph about
-    to be (or just) partitioned, for checks that look at patterns around a
-    node; ``partitioner`` the executorch partitioner the backend made (one is
-    made when not given). The check takes aten (before decomposition) and
-    edge nodes alike, never raises, and answers ``Verdict(True)`` or
-    ``Verdict(False, reason)``.
+    ``backend`` is a resolved ``Backend`` (``edgeplug.get_backend(name)``), or
+    an executorch partitioner alone (its ``verdict`` method, if it has one).
+    ``gm`` is the graph about to be (or just) partitioned, for checks that
+    look at patterns around a node; ``partitioner`` the executorch partitioner
+    the backend made (one is made when not given). The check takes aten
+    (before decomposition) and edge nodes alike, never raises, and answers
+    ``Verdict(True)`` or ``Verdict(False, reason)``.
 
     It comes from ``BackendSpec.support_check(partitioner, gm)``, else from a
     partitioner with a ``verdict(node)`` method (``SupportTablePartitioner``).
     None when the backend states neither: the core then knows support only
-    from what the partitioner tags. (For compatibility ``backend`` may also
-    be the partitioner itself.)
+    from what the partitioner tags.
     """
-    from edgeplug._backend import Backend, get_backend
-
-    if isinstance(backend, str):
-        backend = get_backend(backend)
-    if not isinstance(backend, Backend):  # the old call: support_check(partitioner, gm)
+    spec = getattr(backend, "spec", None)
+    if spec is None:  # a partitioner alone
         backend, partitioner = None, backend
     elif partitioner is None:
         partitioner = backend.make_partitioner()
     who = type(partitioner).__name__
-    factory = backend.spec.support_check if backend is not None else None
+    factory = spec.support_check if spec is not None else None
     if factory is not None:
         return _guarded(factory(partitioner, gm), who)
     if callable(getattr(partitioner, "verdict", None)):
@@ -140,8 +138,6 @@ def capture_why(partitioner: Any) -> Iterator[dict[str, str]]:
 
 def unstated_reason(partitioner: Any, node: torch.fx.Node) -> str:
     """Why ``partitioner`` did not take ``node`` when it logged nothing."""
-    from edgeplug._graph.ops import op_name
-
     who = type(partitioner).__name__
     configs = getattr(partitioner, "target_partitioner_configs", None)
     if isinstance(configs, dict):  # executorch's config-based partitioners

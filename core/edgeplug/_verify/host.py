@@ -399,7 +399,7 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
     ``backend`` is a ``Backend`` or its name, as for ``edgeplug.verify``.
     """
     if isinstance(backend, str):
-        from edgeplug._backend import get_backend
+        from edgeplug._plugins import get_backend
 
         backend = get_backend(backend)
     if result.edge is None:

@@ -31,7 +31,7 @@ TOLERANCE = 1e-4
 
 
 def _problems_of(backend) -> list[str]:
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
 
     return [
         p.message
@@ -84,7 +84,7 @@ def test_backend_spec(edgeplug_backend):
 def test_records_validate_and_name_a_backend(edgeplug_backend):
     """Every record of the backend's distribution re-validates and names a registered backend."""
     import edgeplug
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
     from edgeplug._records import HOOK_RECORDS
 
     known = set(edgeplug.backends())
@@ -117,7 +117,7 @@ def test_skip_table_holds_real_operator_overloads(edgeplug_backend):
 
 def test_fusion_policy(edgeplug_backend):
     """At most one policy per pattern; the fused target is a registered operator taking the policy's arguments."""
-    from edgeplug._fusion.target import PolicyTargetError, check_policy
+    from edgeplug._policy_target import PolicyTargetError, check_policy
     from edgeplug._records import FusionPolicy
 
     policies = edgeplug_backend.fusion_policies

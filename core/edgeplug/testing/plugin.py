@@ -105,7 +105,7 @@ def edgeplug_lowering() -> LoweringCache:
 
 
 def _reset_plugins() -> None:
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
 
     plugins.reset()
 
@@ -134,7 +134,7 @@ def edgeplug_site(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | Path], Pat
 @pytest.fixture
 def edgeplug_register() -> Callable[..., Any]:
     """Register hookimpls (a module or object) for one test; unregistered afterwards."""
-    from edgeplug import _registry as plugins
+    from edgeplug import _plugins as plugins
 
     added: list[object] = []
 

@@ -1,0 +1,169 @@
+"""What the registry knows about each plugin and what went wrong with it: plain records, no loading."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
+
+from edgeplug._records import PassSpec
+
+ENTRY_POINT_GROUP = "edgeplug"
+ENV_DISABLE = "EDGEPLUG_DISABLE_PLUGINS"
+ENV_ALLOW = "EDGEPLUG_PLUGINS"
+REGISTERED = "<registered>"
+
+
+class PluginWarning(UserWarning):
+    """Issued once per load for each plugin that was dropped (see ``problems()``)."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a plugin came from."""
+
+    name: str
+    distribution: str
+    version: str
+    entry_point: str  # "name = module:attr", or "<register()>"
+
+    @property
+    def registered(self) -> bool:
+        """True for a plugin added with ``register()`` rather than an entry point."""
+        return self.distribution == REGISTERED
+
+    def describe(self) -> str:
+        if self.registered:
+            return f"plugin {self.name!r} (registered with edgeplug.register_plugin())"
+        return (
+            f"plugin {self.name!r} (entry point '{self.entry_point}', "
+            f"distribution {self.distribution} {self.version})"
+        )
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    """A plugin that was dropped, and why."""
+
+    plugin: PluginInfo
+    stage: str  # "import", "hook edgeplug_backends", ...
+    cause: str
+
+    @property
+    def message(self) -> str:
+        if self.plugin.registered:
+            remedy = f"unregister it with edgeplug.unregister_plugin({self.plugin.name!r})"
+        else:
+            remedy = f"uninstall {self.plugin.distribution}"
+        return (
+            f"{self.plugin.describe()} failed at {self.stage}: {self.cause}. "
+            f"Its backends are unavailable; the others still work. To silence this, "
+            f"disable it with {ENV_DISABLE}={self.plugin.name} or {remedy}."
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Contribution(NamedTuple):
+    """One record and the plugin that yielded it."""
+
+    plugin: PluginInfo
+    record: Any
+
+
+def who(info: PluginInfo) -> str:
+    if info.registered:
+        return f"plugin {info.name!r} (registered in code)"
+    return f"distribution {info.distribution} (plugin {info.name!r})"
+
+
+@dataclass(frozen=True)
+class BackendProblem:
+    """A backend made unavailable because contributions to it contradict each other."""
+
+    backend: str
+    cause: str
+    plugins: tuple[PluginInfo, ...]
+
+    @property
+    def message(self) -> str:
+        blame = self.newcomer
+        if blame.registered:
+            fix = f"unregister one with edgeplug.unregister_plugin({blame.name!r})"
+        else:
+            fix = f"uninstall one, or disable the newcomer with {ENV_DISABLE}={blame.name}"
+        return (
+            f"backend {self.backend!r} is unavailable: {self.cause}. To use it, {fix}. "
+            "Every other backend keeps working."
+        )
+
+    @property
+    def newcomer(self) -> PluginInfo:
+        """The plugin to disable: not the one named after the backend (its owner), else the last loaded.
+
+        ``edgeplug-vulkan`` owns backend ``vulkan``; a clone or add-on that
+        contradicts it is the one a user just installed, whatever its name
+        sorts as.
+        """
+        norm = normalize_name(self.backend)
+
+        def owns(p: PluginInfo) -> bool:
+            return norm in (normalize_name(p.name), normalize_name(p.distribution).removeprefix("edgeplug-"))
+
+        ranked = [p for p in self.plugins if not p.registered and not owns(p)]
+        ranked = ranked or [p for p in self.plugins if not p.registered] or list(self.plugins)
+        return ranked[-1]
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class UnclaimedRecord:
+    """A record naming a backend that no loaded plugin registers (it is ignored)."""
+
+    contribution: Contribution
+    registered: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        info, rec = self.contribution
+        close = difflib.get_close_matches(rec.backend, self.registered, n=1)
+        hint = f"Did you mean {close[0]!r}? " if close else ""
+        return (
+            f"{info.describe()} yields a {type(rec).__name__} for backend {rec.backend!r}, which no "
+            f"loaded plugin registers (registered: {', '.join(self.registered) or 'none'}); it is "
+            f"ignored. {hint}Fix the backend name in the plugin, or install the plugin that "
+            f"registers {rec.backend!r}."
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class Loaded:
+    """What one load found: the plugins, their records, and every problem, before and after validation."""
+
+    contributions: list[Contribution] = field(default_factory=list)
+    problems: list[PluginProblem] = field(default_factory=list)
+    plugins: list[PluginInfo] = field(default_factory=list)
+    skipped: list[tuple[PluginInfo, str]] = field(default_factory=list)
+    conflicts: dict[str, BackendProblem] = field(default_factory=dict)
+    unclaimed: list[UnclaimedRecord] = field(default_factory=list)
+    #: backend name -> its passes in run order
+    pass_order: dict[str, tuple[PassSpec, ...]] = field(default_factory=dict)
+
+
+def normalize_name(name: str) -> str:
+    # PEP 503: distribution names compare case-insensitively, with runs of
+    # '-', '_' and '.' equivalent; plugin names follow the same rule here.
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def name_set(value: Optional[str]) -> Optional[set[str]]:
+    if value is None or not value.strip():
+        return None  # set but empty (EDGEPLUG_PLUGINS=) means unset, not "allow nothing"
+    return {normalize_name(v) for v in value.split(",") if v.strip()}

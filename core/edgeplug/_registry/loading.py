@@ -1,0 +1,360 @@
+"""Discovery and loading: entry points, the enable/disable variables, importing, collecting records.
+
+Every failure here is a ``PluginProblem`` that names the plugin's own file
+and line where Python can find it (``raised_at``); the plugin is dropped
+whole and the others load.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import pluggy
+from pydantic import BaseModel, ValidationError
+
+from edgeplug import _hookspecs as hookspecs
+from edgeplug._records import HOOK_RECORDS
+from edgeplug._registry.info import (
+    ENTRY_POINT_GROUP,
+    ENV_ALLOW,
+    ENV_DISABLE,
+    Contribution,
+    Loaded,
+    PluginInfo,
+    PluginProblem,
+    name_set,
+    normalize_name,
+)
+
+def format_validation(err: ValidationError, hook: str = "") -> str:
+    """'invalid X record from hook H: field F = VALUE (why)': every field pydantic rejected, with its value."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "record"
+        value = e.get("input")
+        shown = "" if isinstance(value, dict) and e["loc"] == () else f" = {bounded(value)}"
+        parts.append(f"field {loc!r}{shown}: {e['msg']}")
+    source = f" from hook {hook}" if hook else ""
+    return f"invalid {err.title} record{source}: {'; '.join(parts)}"
+
+
+def bounded(value: Any, width: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _own_paths(info: PluginInfo, plugin: object = None) -> tuple[set[str], tuple[str, ...]]:
+    """(files, folders) that hold the plugin's own code: its distribution's files and its top-level module.
+
+    An editable install lists only a ``.pth`` or finder among its files, so
+    the entry point's top-level module (found without importing it) or the
+    plugin object's module adds its folder (a package) or its file.
+    """
+    files: set[str] = set()
+    dirs: list[str] = []
+    if not info.registered:
+        try:
+            from importlib.metadata import distribution
+
+            for f in distribution(info.distribution).files or ():
+                if str(f).endswith(".py"):
+                    files.add(str(Path(f.locate()).resolve()))
+        except Exception:  # no metadata to read: the module below still locates it
+            pass
+    tops = {t for t in (_package(info), _package(info, plugin) if plugin is not None else None) if t}
+    for top in tops:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(top)
+        except Exception:  # a broken parent package: nothing to add
+            spec = None
+        if spec is None:
+            continue
+        for loc in spec.submodule_search_locations or ():
+            dirs.append(str(Path(loc).resolve()) + os.sep)
+        if not spec.submodule_search_locations and spec.origin:
+            files.add(str(Path(spec.origin).resolve()))
+    return files, tuple(dirs)
+
+
+def raised_at(exc: BaseException, info: PluginInfo, plugin: object = None) -> str:
+    """' (raised at FILE:LINE in FUNC)': the innermost frame of the plugin's own code.
+
+    Own code is a file of the plugin's distribution or of its top-level
+    module; a ``SyntaxError`` in it is located by its own file and line.
+    Without one, the entry point (or the registered module) is named.
+    """
+    files, dirs = _own_paths(info, plugin)
+
+    def own(filename: Optional[str]) -> bool:
+        if not filename or filename.startswith("<"):
+            return False
+        path = str(Path(filename).resolve())
+        return path in files or path.startswith(dirs)
+
+    cur: Optional[BaseException] = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:  # the exception, then what it was raised from
+        seen.add(id(cur))
+        if isinstance(cur, SyntaxError) and own(cur.filename):
+            return f" (raised at {cur.filename}:{cur.lineno})"
+        frames = [f for f in traceback.extract_tb(cur.__traceback__) if own(f.filename)]
+        if frames:
+            f = frames[-1]
+            return f" (raised at {f.filename}:{f.lineno} in {f.name})"
+        cur = cur.__cause__ or cur.__context__
+    if info.registered:
+        return f" (no frame of the plugin's code in the traceback; registered as {_package(info, plugin) or info.name!r})"
+    return f" (no frame of the plugin's code in the traceback; its entry point is '{info.entry_point}')"
+
+
+def plugin_location(exc: BaseException, info: PluginInfo) -> str:
+    """' (raised at FILE:LINE in FUNC)': where in the plugin's own code ``exc`` was raised (or its entry point)."""
+    return raised_at(exc, info)
+
+
+def _package(info: PluginInfo, plugin: object = None) -> Optional[str]:
+    """The plugin's top-level module name, from its entry point or its object."""
+    if plugin is not None:
+        name = getattr(plugin, "__name__", None) if inspect.ismodule(plugin) else type(plugin).__module__
+        return (name or "").split(".")[0] or None
+    value = info.entry_point.partition("=")[2].strip()
+    return value.split(":")[0].split(".")[0] or None
+
+
+def failure(exc: BaseException, info: PluginInfo, plugin: object = None) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}{raised_at(exc, info, plugin)}" if text else f"{type(exc).__name__}{raised_at(exc, info, plugin)}"
+
+
+class NotRecords(TypeError):
+    """A hook returned something that is not records (a str, a dict, a number)."""
+
+
+def _records_of(result: Any, hook: str) -> list[tuple[Any, str]]:
+    """What a hook returned as (item, ' (yielded at FILE:LINE)') pairs: None is none, a record is one.
+
+    A generator's items are located by the line it was suspended at. A str,
+    bytes or a dict is not iterated (a string's characters, a dict's keys are
+    never records); anything else that is not iterable is refused.
+    """
+    if result is None:
+        return []
+    if isinstance(result, BaseModel):
+        return [(result, "")]  # one record returned rather than yielded
+    if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__iter__"):
+        raise NotRecords(
+            f"returned {type(result).__name__} {bounded(result)}; {hook} must yield records "
+            "(or return a list of them, or None)"
+        )
+    if not inspect.isgenerator(result):
+        return [(item, "") for item in result]
+    out = []
+    for item in result:
+        frame = result.gi_frame
+        out.append((item, f" (yielded at {frame.f_code.co_filename}:{frame.f_lineno})" if frame is not None else ""))
+    return out
+
+
+def _defined_at(fn: Any) -> str:
+    """' (hook at FILE:LINE)': the first statement of the hook's body, or '' where Python cannot locate it."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return ""
+    body = sorted({line for _, _, line in code.co_lines() if line and line > code.co_firstlineno})
+    return f" (hook at {code.co_filename}:{body[0] if body else code.co_firstlineno})"
+
+
+ENV_HOOK_SECONDS = "EDGEPLUG_HOOK_TIMEOUT"
+#: how long one hook may take to yield its records (declarations: a hook that
+#: needs longer is doing work that belongs in a factory)
+HOOK_SECONDS = 20.0
+
+
+def _hook_seconds() -> float:
+    text = os.environ.get(ENV_HOOK_SECONDS, "")
+    try:
+        return float(text) if text else HOOK_SECONDS
+    except ValueError:
+        return HOOK_SECONDS
+
+
+class TimeLimit(Exception):
+    """A plugin's code ran past its time limit (see ``time_limit``)."""
+
+
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` (or a caller of it) is executing a module's import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class time_limit:
+    """Interrupt the block after ``seconds`` with ``TimeLimit`` (SIGALRM; main thread only).
+
+    Where no alarm can be set (another thread, a platform without SIGALRM,
+    an alarm handler the application installed) the block runs unlimited.
+    An import in progress is never interrupted: the limit takes effect when
+    it returns.
+    """
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds, self.what, self.armed, self.previous = seconds, what, False, None
+
+    def __enter__(self) -> "time_limit":
+        import signal
+
+        if (
+            self.seconds <= 0
+            or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None)
+        ):
+            return self
+
+        def expire(signum: int, frame: Any) -> None:
+            if _importing(frame):  # stopping an import half-way leaves C extensions half-initialised
+                signal.setitimer(signal.ITIMER_REAL, 0.05)  # (numpy then crashes the process): retry after it
+                return
+            raise TimeLimit(f"{self.what} took longer than {self.seconds:g} s and was stopped")
+
+        self.previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self.armed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.armed:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous if self.previous is not None else signal.SIG_DFL)
+
+
+
+def _entry_points() -> list[Any]:
+    try:
+        from importlib.metadata import entry_points
+    except ImportError:  # pragma: no cover
+        from importlib_metadata import entry_points  # type: ignore
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+
+
+def unmarked_hook(plugin: object, pm: pluggy.PluginManager) -> Optional[str]:
+    """An ``edgeplug_*`` function the plugin defines without the hookimpl marker."""
+    for name in sorted(dir(plugin)):
+        if not name.startswith(f"{hookspecs.PROJECT}_"):
+            continue
+        obj = getattr(plugin, name, None)
+        if not callable(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
+            continue
+        if pm.parse_hookimpl_opts(plugin, name) is None:
+            known = ", ".join(HOOK_RECORDS)
+            what = "" if name in HOOK_RECORDS else f", and names no hook (the hooks are: {known})"
+            return (
+                f"function {name} is not marked @edgeplug.hookimpl, so it would never be "
+                f"called{what}; decorate it with @edgeplug.hookimpl (or rename it if it is no hook)"
+            )
+    return None
+
+
+def collect(plugin: object, info: PluginInfo) -> tuple[list[BaseModel], Optional[PluginProblem]]:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    try:
+        pm.register(plugin, name=info.name)
+        pm.check_pending()  # a misspelt hook would otherwise be ignored silently
+    except Exception as exc:  # e.g. a hookimpl with an unknown name or argument
+        known = ", ".join(HOOK_RECORDS)
+        return [], PluginProblem(
+            info, "registration", f"{type(exc).__name__}: {exc} (the hooks are: {known})"
+        )
+    unmarked = unmarked_hook(plugin, pm)
+    if unmarked is not None:
+        return [], PluginProblem(info, "registration", unmarked)
+    out: list[BaseModel] = []
+    for hook, record_type in HOOK_RECORDS.items():
+        caller = getattr(pm.hook, hook, None)
+        for impl in caller.get_hookimpls() if caller is not None else ():
+            stage = f"hook {hook}"
+            try:
+                with time_limit(_hook_seconds(), f"{hook} of {info.describe()}"):
+                    result = impl.function()
+                    items = _records_of(result, hook)
+            except ValidationError as exc:
+                return [], PluginProblem(info, stage, format_validation(exc, hook) + raised_at(exc, info, plugin))
+            except NotRecords as exc:
+                return [], PluginProblem(info, stage, f"{exc}{_defined_at(impl.function)}")
+            except Exception as exc:
+                return [], PluginProblem(info, stage, failure(exc, info, plugin))
+            for item, at in items:
+                if isinstance(item, record_type):
+                    out.append(item)
+                    continue
+                what = (
+                    f"a {type(item).__name__}, the record of another hook"
+                    if isinstance(item, BaseModel) else f"{type(item).__name__} {bounded(item)}"
+                )
+                return [], PluginProblem(
+                    info,
+                    stage,
+                    f"yielded {what}; {hook} yields edgeplug.plugin.{record_type.__name__} records only"
+                    + (" (a dict is not converted: build the record)" if isinstance(item, dict) else "")
+                    + (at or _defined_at(impl.function)),
+                )
+    return out, None
+
+
+def load(
+    registered: list[tuple[object, PluginInfo]], disable: Optional[str], allow: Optional[str]
+) -> Loaded:
+    """Find, filter, import and collect every plugin (not yet validated against each other)."""
+    blocked = name_set(disable) or set()
+    allowed = name_set(allow)
+    state = Loaded()
+    candidates: list[tuple[Any, PluginInfo, bool]] = []  # (ep or module, info, is_ep)
+    for ep in _entry_points():
+        dist = getattr(ep, "dist", None)
+        info = PluginInfo(
+            name=ep.name,
+            distribution=getattr(dist, "name", None) or "<unknown>",
+            version=getattr(dist, "version", None) or "",
+            entry_point=f"{ep.name} = {ep.value}",
+        )
+        names = {normalize_name(info.name), normalize_name(info.distribution)}
+        if names & blocked:
+            state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
+            continue
+        if allowed is not None and not names & allowed:
+            state.skipped.append((info, f"not in {ENV_ALLOW}={allow}"))
+            continue
+        candidates.append((ep, info, True))
+    for module, info in registered:
+        if normalize_name(info.name) in blocked:
+            state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
+            continue
+        candidates.append((module, info, False))
+
+    for obj, info, is_ep in candidates:
+        if is_ep:
+            try:
+                obj = obj.load()
+            except Exception as exc:  # a broken plugin must not break the others
+                state.problems.append(PluginProblem(info, "import", failure(exc, info)))
+                continue
+        records, problem = collect(obj, info)
+        if problem is not None:
+            state.problems.append(problem)
+            continue
+        state.plugins.append(info)
+        state.contributions.extend(Contribution(info, r) for r in records)
+    return state
