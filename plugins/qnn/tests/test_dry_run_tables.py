@@ -71,7 +71,7 @@ def test_a_copy_that_is_a_program_output_stays():
     """Removing it could make an output alias an input: it is kept (and reported on the CPU)."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    from edgeplug._graph.canonical import drop_identity_copies
+    from edgeplug._graph.canonical.shape import drop_identity_copies
     from edgeplug._graph.copies import is_identity_copy
 
     class OutClone(nn.Module):
