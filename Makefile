@@ -41,11 +41,19 @@ bench: setup
 
 # The model zoo: transformers architectures x every backend against stock (docs/zoo.md; `edgeplug zoo`,
 # cells in out/zoo-cells.jsonl: after an interruption, rerun the command with --resume),
-# then executorch's own example models and every quantize scheme x example (the whole sets: EDGEPLUG_ZOO=1)
+# then the quantized cells (docs/zoo.md's quantized section, out/zoo-quantized.jsonl), then executorch's own
+# example models and every quantize scheme x example (the whole sets: EDGEPLUG_ZOO=1)
+# the quantized section of docs/zoo.md: every zoo decoder x every scheme of every backend, beside stock's flow
+# for the same quantizer (8da4w@xnnpack: XNNPACK's 8da4w lowered for the backends that do not offer it)
+ZOO_DECODERS = llama,qwen3,gemma3,mistral,phi3,olmo2,falcon-mamba
+ZOO_SCHEMES = 8a8w,8da4w,8da4w-g128,e8,e4,w8,w4,w4-g32,16a8w,8a4w,16a4w,a8w8,8da4w@xnnpack
 zoo: setup
 	rm -f out/zoo-cells.jsonl
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/edgeplug zoo --schemes float --compare-stock --jobs 2 --layers 1 \
 	  --repeat 3 --out out/zoo-cells.jsonl --markdown docs/zoo.md
+	rm -f out/zoo-quantized.jsonl
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/edgeplug zoo --models $(ZOO_DECODERS) --schemes $(ZOO_SCHEMES) \
+	  --compare-stock --jobs 2 --layers 1 --out out/zoo-quantized.jsonl --markdown docs/zoo.md
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_bf16_rms_norm.py tests/test_quantize_verify.py
 
 clean:

@@ -116,6 +116,16 @@ class Side:
     #: the report's own verdict (its tolerance for the dtype), with why it failed
     verify_passed: Optional[bool] = None
     verify_problems: list = field(default_factory=list)
+    #: where a failing side stopped (quantized cells: "export", "prepare_pt2e", "calibrate", "convert_pt2e",
+    #: "quantize_", "quantize", "lower", "to_executorch", "run"); empty when it lowered
+    stage: str = ""
+    #: quantized cells: the program's logits against the float model's (cosine similarity, max |q - float|)
+    cosine_to_float: Optional[float] = None
+    max_abs_float: Optional[float] = None
+    #: size of the serialized program (real lowerings), and its median forward time in executorch's
+    #: runtime on one thread (the backend's programs run here), the two sides alternating
+    pte_bytes: Optional[int] = None
+    latency_ms: Optional[float] = None
 
     @property
     def cpu_nodes(self) -> Optional[int]:
@@ -174,6 +184,16 @@ class Cell:
             return e / s
         return None
 
+    @property
+    def size_ratio(self) -> Optional[float]:
+        e, s = self.edgeplug.pte_bytes, self.stock.pte_bytes
+        return e / s if self.edgeplug.ok and self.stock.ok and e and s else None
+
+    @property
+    def latency_ratio(self) -> Optional[float]:
+        e, s = self.edgeplug.latency_ms, self.stock.latency_ms
+        return e / s if self.edgeplug.ok and self.stock.ok and e and s else None
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -189,7 +209,7 @@ class Cell:
 
 #: the fields that change from run to run of the same cell: results compare without them
 TIMING_FIELDS = ("attempts", "wall_seconds", "peak_mb")
-SIDE_TIMING_FIELDS = ("seconds", "verify_seconds")
+SIDE_TIMING_FIELDS = ("seconds", "verify_seconds", "latency_ms")
 
 
 def comparable(cell: Cell) -> dict:
@@ -257,10 +277,12 @@ def lower_edgeplug(
         )
         side.seconds = time.perf_counter() - t
     except Exception as exc:
-        side.error = first_line(exc)
+        side.error, side.stage = first_line(exc), "lower"
         return side, None
     report = result.report
     side.ok = True
+    if result.program is not None:
+        side.pte_bytes = len(result.buffer)
     side.partitions = len(report.partitions)
     side.cpu_ops = dict(report.cpu_ops)
     reasons: dict[str, set] = {}
@@ -277,16 +299,27 @@ def lower_edgeplug(
             if hasattr(v, "passed"):
                 side.verify_passed = bool(v.passed)
                 side.verify_problems = list(v.failures()) if not v.passed else []
+            q = result.report.quantization
+            if q is not None and q.cosine_to_float:  # the lowered program against the float model
+                side.cosine_to_float, side.max_abs_float = q.cosine_to_float[0], q.versus_float[0]
         except Exception as exc:
             side.verify_error = first_line(exc)
     return side, result
 
 
-def lower_stock(ep: Any, inputs: tuple, eager: list, target: Target) -> Side:
-    """executorch's to_edge_transform_and_lower with the backend's own partitioner, then to_executorch."""
+def lower_stock(
+    ep: Any, inputs: tuple, eager: list, target: Target, keep: Optional[dict] = None,
+    float_outputs: Optional[list] = None,
+) -> Side:
+    """executorch's to_edge_transform_and_lower with the backend's own partitioner, then to_executorch.
+
+    ``eager``: the outputs the .pte should give (where it runs here); ``float_outputs``: the float model's,
+    for a quantized program's cosine and max |Δ| to float; ``keep``: a dict that receives the serialized
+    program as ``"buffer"`` (to time it later)."""
     from executorch.exir import to_edge_transform_and_lower
 
     side = Side()
+    stage = "to_edge_transform_and_lower"
     try:
         gc.collect()
         t = time.perf_counter()
@@ -296,12 +329,16 @@ def lower_stock(ep: Any, inputs: tuple, eager: list, target: Target) -> Side:
         side.partitions, cpu = stock_graph_breaks(edge.exported_program())
         side.cpu_ops = dict(cpu)
         resumed = time.perf_counter()
+        stage = "to_executorch"
         buffer = edge.to_executorch().buffer
         side.seconds = time.perf_counter() - t - (resumed - paused)
     except Exception as exc:
-        side.error = first_line(exc)
+        side.error, side.stage = first_line(exc), stage
         return side
     side.ok = True
+    side.pte_bytes = len(buffer)
+    if keep is not None:
+        keep["buffer"] = buffer
     if target.stock_runs_here:  # a delegate executorch's Python runtime runs (the backend verifies .pte files)
         try:
             from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
@@ -313,9 +350,86 @@ def lower_stock(ep: Any, inputs: tuple, eager: list, target: Target) -> Side:
                 (a.double() - e.double()).abs().max().item() for a, e in zip(outs, eager)
             )
             side.verify_method = "pte"
+            if float_outputs:
+                side.cosine_to_float, side.max_abs_float = versus_float(outs[0], float_outputs[0])
         except Exception as exc:
+            side.stage = "run"
             side.verify_error = first_line(exc)
     return side
+
+
+def versus_float(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(cosine similarity, max |out - ref|) of a program's first output against the float model's."""
+    a, b = out.detach().double().flatten(), ref.detach().double().flatten()
+    return torch.nn.functional.cosine_similarity(a, b, dim=0).item(), (a - b).abs().max().item()
+
+
+class StageError(Exception):
+    """A stock quantization flow stopped at ``stage``: the first line of what it raised."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        super().__init__(first_line(exc))
+        self.stage = stage
+
+
+def quantize_stock(module: torch.nn.Module, args: tuple, kwargs: dict, record: Any) -> Any:
+    """What a user of executorch alone runs for the quantizer of ``record`` (a QuantScheme): the program to lower.
+
+    ``pt2e``: ``torch.export``, ``prepare_pt2e`` with the same quantizer, one calibration call on the example
+    inputs, ``convert_pt2e``, export again. ``source_transform``: torchao's ``quantize_`` with the same
+    config(s) on a copy, then ``torch.export``. Nothing is folded or rewritten first. Raises StageError."""
+    stage = "export"
+    try:
+        if record.kind == "pt2e":
+            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+            with torch.no_grad():
+                ep = torch.export.export(module, args, kwargs or None)
+                stage = "prepare_pt2e"
+                prepared = prepare_pt2e(ep.module(), record.factory())
+                stage = "calibrate"
+                prepared(*args, **kwargs)
+                stage = "convert_pt2e"
+                converted = convert_pt2e(prepared)
+                stage = "export"
+                return torch.export.export(converted, args, kwargs or None)
+        from torchao.quantization import quantize_
+
+        stage = "quantize_"
+        made = record.factory()
+        steps = list(made) if isinstance(made, (list, tuple)) else [(made, None)]
+        copied = copy.deepcopy(module)
+        with torch.no_grad():
+            for config, keep in steps:
+                quantize_(copied, config, filter_fn=keep)
+            stage = "export"
+            return torch.export.export(copied, args, kwargs or None)
+    except Exception as exc:
+        raise StageError(stage, exc) from exc
+
+
+def time_ptes(buffers: dict[str, bytes], inputs: list, rounds: int = 15, calls: int = 20) -> dict[str, float]:
+    """Median forward time (ms) of each serialized program in executorch's runtime, on one thread.
+
+    Every round times ``calls`` forwards of each program, the sides alternating (the first side changes
+    from round to round), after three warm-up calls each; the median over rounds is kept."""
+    from executorch.extension.pybindings import portable_lib
+
+    portable_lib._unsafe_reset_threadpool(1)  # one thread: the figure is the program's, not the machine's
+    modules = {name: portable_lib._load_for_executorch_from_buffer(b) for name, b in buffers.items()}
+    for m in modules.values():
+        for _ in range(3):
+            m.forward(list(inputs))
+    times: dict[str, list[float]] = {name: [] for name in modules}
+    order = list(modules)
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else order[::-1]:
+            m = modules[name]
+            t = time.perf_counter()
+            for _ in range(calls):
+                m.forward(list(inputs))
+            times[name].append((time.perf_counter() - t) * 1000 / calls)
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
 
@@ -337,7 +451,12 @@ def run_cell(
     repeat: int = 1,
 ) -> Cell:
     """Lower ``model`` for ``backend`` (quantized first with ``scheme`` unless float) with edgeplug,
-    and with stock executorch when ``compare_stock`` (float cells). Never raises.
+    and with stock executorch when ``compare_stock``. Never raises.
+
+    A quantized cell's stock side quantizes with the same quantizer (or torchao config) as executorch
+    alone does (``quantize_stock``), then lowers as a float cell's does; where the backend's programs run
+    here, both .pte files run in executorch's runtime against the float model and are timed alternately
+    on one thread (``time_ptes``).
 
     ``model`` is a key ``resolve_models`` gave. ``warm``: first lower a tiny model both ways in
     this process (fair timings). ``repeat``: lower each side that many times, alternating stock and
@@ -347,9 +466,7 @@ def run_cell(
     cell = Cell(model=model, backend=backend, scheme=scheme, dry_run=target_.dry_run, stock_absent=target_.stock_absent)
     if not compare_stock:
         cell.stock_absent = "not compared (--compare-stock)"
-    elif scheme != FLOAT:
-        cell.stock_absent = "stock is compared on float cells"
-    stock = target_.stock if compare_stock and scheme == FLOAT else None
+    stock = target_.stock if compare_stock else None
     try:
         module, ep, args, kwargs, cell.norms_present = exported_call(model, layers)
         with torch.no_grad():
@@ -364,26 +481,67 @@ def run_cell(
     except Exception:
         pass
     program = ep
+    stock_program, stock_eager = ep, eager
     if scheme != FLOAT:
-        try:
-            program = edgeplug.quantize(ep, args, backend, scheme, kwargs=kwargs or None)
+        name, _, owner = scheme.partition("@")  # SCHEME@OWNER: OWNER's scheme, lowered for this backend
+        owner = owner or backend
+        record = next(r for r in edgeplug.get_backend(owner).records(edgeplug.QuantScheme) if r.scheme == name)
+        if warm:
+            warm_up(backend)
+        if stock is not None:
+            try:
+                stock_program = quantize_stock(module, args, kwargs, record)
+                with torch.no_grad():
+                    stock_eager = _flat(stock_program.module()(*args, **kwargs))
+            except StageError as exc:
+                cell.stock = Side(error=str(exc), stage=exc.stage)
+                stock = None
+        try:  # a source transform rewrites the module's linear layers: it takes the module, not the program
+            source = module if record.kind == "source_transform" else ep
+            program = edgeplug.quantize(source, args, owner, name, kwargs=kwargs or None)
         except Exception as exc:
-            cell.error = f"quantize {scheme}: " + first_line(exc)
-            return cell
-    if warm:
+            cell.edgeplug = Side(error=first_line(exc), stage="quantize")
+            program = None
+    elif warm:
         warm_up(backend)
+    buffers: dict[str, bytes] = {}
     if stock is not None:
-        cell.stock = lower_stock(ep, args, [] if kwargs else eager, target_)
-    cell.edgeplug, result = lower_edgeplug(program, args, backend, target_.dry_run, label(model), kwargs=kwargs)
+        keep: dict = {}
+        cell.stock = lower_stock(
+            stock_program, args, [] if kwargs else stock_eager, target_, keep,
+            float_outputs=eager if scheme != FLOAT else None,
+        )
+        if "buffer" in keep:
+            buffers["stock"] = keep["buffer"]
+    result = None
+    if program is not None:
+        cell.edgeplug, result = lower_edgeplug(program, args, backend, target_.dry_run, label(model), kwargs=kwargs)
     if result is not None:
         fusions = result.report.fusions
         cell.fusion_outcomes = dict(Counter(str(f.outcome) for f in fusions))
         cell.rejected = [(f.anchor, f.reason) for f in fusions if str(f.outcome) == "rejected"]
+        if result.program is not None:
+            buffers["edgeplug"] = result.buffer
     # the repeats run with the same live objects as the first stock lowering: not the first
     # lowering's programs, which would make every later lowering's garbage collection slower
     del result
+    runs_here = edgeplug.get_backend(backend).spec.verify_method == "pte"
+    if scheme != FLOAT and runs_here and "edgeplug" in buffers and not kwargs:
+        try:  # the .pte itself against the float model, measured as stock's is
+            from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+            outs = _flat(_load_for_executorch_from_buffer(buffers["edgeplug"]).forward(list(args)))
+            cell.edgeplug.cosine_to_float, cell.edgeplug.max_abs_float = versus_float(outs[0], eager[0])
+        except Exception as exc:
+            cell.edgeplug.verify_error = cell.edgeplug.verify_error or first_line(exc)
+    if scheme != FLOAT and runs_here and buffers and not kwargs:
+        try:
+            for side, ms in time_ptes(buffers, list(args)).items():
+                getattr(cell, side).latency_ms = ms
+        except Exception as exc:
+            cell.detail = "timing the .pte files: " + first_line(exc)
     for _ in range(repeat - 1):
-        _time_again(cell, program, ep, args, kwargs, backend, target_ if stock is not None else None, model)
+        _time_again(cell, program, stock_program, args, kwargs, backend, target_ if stock is not None else None, model)
     return cell
 
 

@@ -33,10 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", metavar="LIST", help="comma-separated (default: every installed backend)")
     p.add_argument(
         "--schemes", metavar="LIST",
-        help="comma-separated: float and quantization schemes (default: float and each backend's own schemes)",
+        help="comma-separated: float and quantization schemes (default: float and each backend's own schemes); "
+        "SCHEME@OWNER lowers backend OWNER's scheme for each chosen backend that has no SCHEME of its own",
     )
     p.add_argument("--compare-stock", action="store_true",
-                   help="also lower each float cell with the backend's own executorch partitioner, in the same process")
+                   help="also lower each cell with the backend's own executorch partitioner (quantized cells: quantized "
+                   "with the same quantizer, as executorch alone does), in the same process")
     p.add_argument("--jobs", "-j", type=_positive(int), default=1, help="cells at a time (default 1)")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local processes (default), or a Ray task per cell (needs edgeplug[ray])")
@@ -119,9 +121,24 @@ def command(args: argparse.Namespace) -> int:
     print(table(cells))
     if args.markdown:
         from edgeplug._outputs import write_file
+        from edgeplug._zoo._cell import FLOAT
+        from edgeplug._zoo._render import render_quantized, splice_quantized
 
-        text = render(cells, command_line(args), args.jobs, time.perf_counter() - start, layers=args.layers,
-                      repeat=args.repeat, executor=args.executor)
+        seconds = time.perf_counter() - start
+        floats = [c for c in cells if c.scheme == FLOAT]
+        quantized = [c for c in cells if c.scheme != FLOAT]
+        old = open(args.markdown).read() if os.path.exists(args.markdown) else ""
+        # a run of float cells writes the page and keeps its quantized section; a quantized run rewrites that section
+        text = render(floats, command_line(args), args.jobs, seconds, layers=args.layers, repeat=args.repeat,
+                      executor=args.executor) if floats else old
+        if quantized:
+            text = splice_quantized(text, render_quantized(quantized, command_line(args), args.jobs, seconds, layers=args.layers))
+        elif old:
+            from edgeplug._zoo._render import QUANTIZED_BEGIN, QUANTIZED_END
+
+            if QUANTIZED_BEGIN in old and QUANTIZED_END in old:
+                kept = QUANTIZED_BEGIN + old.split(QUANTIZED_BEGIN, 1)[1].split(QUANTIZED_END, 1)[0] + QUANTIZED_END
+                text = splice_quantized(text, kept + "\n")
         write_file(args.markdown, text)
         print(f"wrote {args.markdown}")
     if args.out:

@@ -46,7 +46,8 @@ def plan(
 
     ``backends``: default every installed one. ``schemes``: default float and each backend's
     own schemes; a scheme no chosen backend declares is an error, one only some declare makes
-    cells for those."""
+    cells for those. ``SCHEME@OWNER`` quantizes with backend OWNER's scheme and lowers for each chosen
+    backend that declares no SCHEME of its own (a scheme a backend does not offer, tried on both sides)."""
     import edgeplug
     from edgeplug._zoo._cell import schemes_of
     from edgeplug._zoo._models import resolve_models
@@ -63,6 +64,13 @@ def plan(
     declared = {b: schemes_of(b) for b in chosen}
     wanted = _split(schemes) if schemes is not None else None
     notes: list[str] = []
+    borrowed = [s for s in wanted or [] if "@" in s]  # SCHEME@OWNER: another backend's scheme, lowered here
+    for spec in borrowed:
+        scheme, _, owner = spec.partition("@")
+        if owner not in installed or scheme not in schemes_of(owner):
+            known = ", ".join(schemes_of(owner)) if owner in installed else f"installed: {', '.join(installed)}"
+            raise EdgeplugError(f"scheme {spec!r}: backend {owner!r} declares no scheme {scheme!r} ({known})")
+    wanted = [s for s in wanted if "@" not in s] if wanted is not None else None
     if wanted is not None:
         nowhere = [s for s in wanted if s != FLOAT and not any(s in d for d in declared.values())]
         if nowhere:
@@ -75,6 +83,10 @@ def plan(
                 if wanted is not None and scheme not in wanted:
                     continue
                 cells.append((model, backend, scheme))
+            for spec in borrowed:  # where the backend declares no scheme of that name
+                scheme, _, owner = spec.partition("@")
+                if backend != owner and scheme not in declared[backend]:
+                    cells.append((model, backend, spec))
     if wanted is not None:
         for backend in chosen:
             missing = [s for s in wanted if s != FLOAT and s not in declared[backend]]
