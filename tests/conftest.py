@@ -9,7 +9,6 @@ are session-scoped and only built when a test asks for them.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,24 +22,14 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 sys.path.insert(0, str(FIXTURES / "backends"))
 
 
-@contextlib.contextmanager
-def fixture_backends_registered() -> Iterator[Any]:
-    """``edgeplug_fixture_backends`` registered in-process for the duration (session fixtures use this)."""
-    import edgeplug
-    import edgeplug_fixture_backends as fb
-
-    edgeplug.register_plugin(fb, "edgeplug-fixture-backends")
-    try:
-        yield fb
-    finally:
-        edgeplug.unregister_plugin(fb)
-
-
 @pytest.fixture
 def fixture_backends() -> Iterator[Any]:
     """The core's test backends (fixture-keep, fixture-fused, fixture-table, fixture-offline), registered
-    for one test; the module is returned (its constants name the backends, ops, filter and pass)."""
-    with fixture_backends_registered() as fb:
+    for one test; the module is returned (its constants name the backends, ops, filter and pass).
+    Session fixtures use ``edgeplug_fixture_backends.registered()`` (a context manager) instead."""
+    import edgeplug_fixture_backends
+
+    with edgeplug_fixture_backends.registered() as fb:
         yield fb
 
 

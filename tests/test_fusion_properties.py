@@ -4,7 +4,9 @@ Hypothesis draws a handful of norms per example, each a random spelling with
 random perturbations (another axis, keepdim=False, a different tensor squared,
 a downcast, a bad eps or alpha, an op between the norm and the weight, a
 weight of the wrong shape, ...). All of them go into one module (one export
-per example). Then, for every backend:
+per example). Then, for every policy kind (the fixture backends': ``aten.rms_norm``
+kept whole; a backend's own fused op accumulating in fp32; the same op without
+fp32 accumulation):
 
 * whenever ``fuse`` changes the graph, the outputs match eager within the
   dtype's tolerance, and a norm it did not fuse computes bit for bit what the
@@ -17,6 +19,7 @@ per example). Then, for every backend:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -32,7 +35,8 @@ from edgeplug._patterns.base import is_op
 
 D = 16
 SHAPE = (2, 4, D)
-BACKENDS = ["qnn", "samsung", "vulkan", "webgpu"]
+#: (fixture backend, policy changes): a kept-whole aten op, an own op in fp32, an own op without fp32 accumulation
+POLICIES = [("fixture-keep", {}), ("fixture-fused", {}), ("fixture-fused", {"fp32_accumulation": False})]
 EXAMPLES = int(os.environ.get("EDGEPLUG_PROPERTY_EXAMPLES", "8"))
 FUSED = ("fused", "folded_weight", "fused_unit_weight")
 
@@ -184,6 +188,8 @@ def _owners(ep, n_outputs: int) -> dict:
 def test_fusion_is_exact_where_it_fuses_and_complete_on_plain_norms(specs):
     from executorch.exir import to_edge
 
+    from edgeplug_fixture_backends import registered
+
     model = Many(specs).eval()
     inputs = _inputs(specs)
     with torch.no_grad():
@@ -191,9 +197,13 @@ def test_fusion_is_exact_where_it_fuses_and_complete_on_plain_norms(specs):
         ep = to_edge(torch.export.export(model, inputs)).exported_program()
         unfused = ep.module()(*inputs)
     owner = _owners(ep, len(specs))
-    for backend in BACKENDS:
-        target = edgeplug.get_backend(backend).fusion_policy("rms_norm").target.replace(".", "::")
-        fused_ep, records = edgeplug.fuse(ep, backend)
+    for name, changes in POLICIES:
+        with registered():
+            b = edgeplug.get_backend(name)
+            policy = b.fusion_policy("rms_norm").model_copy(update=changes)
+            backend = f"{name} {changes}" if changes else name
+            target = policy.target.replace(".", "::")
+            fused_ep, records = edgeplug.fuse(ep, dataclasses.replace(b, fusion_policies=(policy,)))
         by_norm: dict[int, list] = {}
         for r in records:
             by_norm.setdefault(owner[r.anchor], []).append(r)

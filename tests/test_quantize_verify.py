@@ -15,7 +15,7 @@ from torch import nn
 import edgeplug
 from edgeplug._errors import VerificationError
 from edgeplug.examples import load_model
-from edgeplug._quantization import QUANT_STEPS
+from edgeplug._verify.quantized import QUANT_STEPS
 from edgeplug._quantized import output_steps
 from edgeplug._verify.host import run_lowered
 

@@ -34,7 +34,7 @@ def decomposed():
 
 @pytest.fixture(scope="module")
 def whole():
-    bundle = Bundle(WHOLE)  # aten.rms_norm kept whole, as QNN and Samsung keep it
+    bundle = Bundle(WHOLE)  # aten.rms_norm kept whole, as a backend whose runtime has the op keeps it
     ep = bundle.edge_program()
     return bundle, ep, _by_case(bundle, ep)
 

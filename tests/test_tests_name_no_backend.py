@@ -45,13 +45,9 @@ _FIXTURE_DISTS = (
 PENDING_KEEPWHOLE = "the keep-whole fixture plugin runs over CoreMLPartitioner: over SupportTablePartitioner and a fixture preprocess"
 PENDING: dict[str, str] = {
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
-    "test_docs.py": "checks that the author's guide shows et_vk.rms_norm as a custom fused op: check the guide's own example namespace instead",
-    "test_public_surface.py": "a plugin module name in the deprecation-filter check: use the fixture backends' module",
-    "test_fusion_properties.py": "property tests over the first-party policies: run them over fixture-keep and fixture-fused",
     "test_hf_models.py": "transformers decoders x first-party backends: the matrix is the zoo's (make zoo); keep one decoder on the fixture backends",
     "test_report_html.py": "the page of llama on xnnpack / vulkan: lower to fixture-table / fixture-fused (the stock comparison stays with a plugin)",
     "test_histc.py": "OLMoE lowered on xnnpack and vulkan: to plugins/xnnpack/tests and plugins/vulkan/tests; the decomposition itself is backend-neutral",
-    "test_rms_norm_match.py": "a comment naming the backends that keep aten.rms_norm whole",
     "test_quantize_examples.py": "PT2E schemes x examples: the per-backend schemes to each plugin's tests, the core's part on a fixture scheme",
     "test_constant_fold.py": "folding checked through first-party lowerings: lower to fixture-keep / fixture-fused",
     "test_pass_runner.py": "pass order and errors through qnn/vulkan passes: register the passes on fixture backends",

@@ -23,26 +23,27 @@ import contextlib
 import copy
 import operator
 import os
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 from torch.export import ExportedProgram
 
 from edgeplug._backend import Backend
-from edgeplug._eager import EagerModel, Reference, _tensors
-from edgeplug._errors import EdgeplugError, LoweringError, RuntimeRefusedError, VerificationError
-from edgeplug._inputs import ExampleInputs, decode_inputs, inputs_for, runtime_inputs
+from edgeplug._eager import EagerModel, Reference
+from edgeplug._errors import EdgeplugError, LoweringError
+from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._report import (
-    CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, Verification, annotate_graph, graph_of,
+    CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, annotate_graph, graph_of,
     lowered_partitions,
 )
 from edgeplug._result import LoweringResult
+from edgeplug._quantized import quantization_info
 from edgeplug._stages import export_stage_passes, fuse, resolve_backend
+from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
 
 Progress = Callable[[str], None]
 
@@ -324,12 +325,6 @@ def _serialize(job: Lowering) -> None:
 
 
 def _verify(job: Lowering) -> None:
-    from edgeplug._quantization import verify_quantized
-    from edgeplug._quantized import is_quantized
-
-    if is_quantized(job.source):  # against the quantized model, with a tolerance from its output scale
-        job.report.verification = verify_quantized(job.result, job.backend, job.source, job.tolerance)
-        return
     job.report.verification = verify(job.result, job.backend, tolerance=job.tolerance)
 
 
@@ -459,7 +454,7 @@ def _describe(job: Lowering) -> LoweringReport:
         report.notes.append(p.stranded_message())
     job.result = LoweringResult(
         report=report, exported_program=job.ep, edge=job.edge, args=job.inputs.args, kwargs=job.inputs.kwargs,
-        reference=job.reference,
+        reference=job.reference, quantization=quantization_info(job.source),
     )
     return report
 
@@ -494,8 +489,6 @@ def lower(
     default by output dtype); ``report.verification.passed`` says whether it
     held. The caller's model, program and inputs are left as they were.
     """
-    from edgeplug._verification import check_tolerance
-
     given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
     b = resolve_backend(backend)
     if verify and not dry_run:
@@ -529,16 +522,6 @@ def lower(
 # -- verification -----------------------------------------------------------------------
 
 
-def refuse_verify_without_runtime(backend: Backend) -> None:
-    """Refuse verification before any work for a backend whose programs cannot run here (``verify_method="none"``)."""
-    if backend.spec.verify_method == "none":
-        raise VerificationError(
-            f"backend {backend.name!r} cannot verify here: its BackendSpec.verify_method is 'none' (no runtime "
-            "for its programs on this host). Lower without --verify (verify=False) to write the .pte and run "
-            "it on the device, or use --dry-run to see the partitions; nothing was done"
-        )
-
-
 def _installed() -> str:
     from edgeplug._plugins import backends
 
@@ -563,34 +546,6 @@ def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_
     return inputs_for(source, args, kwargs, dynamic_shapes, where="edgeplug.lower")
 
 
-def _runtime_inputs(result: LoweringResult, given: Optional[ExampleInputs] = None) -> list[Any]:
-    """``given`` (by default the result's example inputs) as the runtime takes them: flat, in the program's order."""
-    return runtime_inputs(result.exported_program, given or ExampleInputs(result.args, result.kwargs))
-
-
-@dataclass
-class _Run:
-    outputs: list[torch.Tensor]
-    method: str
-    adapter: str
-    note: str = ""
-    #: buffer name -> value after the run, where the runner can see it
-    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: the outputs of each further call (decode steps), in order
-    steps: list[list[torch.Tensor]] = field(default_factory=list)
-
-
-#: executorch's runtime error codes (runtime/core/error.h) a .pte commonly fails with
-_RUNTIME_ERRORS = {
-    0x14: "OperatorMissing: an op of the program has no kernel in the runtime executorch's Python "
-    "package links (its log above says which: 'Missing operator'); the .pte may still run on a "
-    "runtime built with that kernel",
-    0x12: "InvalidArgument: the inputs do not match what the program expects",
-    0x23: "InvalidProgram: the runtime could not read the program",
-    0x30: "DelegateInvalidCompatibility: a delegate's payload is not one this runtime's backend reads",
-}
-
-
 def _executorch_config(ep: ExportedProgram) -> Any:
     """``to_executorch``'s config: executorch's quantized-op fusion where torchao's dequantize is left on the
     CPU (a weight-only embedding: dequantize + embedding become ``quantized_decomposed.embedding_4bit``,
@@ -601,227 +556,3 @@ def _executorch_config(ep: ExportedProgram) -> Any:
 
     return ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)
 
-
-def _run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run:
-    """Run the .pte in executorch's runtime on the example inputs, then on each of ``calls`` with the same
-    loaded program (its mutable buffers persist between calls, as on a device); ``_Run.steps`` holds the
-    outputs of each of ``calls``."""
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
-    if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):
-        import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels with the runtime
-
-    steps: list[list[torch.Tensor]] = []
-    try:
-        module = _load_for_executorch_from_buffer(result.buffer)
-        outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result))))
-        for call in calls:
-            steps.append(_tensors(module.forward(copy.deepcopy(_runtime_inputs(result, call)))))
-    except RuntimeError as exc:
-        code = re.search(r"error:? (0x[0-9a-fA-F]+)", str(exc))
-        meaning = _RUNTIME_ERRORS.get(int(code.group(1), 16)) if code else None
-        raise RuntimeRefusedError(
-            f"executorch's runtime could not run the .pte: {str(exc).strip().splitlines()[0]}"
-            + (f" ({meaning})" if meaning else "")
-            + ". This is the runtime's refusal, not a lowering error of edgeplug's or a plugin's; "
-            "lower without --verify to write the .pte anyway"
-            + (f" (it ran {len(steps) + 1} calls before this one)" if steps else "")
-        ) from exc
-    return _Run(outs, "pte", "executorch runtime (host CPU)", steps=steps)
-
-
-def _run_kernels(result: LoweringResult, backend: Backend) -> _Run:
-    from edgeplug._runtime import run_lowered
-
-    run = run_lowered(_with_copied_inputs(result), backend)
-    return _Run(run.outputs, "kernels", run.adapter, run.note, dict(getattr(run, "mutated_buffers", {}) or {}))
-
-
-def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
-    # the host interpreter may change inputs in place, as the model does: give it copies
-    return LoweringResult(
-        report=result.report, exported_program=result.exported_program, edge=result.edge, program=result.program,
-        args=copy.deepcopy(result.args), kwargs=copy.deepcopy(result.kwargs), reference=result.reference,
-    )
-
-
-#: decode steps verification runs after the example inputs' call, for a program that keeps state in buffers
-DECODE_STEPS = 3
-
-
-@dataclass
-class _Step:
-    """One further call verification makes (a decode step): its inputs and eager's outputs."""
-
-    inputs: ExampleInputs
-    outputs: list[torch.Tensor]
-
-
-def _keeps_state(ep: ExportedProgram) -> bool:
-    """Whether the lowered program writes buffers (a KV cache), at the top level or inside a delegate."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
-
-    if ep.graph_signature.buffers_to_mutate:
-        return True
-    return any(
-        s.kind.name == "BUFFER_MUTATION"
-        for _, lowered, _ in get_lowered_submodules(ep.graph_module)
-        for s in lowered.original_module.graph_signature.output_specs
-    )
-
-
-def decode_steps(result: LoweringResult, count: int = DECODE_STEPS) -> tuple[list[_Step], str]:
-    """For a program that keeps state in buffers: ``count`` calls continuing the example inputs (the next
-    tokens, ``edgeplug._inputs.decode_inputs``) with eager's outputs for each, replayed on the eager model
-    from its first state; and why fewer were made (empty when all were)."""
-    ref = result.reference
-    if ref is None or ref.model is None or result.edge is None:
-        return [], ""
-    ep = result.edge.exported_program()
-    if not _keeps_state(ep):
-        return [], ""
-    calls = decode_inputs(ep, ExampleInputs(result.args, result.kwargs), count, sizes_from=result.exported_program)
-    if not calls:
-        return [], "decode steps not run: the program's inputs do not match the example inputs' leaves"
-    from edgeplug._failures import first_line
-
-    steps: list[_Step] = []
-    eager = ref.model
-    eager.reset()
-    try:
-        eager(ExampleInputs(result.args, result.kwargs))
-        for call in calls:
-            steps.append(_Step(call, eager(call).outputs))
-    except Exception as exc:
-        return steps, (
-            f"decode steps stopped after {len(steps)}: eager raised {first_line(exc)} on step {len(steps) + 1} "
-            f"({calls[len(steps)].describe()})"
-        )
-    finally:
-        eager.reset()
-    return steps, ""
-
-
-def _compare_steps(steps: Sequence[_Step], runs: Sequence[list[torch.Tensor]], tolerance: Optional[float]) -> list:
-    from edgeplug._verification import compare_outputs
-
-    checks = []
-    for i, (step, outs) in enumerate(zip(steps, runs), start=1):
-        outs = list(outs)[len(outs) - len(step.outputs):] if len(outs) > len(step.outputs) else list(outs)
-        names = [f"decode {i}: output {j}" for j in range(len(step.outputs))]
-        checks += compare_outputs(outs, step.outputs, tolerance, names)
-    return checks
-
-
-def _buffers_the_pte_starts_at_zero(result: LoweringResult) -> list[str]:
-    """Buffers the program writes whose value in the model is not zero: executorch's runtime starts a
-    mutable buffer without the model's value (the .pte holds none for it), so the first call differs."""
-    ref = result.reference
-    if ref is None or ref.model is None or result.edge is None:
-        return []
-    written = set(result.edge.exported_program().graph_signature.buffers_to_mutate.values())
-    return sorted(n for n, t in ref.model.initial.items() if n in written and bool(torch.count_nonzero(t)))
-
-
-def _steps_note(steps: Sequence[_Step]) -> str:
-    return (
-        f"prefill and {len(steps)} decode steps ran through one loaded program, its buffers kept between calls; "
-        f"each decode step: {steps[0].inputs.describe()}"
-    )
-
-
-def _labelled_reference(result: LoweringResult, count: int) -> tuple[list[torch.Tensor], list[str]]:
-    """The reference for ``count`` lowered outputs: user outputs, plus inputs the program mutates when returned."""
-    ref = result.reference
-    outputs = list(ref.outputs)
-    names = [""] * len(outputs)
-    if count == len(outputs) or result.edge is None:
-        return outputs, names
-    ep = result.edge.exported_program()
-    user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    mutated, values, labels = [], [], []
-    for spec in ep.graph_signature.output_specs:
-        if spec.kind.name == "USER_INPUT_MUTATION" and spec.target in user_inputs:
-            i = user_inputs.index(spec.target)
-            if i < len(ref.inputs_after) and isinstance(ref.inputs_after[i], torch.Tensor):
-                mutated.append(spec.target)
-                values.append(ref.inputs_after[i])
-                labels.append(f"input {spec.target!r} (changed in place)")
-    if count == len(outputs) + len(values):  # the runtime returns mutated inputs first, as the program does
-        return [*values, *outputs], [*labels, *names]
-    return outputs, names
-
-
-def _quantized(result: LoweringResult) -> bool:
-    from edgeplug._quantized import is_quantized
-
-    return result.report.quantization is not None or is_quantized(result.exported_program)
-
-
-def verify(
-    result: LoweringResult, backend: str | Backend, *, tolerance: Optional[float] = None,
-    reference: Optional[Sequence[torch.Tensor]] = None,
-) -> Verification:
-    """``edgeplug.verify``: run the lowered program and compare each output with eager.
-
-    ``backend`` is a ``Backend`` or its name; ``BackendSpec.verify_method`` says
-    how the program runs here. ``tolerance`` is the max |difference| accepted
-    (default by output dtype; see ``edgeplug._verification``); ``reference``
-    replaces eager's outputs (e.g. a quantized model's). NaN and infinities
-    are compared by position. ``Verification.passed`` says whether it held.
-    """
-    from edgeplug._verification import compare_outputs
-
-    backend = resolve_backend(backend)
-    if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
-        from edgeplug._quantization import verify_quantized
-
-        return verify_quantized(result, backend, result.exported_program, tolerance)
-    if reference is None and result.reference is None:
-        raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
-    method = backend.spec.verify_method
-    # decode steps need a runtime that keeps buffers between calls: the .pte's
-    steps, why_not = decode_steps(result) if reference is None and method == "pte" else ([], "")
-    if method == "pte":
-        run = _run_pte(result, [s.inputs for s in steps])
-    elif method == "kernels":
-        run = _run_kernels(result, backend)
-    else:
-        raise VerificationError(
-            f"backend {backend.name!r} has no way to run its programs on this host "
-            "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
-        )
-    outs = list(run.outputs)
-    if reference is not None:
-        expected, names = list(reference), [""] * len(reference)
-    else:
-        expected, names = _labelled_reference(result, len(outs))
-        # state the model updates (a buffer the delegate owns) is compared once, as itself
-        after = result.reference.buffers_after if result.reference is not None else {}
-        for name, value in sorted(run.buffers.items()):
-            if name in after:
-                outs.append(value)
-                expected.append(after[name])
-                names.append(f"buffer {name!r} (updated in forward)")
-    notes = [run.note, why_not]
-    nonzero = _buffers_the_pte_starts_at_zero(result) if reference is None and method == "pte" else []
-    if nonzero:
-        notes.append(
-            f"the program writes buffer{'s' if len(nonzero) > 1 else ''} {', '.join(map(repr, nonzero))}, which the "
-            "model holds non-zero; executorch's runtime starts a mutable buffer without that value (the .pte "
-            "carries none), so eager and the .pte start from different states: reset the buffer to zeros before "
-            "lowering, or make it a constant if the program only reads it"
-        )
-    if steps and method == "pte":
-        names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
-        notes.append(_steps_note(steps))
-    elif reference is None and method == "kernels" and _keeps_state(result.edge.exported_program()):
-        notes.append(
-            "host kernels run one call at a time (the buffers a delegate owns are not carried to the next call), "
-            f"so the {DECODE_STEPS} decode steps were not run"
-        )
-    checks = compare_outputs(outs, expected, tolerance, names)
-    if steps and method == "pte":
-        checks += _compare_steps(steps, run.steps, tolerance)
-    note = "; ".join(x for x in notes if x)
-    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)

@@ -26,27 +26,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from edgeplug._errors import EdgeplugError, QuantizationError, RuntimeRefusedError, VerificationError
-from edgeplug._quantized import META_KEY, QuantizationInfo, is_quantized, output_steps, quantization_info
+from edgeplug._errors import EdgeplugError, QuantizationError
+from edgeplug._quantized import META_KEY, QuantizationInfo, is_quantized, quantization_info
 from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
-from edgeplug._report import QuantizationSummary
 
 Progress = Callable[[str], None]
-
-
-#: default verification tolerance of a quantized output, in steps of its output scale: the
-#: lowered program rounds at every requantization as the reference does, but a value one step
-#: off at one layer moves the next layers' outputs too (measured on XNNPACK: 1 step for the MLP
-#: and the Gemma-style block, 4 for the 2-layer Llama); a wrong weight or op is tens of steps off
-QUANT_STEPS = 8
-
-#: default verification tolerance of an output of a source-transform scheme with dynamically
-#: quantized activations, as a fraction of the output's largest magnitude: there is no static
-#: output scale, and XNNPACK picks each row's activation scale and rounds as torchao's reference
-#: does but not bit for bit. Measured on XNNPACK 8da4w, |lowered - quantized| / max|logit|: 0.6%,
-#: 1.2%, 2.2% (zoo llama, qwen3, gemma3, 2 layers), 2.1% (the built-in llama example); the float
-#: error is 11-12% and one int4 group of one layer negated and scaled is 26% (the xnnpack test)
-DYNAMIC_RELATIVE = 0.05
 
 
 # -- schemes ---------------------------------------------------------------------
@@ -390,133 +374,6 @@ def _float_outputs(model: Any, given: Any) -> list[Any]:
 # -- lowering a quantized program ----------------------------------------------------
 
 
-def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) -> tuple:
-    """(outputs, method, adapter, note) of the lowered program, as ``edgeplug.verify`` runs it."""
-    from edgeplug import _pipeline as pipeline
-
-    method = backend.spec.verify_method
-    if method not in ("pte", "kernels"):
-        raise VerificationError(
-            f"backend {backend.name!r} has no way to run its programs on this host "
-            "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
-        )
-    try:
-        run = pipeline._run_pte(result) if method == "pte" else pipeline._run_kernels(result, backend)
-        if isinstance(run, tuple):
-            return run
-        return run.outputs, run.method, run.adapter, run.note
-    except RuntimeRefusedError as exc:  # the runtime's refusal, explained with the quantizer that made it
-        raise _refused(exc, info, backend) from exc
-    except EdgeplugError:
-        raise
-    except Exception as exc:
-        raise _refused(exc, info, backend) from exc
-
-
-def _refused(exc: BaseException, info: Any, backend: Any) -> VerificationError:
-    """The runtime refused a quantized program: say whose quantizer made it and what to do."""
-    from edgeplug._failures import first_line
-
-    if info is not None and info.backend != backend.name:
-        why = (
-            f"the program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}), whose "
-            f"quantized ops {backend.name} does not take as they are"
-        )
-    else:
-        why = "the backend's runtime refused the quantized program"
-    own = ", ".join(s.scheme for _, s in _contributions(backend.name)) or "none"
-    return VerificationError(
-        f"running the lowered quantized program with {backend.name}'s runtime failed: {first_line(exc)}; "
-        f"{why}. Quantize for {backend.name} itself (its schemes: {own}), e.g. "
-        f"`edgeplug lower MODEL --backend {backend.name} --quantize SCHEME --verify`"
-    )
-
-
-def _same_inputs(a: tuple, b: tuple) -> bool:
-    import torch
-    import torch.utils._pytree as pytree
-
-    la, lb = pytree.tree_leaves(a), pytree.tree_leaves(b)
-    if len(la) != len(lb):
-        return False
-    for x, y in zip(la, lb):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if isinstance(x, torch.Tensor) and not (x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)):
-            return False
-    return True
-
-
-def verify_quantized(result: Any, backend: Any, model: Any, tolerance: Optional[float] = None) -> Any:
-    """``edgeplug.verify`` for a quantized program; fills ``result.report.quantization`` too.
-
-    The reference is the quantized model's eager output (``result``'s
-    reference, since ``model`` is what was lowered). Each output whose value a
-    dequantize produces is held to ``QUANT_STEPS`` steps of its scale unless
-    ``tolerance`` is given; other outputs (weight-only schemes) to the float
-    default. |lowered - float| is reported where ``quantize`` kept the float
-    model's outputs for the same inputs.
-    """
-    import torch
-
-    from edgeplug._report import Verification
-    from edgeplug._verification import check_tolerance, compare_output
-
-    tolerance = check_tolerance(tolerance)
-    info = quantization_info(model)
-    outs, method, adapter, note = _run_lowered(result, backend, info)
-    reference = list(result.eager_outputs)
-    if len(outs) != len(reference):
-        raise VerificationError(
-            f"the lowered program returned {len(outs)} outputs, the quantized model returned {len(reference)}"
-        )
-    steps = output_steps(model)
-    checks = []
-    for i, (a, e) in enumerate(zip(outs, reference)):
-        step = steps[i] if i < len(steps) and len(steps) == len(reference) else None
-        why = None
-        tol = tolerance
-        if tol is None and step is not None:
-            tol = QUANT_STEPS * step
-            why = f"default for a quantized output: {QUANT_STEPS} steps of its output scale {step:.4g}"
-        elif tol is None and info is not None and info.kind == "source_transform" and info.activation_bits and e.is_floating_point():
-            largest = e.detach().abs().max().item() if e.numel() else 0.0
-            tol = DYNAMIC_RELATIVE * largest
-            why = (
-                f"default for dynamically quantized activations: {DYNAMIC_RELATIVE:.0%} of the output's largest "
-                f"magnitude {largest:.4g} (no static output scale)"
-            )
-        check = compare_output(i, a, e, tol)
-        if why is not None:
-            check = check.model_copy(update={"tolerance_reason": why})
-        checks.append(check)
-    summary = result.report.quantization or (info.summary() if info is not None else None)
-    if summary is None:
-        summary = QuantizationSummary(quantizer_backend="unknown", scheme="unknown", description="quantized outside edgeplug")
-    summary.reference = "the quantized model's eager output"
-    summary.versus_quantized = [c.max_abs_diff for c in checks]
-    if info is not None and info.float_outputs and _same_inputs(info.inputs, (result.args, result.kwargs)):
-        summary.versus_float = [
-            (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
-            for a, f in zip(outs, info.float_outputs)
-        ]
-        summary.cosine_to_float = [_cosine(a, f) for a, f in zip(outs, info.float_outputs)]
-    result.report.quantization = summary
-    note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
-    return Verification(method=method, adapter=adapter, outputs=checks, note=note)
-
-
-def _cosine(a: Any, b: Any) -> float:
-    """Cosine similarity of two outputs taken as flat vectors (NaN where shapes differ, or for a zero vector)."""
-    import torch
-
-    if a.shape != b.shape or not a.numel() or not (a.is_floating_point() and b.is_floating_point()):
-        return float("nan")
-    x, y = a.detach().double().flatten(), b.detach().double().flatten()
-    norms = x.norm() * y.norm()
-    return float("nan") if norms == 0 else float((x @ y / norms).item())
-
-
 def check_calibration_batches(value: Any) -> int:
     """``value`` as a cap on calibration batches (an int >= 1); raises ``QuantizationError`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -555,12 +412,9 @@ def load_calibration(spec: str, limit: int = DEFAULT_CALIBRATION_BATCHES) -> lis
 
 __all__ = [
     "DEFAULT_CALIBRATION_BATCHES",
-    "DYNAMIC_RELATIVE",
-    "QUANT_STEPS",
     "QuantizationError",
     "check_calibration_batches",
     "load_calibration",
-    "verify_quantized",
     "make_quantizer",
     "quant_scheme",
     "quantize",

@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 from edgeplug._eager import Reference
 from edgeplug._errors import EdgeplugError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
+from edgeplug._quantized import QuantizationInfo
 from edgeplug._report import LoweringReport
 
 
@@ -28,6 +29,8 @@ class LoweringResult:
     args: tuple = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     reference: Optional[Reference] = None
+    #: what ``quantize`` did, where the lowered model came from it (verification's tolerance and |lowered - float|)
+    quantization: Optional[QuantizationInfo] = None
 
     def runtime_inputs(self) -> list[Any]:
         """The example inputs as the ``.pte``'s method takes them: one flat list in the program's input order

@@ -1,0 +1,141 @@
+"""Verifying a quantized program: against the quantized model's eager output, each output held
+to steps of its output scale (or, for dynamically quantized activations, to a fraction of its
+magnitude), with |lowered - float| and the cosine to the float model in the report."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
+from edgeplug._quantized import QuantizationInfo, output_steps
+from edgeplug._registry import manager
+from edgeplug._report import QuantizationSummary, Verification
+from edgeplug._verify.compare import check_tolerance, compare_output
+from edgeplug._verify.runners import run_program
+
+
+#: default verification tolerance of a quantized output, in steps of its output scale: the
+#: lowered program rounds at every requantization as the reference does, but a value one step
+#: off at one layer moves the next layers' outputs too (measured on XNNPACK: 1 step for the MLP
+#: and the Gemma-style block, 4 for the 2-layer Llama); a wrong weight or op is tens of steps off
+QUANT_STEPS = 8
+
+
+#: default verification tolerance of an output of a source-transform scheme with dynamically
+#: quantized activations, as a fraction of the output's largest magnitude: there is no static
+#: output scale, and XNNPACK picks each row's activation scale and rounds as torchao's reference
+#: does but not bit for bit. Measured on XNNPACK 8da4w, |lowered - quantized| / max|logit|: 0.6%,
+#: 1.2%, 2.2% (zoo llama, qwen3, gemma3, 2 layers), 2.1% (the built-in llama example); the float
+#: error is 11-12% and one int4 group of one layer negated and scaled is 26% (the xnnpack test)
+DYNAMIC_RELATIVE = 0.05
+
+
+def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) -> Any:
+    """The lowered program's run, as ``edgeplug.verify`` runs it; a refusal says whose quantizer made it."""
+    try:
+        return run_program(result, backend)
+    except RuntimeRefusedError as exc:  # the runtime's refusal, explained with the quantizer that made it
+        raise _refused(exc, info, backend) from exc
+    except EdgeplugError:
+        raise
+    except Exception as exc:
+        raise _refused(exc, info, backend) from exc
+
+
+def _refused(exc: BaseException, info: Any, backend: Any) -> VerificationError:
+    """The runtime refused a quantized program: say whose quantizer made it and what to do."""
+    from edgeplug._failures import first_line
+
+    if info is not None and info.backend != backend.name:
+        why = (
+            f"the program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}), whose "
+            f"quantized ops {backend.name} does not take as they are"
+        )
+    else:
+        why = "the backend's runtime refused the quantized program"
+    own = ", ".join(s.scheme for _, s in manager().contributions("edgeplug_quantizers", backend.name)) or "none"
+    return VerificationError(
+        f"running the lowered quantized program with {backend.name}'s runtime failed: {first_line(exc)}; "
+        f"{why}. Quantize for {backend.name} itself (its schemes: {own}), e.g. "
+        f"`edgeplug lower MODEL --backend {backend.name} --quantize SCHEME --verify`"
+    )
+
+
+def _same_inputs(a: tuple, b: tuple) -> bool:
+    import torch
+    import torch.utils._pytree as pytree
+
+    la, lb = pytree.tree_leaves(a), pytree.tree_leaves(b)
+    if len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and not (x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)):
+            return False
+    return True
+
+
+def verify_quantized(result: Any, backend: Any, tolerance: Optional[float] = None) -> Verification:
+    """``edgeplug.verify`` for a quantized program; fills ``result.report.quantization`` too.
+
+    The reference is the quantized model's eager output (``result``'s
+    reference: the quantized model is what was lowered). Each output whose value a
+    dequantize produces is held to ``QUANT_STEPS`` steps of its scale unless
+    ``tolerance`` is given; other outputs (weight-only schemes) to the float
+    default. |lowered - float| is reported where ``result.quantization`` holds
+    the float model's outputs for the same inputs.
+    """
+    tolerance = check_tolerance(tolerance)
+    info = result.quantization
+    run = _run_lowered(result, backend, info)
+    outs, note = run.outputs, run.note
+    reference = list(result.eager_outputs)
+    if len(outs) != len(reference):
+        raise VerificationError(
+            f"the lowered program returned {len(outs)} outputs, the quantized model returned {len(reference)}"
+        )
+    steps = output_steps(result.exported_program)
+    checks = []
+    for i, (a, e) in enumerate(zip(outs, reference)):
+        step = steps[i] if i < len(steps) and len(steps) == len(reference) else None
+        why = None
+        tol = tolerance
+        if tol is None and step is not None:
+            tol = QUANT_STEPS * step
+            why = f"default for a quantized output: {QUANT_STEPS} steps of its output scale {step:.4g}"
+        elif tol is None and info is not None and info.kind == "source_transform" and info.activation_bits and e.is_floating_point():
+            largest = e.detach().abs().max().item() if e.numel() else 0.0
+            tol = DYNAMIC_RELATIVE * largest
+            why = (
+                f"default for dynamically quantized activations: {DYNAMIC_RELATIVE:.0%} of the output's largest "
+                f"magnitude {largest:.4g} (no static output scale)"
+            )
+        check = compare_output(i, a, e, tol)
+        if why is not None:
+            check = check.model_copy(update={"tolerance_reason": why})
+        checks.append(check)
+    summary = result.report.quantization or (info.summary() if info is not None else None)
+    if summary is None:
+        summary = QuantizationSummary(quantizer_backend="unknown", scheme="unknown", description="quantized outside edgeplug")
+    summary.reference = "the quantized model's eager output"
+    summary.versus_quantized = [c.max_abs_diff for c in checks]
+    if info is not None and info.float_outputs and _same_inputs(info.inputs, (result.args, result.kwargs)):
+        summary.versus_float = [
+            (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
+            for a, f in zip(outs, info.float_outputs)
+        ]
+        summary.cosine_to_float = [_cosine(a, f) for a, f in zip(outs, info.float_outputs)]
+    result.report.quantization = summary
+    note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
+    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)
+
+
+def _cosine(a: Any, b: Any) -> float:
+    """Cosine similarity of two outputs taken as flat vectors (NaN where shapes differ, or for a zero vector)."""
+    if a.shape != b.shape or not a.numel() or not (a.is_floating_point() and b.is_floating_point()):
+        return float("nan")
+    x, y = a.detach().double().flatten(), b.detach().double().flatten()
+    norms = x.norm() * y.norm()
+    return float("nan") if norms == 0 else float((x @ y / norms).item())
+

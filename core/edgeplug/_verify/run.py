@@ -1,0 +1,118 @@
+"""``edgeplug.verify``: run a lowered program here, compare each output with eager, and explain
+the result. The one place that chooses how: float or quantized, ``.pte`` or host kernels."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from edgeplug._backend import Backend
+from edgeplug._errors import VerificationError
+from edgeplug._quantized import is_quantized
+from edgeplug._report import Verification
+from edgeplug._result import LoweringResult
+from edgeplug._stages import resolve_backend
+from edgeplug._verify.compare import compare_outputs
+from edgeplug._verify.quantized import verify_quantized
+from edgeplug._verify.runners import run_program
+from edgeplug._verify.steps import (
+    DECODE_STEPS, buffers_the_pte_starts_at_zero, compare_steps, decode_steps, keeps_state, steps_note,
+)
+
+
+def refuse_verify_without_runtime(backend: Backend) -> None:
+    """Refuse verification before any work for a backend whose programs cannot run here (``verify_method="none"``)."""
+    if backend.spec.verify_method == "none":
+        raise VerificationError(
+            f"backend {backend.name!r} cannot verify here: its BackendSpec.verify_method is 'none' (no runtime "
+            "for its programs on this host). Lower without --verify (verify=False) to write the .pte and run "
+            "it on the device, or use --dry-run to see the partitions; nothing was done"
+        )
+
+
+def _labelled_reference(result: LoweringResult, count: int) -> tuple[list[torch.Tensor], list[str]]:
+    """The reference for ``count`` lowered outputs: user outputs, plus inputs the program mutates when returned."""
+    ref = result.reference
+    outputs = list(ref.outputs)
+    names = [""] * len(outputs)
+    if count == len(outputs) or result.edge is None:
+        return outputs, names
+    ep = result.edge.exported_program()
+    user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    mutated, values, labels = [], [], []
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind.name == "USER_INPUT_MUTATION" and spec.target in user_inputs:
+            i = user_inputs.index(spec.target)
+            if i < len(ref.inputs_after) and isinstance(ref.inputs_after[i], torch.Tensor):
+                mutated.append(spec.target)
+                values.append(ref.inputs_after[i])
+                labels.append(f"input {spec.target!r} (changed in place)")
+    if count == len(outputs) + len(values):  # the runtime returns mutated inputs first, as the program does
+        return [*values, *outputs], [*labels, *names]
+    return outputs, names
+
+
+def _quantized(result: LoweringResult) -> bool:
+    return (
+        result.quantization is not None or result.report.quantization is not None
+        or is_quantized(result.exported_program)
+    )
+
+
+def verify(
+    result: LoweringResult, backend: str | Backend, *, tolerance: Optional[float] = None,
+    reference: Optional[Sequence[torch.Tensor]] = None,
+) -> Verification:
+    """``edgeplug.verify``: run the lowered program and compare each output with eager.
+
+    ``backend`` is a ``Backend`` or its name; ``BackendSpec.verify_method`` says
+    how the program runs here. ``tolerance`` is the max |difference| accepted
+    (default by output dtype; see ``edgeplug._verify.compare``); ``reference``
+    replaces eager's outputs (e.g. a quantized model's). NaN and infinities
+    are compared by position. ``Verification.passed`` says whether it held.
+    """
+    backend = resolve_backend(backend)
+    if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
+        return verify_quantized(result, backend, tolerance)
+    if reference is None and result.reference is None:
+        raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
+    method = backend.spec.verify_method
+    # decode steps need a runtime that keeps buffers between calls: the .pte's
+    steps, why_not = decode_steps(result) if reference is None and method == "pte" else ([], "")
+    run = run_program(result, backend, [s.inputs for s in steps])
+    outs = list(run.outputs)
+    if reference is not None:
+        expected, names = list(reference), [""] * len(reference)
+    else:
+        expected, names = _labelled_reference(result, len(outs))
+        # state the model updates (a buffer the delegate owns) is compared once, as itself
+        after = result.reference.buffers_after if result.reference is not None else {}
+        for name, value in sorted(run.buffers.items()):
+            if name in after:
+                outs.append(value)
+                expected.append(after[name])
+                names.append(f"buffer {name!r} (updated in forward)")
+    notes = [run.note, why_not]
+    nonzero = buffers_the_pte_starts_at_zero(result) if reference is None and method == "pte" else []
+    if nonzero:
+        notes.append(
+            f"the program writes buffer{'s' if len(nonzero) > 1 else ''} {', '.join(map(repr, nonzero))}, which the "
+            "model holds non-zero; executorch's runtime starts a mutable buffer without that value (the .pte "
+            "carries none), so eager and the .pte start from different states: reset the buffer to zeros before "
+            "lowering, or make it a constant if the program only reads it"
+        )
+    if steps and method == "pte":
+        names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
+        notes.append(steps_note(steps))
+    elif reference is None and method == "kernels" and keeps_state(result.edge.exported_program()):
+        notes.append(
+            "host kernels run one call at a time (the buffers a delegate owns are not carried to the next call), "
+            f"so the {DECODE_STEPS} decode steps were not run"
+        )
+    checks = compare_outputs(outs, expected, tolerance, names)
+    if steps and method == "pte":
+        checks += compare_steps(steps, run.steps, tolerance)
+    note = "; ".join(x for x in notes if x)
+    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)
+

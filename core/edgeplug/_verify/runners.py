@@ -1,0 +1,102 @@
+"""Running a lowered program here: the ``.pte`` in executorch's runtime (``run_pte``), or its
+delegates on the backend's host kernels (``run_kernels``, through ``edgeplug._verify.host``)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+from edgeplug._backend import Backend
+from edgeplug._eager import _tensors
+from edgeplug._errors import RuntimeRefusedError, VerificationError
+from edgeplug._inputs import ExampleInputs, runtime_inputs
+from edgeplug._result import LoweringResult
+
+
+def _runtime_inputs(result: LoweringResult, given: Optional[ExampleInputs] = None) -> list[Any]:
+    """``given`` (by default the result's example inputs) as the runtime takes them: flat, in the program's order."""
+    return runtime_inputs(result.exported_program, given or ExampleInputs(result.args, result.kwargs))
+
+
+@dataclass
+class _Run:
+    outputs: list[torch.Tensor]
+    method: str
+    adapter: str
+    note: str = ""
+    #: buffer name -> value after the run, where the runner can see it
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: the outputs of each further call (decode steps), in order
+    steps: list[list[torch.Tensor]] = field(default_factory=list)
+
+
+#: executorch's runtime error codes (runtime/core/error.h) a .pte commonly fails with
+_RUNTIME_ERRORS = {
+    0x14: "OperatorMissing: an op of the program has no kernel in the runtime executorch's Python "
+    "package links (its log above says which: 'Missing operator'); the .pte may still run on a "
+    "runtime built with that kernel",
+    0x12: "InvalidArgument: the inputs do not match what the program expects",
+    0x23: "InvalidProgram: the runtime could not read the program",
+    0x30: "DelegateInvalidCompatibility: a delegate's payload is not one this runtime's backend reads",
+}
+
+
+def run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run:
+    """Run the .pte in executorch's runtime on the example inputs, then on each of ``calls`` with the same
+    loaded program (its mutable buffers persist between calls, as on a device); ``_Run.steps`` holds the
+    outputs of each of ``calls``."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):
+        import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels with the runtime
+
+    steps: list[list[torch.Tensor]] = []
+    try:
+        module = _load_for_executorch_from_buffer(result.buffer)
+        outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result))))
+        for call in calls:
+            steps.append(_tensors(module.forward(copy.deepcopy(_runtime_inputs(result, call)))))
+    except RuntimeError as exc:
+        code = re.search(r"error:? (0x[0-9a-fA-F]+)", str(exc))
+        meaning = _RUNTIME_ERRORS.get(int(code.group(1), 16)) if code else None
+        raise RuntimeRefusedError(
+            f"executorch's runtime could not run the .pte: {str(exc).strip().splitlines()[0]}"
+            + (f" ({meaning})" if meaning else "")
+            + ". This is the runtime's refusal, not a lowering error of edgeplug's or a plugin's; "
+            "lower without --verify to write the .pte anyway"
+            + (f" (it ran {len(steps) + 1} calls before this one)" if steps else "")
+        ) from exc
+    return _Run(outs, "pte", "executorch runtime (host CPU)", steps=steps)
+
+
+def run_kernels(result: LoweringResult, backend: Backend) -> _Run:
+    from edgeplug._verify.host import run_lowered
+
+    run = run_lowered(_with_copied_inputs(result), backend)
+    return _Run(run.outputs, "kernels", run.adapter, run.note, dict(getattr(run, "mutated_buffers", {}) or {}))
+
+
+def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
+    # the host interpreter may change inputs in place, as the model does: give it copies
+    return LoweringResult(
+        report=result.report, exported_program=result.exported_program, edge=result.edge, program=result.program,
+        args=copy.deepcopy(result.args), kwargs=copy.deepcopy(result.kwargs), reference=result.reference,
+    )
+
+
+def run_program(result: LoweringResult, backend: Backend, calls: Sequence[ExampleInputs] = ()) -> _Run:
+    """Run the lowered program as ``backend``'s ``BackendSpec.verify_method`` says: the ``.pte`` (then each of
+    ``calls`` on the same loaded program), or the delegates on host kernels (one call; ``calls`` unused)."""
+    method = backend.spec.verify_method
+    if method == "pte":
+        return run_pte(result, calls)
+    if method == "kernels":
+        return run_kernels(result, backend)
+    raise VerificationError(
+        f"backend {backend.name!r} has no way to run its programs on this host "
+        "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
+    )

@@ -1,0 +1,98 @@
+"""Verification over several calls, for a program that keeps state in buffers (a KV cache):
+the decode steps after the example inputs' call, eager's outputs for each, and their comparison."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch.export import ExportedProgram
+
+from edgeplug._inputs import ExampleInputs, decode_inputs
+from edgeplug._result import LoweringResult
+from edgeplug._verify.compare import compare_outputs
+
+
+#: decode steps verification runs after the example inputs' call, for a program that keeps state in buffers
+DECODE_STEPS = 3
+
+
+@dataclass
+class _Step:
+    """One further call verification makes (a decode step): its inputs and eager's outputs."""
+
+    inputs: ExampleInputs
+    outputs: list[torch.Tensor]
+
+
+def keeps_state(ep: ExportedProgram) -> bool:
+    """Whether the lowered program writes buffers (a KV cache), at the top level or inside a delegate."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    if ep.graph_signature.buffers_to_mutate:
+        return True
+    return any(
+        s.kind.name == "BUFFER_MUTATION"
+        for _, lowered, _ in get_lowered_submodules(ep.graph_module)
+        for s in lowered.original_module.graph_signature.output_specs
+    )
+
+
+def decode_steps(result: LoweringResult, count: int = DECODE_STEPS) -> tuple[list[_Step], str]:
+    """For a program that keeps state in buffers: ``count`` calls continuing the example inputs (the next
+    tokens, ``edgeplug._inputs.decode_inputs``) with eager's outputs for each, replayed on the eager model
+    from its first state; and why fewer were made (empty when all were)."""
+    ref = result.reference
+    if ref is None or ref.model is None or result.edge is None:
+        return [], ""
+    ep = result.edge.exported_program()
+    if not keeps_state(ep):
+        return [], ""
+    calls = decode_inputs(ep, ExampleInputs(result.args, result.kwargs), count, sizes_from=result.exported_program)
+    if not calls:
+        return [], "decode steps not run: the program's inputs do not match the example inputs' leaves"
+    from edgeplug._failures import first_line
+
+    steps: list[_Step] = []
+    eager = ref.model
+    eager.reset()
+    try:
+        eager(ExampleInputs(result.args, result.kwargs))
+        for call in calls:
+            steps.append(_Step(call, eager(call).outputs))
+    except Exception as exc:
+        return steps, (
+            f"decode steps stopped after {len(steps)}: eager raised {first_line(exc)} on step {len(steps) + 1} "
+            f"({calls[len(steps)].describe()})"
+        )
+    finally:
+        eager.reset()
+    return steps, ""
+
+
+def compare_steps(steps: Sequence[_Step], runs: Sequence[list[torch.Tensor]], tolerance: Optional[float]) -> list:
+    checks = []
+    for i, (step, outs) in enumerate(zip(steps, runs), start=1):
+        outs = list(outs)[len(outs) - len(step.outputs):] if len(outs) > len(step.outputs) else list(outs)
+        names = [f"decode {i}: output {j}" for j in range(len(step.outputs))]
+        checks += compare_outputs(outs, step.outputs, tolerance, names)
+    return checks
+
+
+def buffers_the_pte_starts_at_zero(result: LoweringResult) -> list[str]:
+    """Buffers the program writes whose value in the model is not zero: executorch's runtime starts a
+    mutable buffer without the model's value (the .pte holds none for it), so the first call differs."""
+    ref = result.reference
+    if ref is None or ref.model is None or result.edge is None:
+        return []
+    written = set(result.edge.exported_program().graph_signature.buffers_to_mutate.values())
+    return sorted(n for n, t in ref.model.initial.items() if n in written and bool(torch.count_nonzero(t)))
+
+
+def steps_note(steps: Sequence[_Step]) -> str:
+    return (
+        f"prefill and {len(steps)} decode steps ran through one loaded program, its buffers kept between calls; "
+        f"each decode step: {steps[0].inputs.describe()}"
+    )
+
