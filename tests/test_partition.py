@@ -80,8 +80,9 @@ def test_a_filter_that_raises_is_named(edgeplug_register):
     part = CorePartitioner(edgeplug.get_backend("qnn"), dry_run=True)
     _, keep = part.ops_to_not_decompose(ep)
     node = next(n for n in ep.graph.nodes if n.name == "matmul")
-    with pytest.raises(EdgeplugError, match=r"filter 'raises' \(\S+test_partition\.py:\d+\) of backend 'qnn' from plugin 'raising-filter'.*node 'matmul'.*raised ValueError: boom at \S+test_partition\.py:\d+"):
-        part.policy(node, part.context(ep, "before_decomposition"))
+    relu = next(n for n in ep.graph.nodes if n.name == "relu")  # supported: the filter is asked
+    with pytest.raises(EdgeplugError, match=r"filter 'raises' \(\S+test_partition\.py:\d+\) of backend 'qnn' from plugin 'raising-filter'.*node 'relu'.*raised ValueError: boom at \S+test_partition\.py:\d+"):
+        part.delegable(relu, part.context(ep, "before_decomposition"))
     # the support table said no first: the filter is not even asked for a refused node
     assert keep(node) is False
 

@@ -31,8 +31,9 @@ explicitly (quantize/dequantize of a weight). Constant-only-ness comes from
 ``edgeplug._graph.constant_only_nodes``.
 
 The phases are functions in ``edgeplug._partition.phases``; ``CorePartitioner``
-(``adapter``) runs them behind executorch's ``Partitioner`` interface and
-keeps their frozen ``PartitionOutcome``. ``SupportTablePartitioner``
+(``adapter``, one per lowering) runs them behind executorch's ``Partitioner``
+interface and keeps what they decided as frozen records, each set once
+(``KeepWholeDecisions``, ``PartitionOutcome``). It configures no logging. ``SupportTablePartitioner``
 (``table``) partitions from a table of supported edge ops a plugin declares,
 for backends whose own partitioner needs a vendor SDK to be constructed.
 """
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 from edgeplug._graph.ops import op_name
 from edgeplug._partition.adapter import CorePartitioner
-from edgeplug._partition.phases import PartitionOutcome, PartitionRecord, StrandedNode
+from edgeplug._partition.phases import KeepWholeDecisions, PartitionOutcome, PartitionRecord, StrandedNode
 from edgeplug._partition.support import SupportCheck, support_check
 from edgeplug._partition.table import SupportTablePartitioner
 from edgeplug._partition.verdict import TAKEN, FilterContext, Verdict, refuse
@@ -49,6 +50,7 @@ from edgeplug._partition.verdict import TAKEN, FilterContext, Verdict, refuse
 __all__ = [
     "CorePartitioner",
     "FilterContext",
+    "KeepWholeDecisions",
     "PartitionOutcome",
     "PartitionRecord",
     "StrandedNode",

@@ -3,24 +3,24 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Callable, Optional
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import torch
-from executorch.exir.backend.partitioner import Partitioner, PartitionResult
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
-from edgeplug._backend import Backend
 from edgeplug._errors import LoweringError
-from edgeplug._graph.ops import aten_overload, is_qdq, op_name
+from edgeplug._graph import constant_only_nodes
+from edgeplug._graph.ops import aten_overload, is_qdq
 from edgeplug._partition import phases
-from edgeplug._partition.phases import PartitionOutcome, PartitionRecord, StrandedNode
+from edgeplug._partition.phases import KeepWholeDecisions, NodeCheck, PartitionOutcome, PartitionRecord, StrandedNode
+from edgeplug._partition.standin import STAND_IN_ID
 from edgeplug._partition.support import SupportCheck, capture_why, support_check, unstated_reason
 from edgeplug._partition.verdict import TAKEN, FilterContext, Verdict
 
-
-def _keep_whole_ops(backend: Backend) -> tuple[Any, ...]:
-    return tuple(backend.keep_whole)
+if TYPE_CHECKING:
+    from edgeplug._backend import Backend
 
 
 def _fused_ops(backend: Backend) -> dict[str, str]:
@@ -35,156 +35,158 @@ def _fused_ops(backend: Backend) -> dict[str, str]:
 
 def _stand_in(spec: Any) -> Any:
     """``spec`` with the dry run's stand-in backend id (its compile specs kept)."""
-    from executorch.exir.backend.partitioner import DelegationSpec
-
-    from edgeplug._partition.standin import STAND_IN_ID
-
     return DelegationSpec(STAND_IN_ID, list(spec.compile_specs))
 
 
-class CorePartitioner(Partitioner):
-    """Wraps ``backend``'s partitioner; in ``dry_run`` mode its partitions are lowered to a stand-in
-    backend (``edgeplug._partition.standin``): everything but the delegate's preprocess runs.
+def _is_edge(ep: Optional[ExportedProgram]) -> bool:
+    """An edge program: what executorch hands ``ops_to_not_decompose`` after lowering, to check what is left."""
+    return getattr(ep, "dialect", "ATEN") == "EDGE"
 
-    Before decomposition (``ops_to_not_decompose``) it keeps an op whole only
-    where the backend takes the node. ``partition`` asks the backend's
-    partitioner what it supports, applies the filters and the constant-only
-    rule, and forms the partitions itself; its decisions are ``outcome``
-    (``partitions``, ``cpu_reasons``, ``stranded`` read from it). A real
-    lowering that would strand an op on the CPU fails there, naming each.
+
+class CorePartitioner(Partitioner):
+    """One lowering's partitioner around ``backend``'s own; make one per lowering.
+
+    What it is given is fixed when it is made: the backend, the executorch
+    partitioner the backend builds (``inner``), its support check, and
+    ``dry_run`` (partitions are lowered to the stand-in backend of
+    ``edgeplug._partition.standin``: everything but the delegate's preprocess
+    runs). Its answers depend only on the program it is asked about:
+
+    - ``ops_to_not_decompose`` on the aten program (before decomposition)
+      keeps a kept-whole op whole only where ``delegable`` says the backend
+      takes the node; on an edge program (executorch's check after lowering)
+      it names the kept-whole ops that must not be left in the graph.
+    - ``partition`` asks ``inner`` what it supports, applies the filters and
+      the constant-only rule, and forms the partitions itself. A real
+      lowering that would strand an op on the CPU fails there, naming each.
+
+    What it decided is kept as frozen records, each set once: the keep-whole
+    decisions (``keep_decisions``, ``decomposed``) and the ``outcome`` of
+    ``partition`` (``partitions``, ``cpu_reasons``, ``stranded`` read it). A
+    second ``partition`` call is refused: a lowering makes a new one.
     """
 
     def __init__(self, backend: Backend, *, dry_run: bool = False) -> None:
-        self.backend = backend
-        root = logging.getLogger()
-        level = root.level
-        self.inner = backend.make_partitioner()
-        root.setLevel(level)  # some executorch partitioners set the root logger to INFO on import
-        self.dry_run = dry_run
-        #: set by ``partition``
-        self.outcome: Optional[PartitionOutcome] = None
-        #: node name -> keep-whole decision made before decomposition (aten names)
-        self.keep_decisions: dict[str, Verdict] = {}
-        #: kept-whole ops the backend refused, so they were decomposed: node -> (op, why)
-        self.decomposed: dict[str, tuple[str, str]] = {}
-        self._inner_keep: Optional[tuple[list[Any], Optional[Callable[[Any], bool]]]] = None
-        self._plain_check: Optional[tuple[Optional[SupportCheck]]] = None
-        self._decomposable: Optional[frozenset] = None
         super().__init__()
+        self.backend = backend
+        self.dry_run = dry_run
+        self.inner = backend.make_partitioner()
+        #: the backend's per-node check on any node (a pattern-aware one is made for the graph at partition)
+        self._check: Optional[SupportCheck] = support_check(backend, None, partitioner=self.inner)
+        self._fused = _fused_ops(backend)
+        self._keep_whole: Optional[KeepWholeDecisions] = None
+        self._outcome: Optional[PartitionOutcome] = None
 
+    # what it decided -----------------------------------------------------------------
     @property
     def inner_name(self) -> str:
         return type(self.inner).__name__
 
     @property
+    def outcome(self) -> Optional[PartitionOutcome]:
+        """What ``partition`` decided (None before it ran)."""
+        return self._outcome
+
+    @property
+    def keep_decisions(self) -> Mapping[str, Verdict]:
+        """Node name -> whether it was kept whole (aten names), for each kept-whole op before decomposition."""
+        return self._keep_whole.verdicts if self._keep_whole else MappingProxyType({})
+
+    @property
+    def decomposed(self) -> Mapping[str, tuple[str, str]]:
+        """Kept-whole ops the backend refused, so they were decomposed: node -> (op, why)."""
+        return self._keep_whole.decomposed if self._keep_whole else MappingProxyType({})
+
+    @property
     def partitions(self) -> list[PartitionRecord]:
-        return list(self.outcome.partitions) if self.outcome else []
+        return list(self._outcome.partitions) if self._outcome else []
 
     @property
     def cpu_reasons(self) -> dict[str, str]:
-        return dict(self.outcome.cpu_reasons) if self.outcome else {}
+        return dict(self._outcome.cpu_reasons) if self._outcome else {}
 
     @property
     def stranded(self) -> list[StrandedNode]:
-        return list(self.outcome.stranded) if self.outcome else []
+        return list(self._outcome.stranded) if self._outcome else []
 
-    # the one predicate: support check, then filters and the constant-only rule ------
+    # the one predicate --------------------------------------------------------------------
     def context(self, ep: Optional[ExportedProgram], stage: str) -> FilterContext:
         constant_only: frozenset = frozenset()
         if ep is not None and self.backend.spec.constant_only_policy:
-            from edgeplug._graph import constant_only_nodes
-
             constant_only = frozenset(constant_only_nodes(ep))
         return FilterContext(stage=stage, ep=ep, constant_only=constant_only, backend=self.backend.name)
 
-    def policy(self, node: torch.fx.Node, ctx: FilterContext) -> Verdict:
-        """Filters, then the constant-only rule (everything but the support check)."""
-        return phases.policy_verdict(
+    def delegable(self, node: torch.fx.Node, ctx: FilterContext) -> Verdict:
+        """Will the backend take this node? Its support check, then the filters and the constant-only rule."""
+        return self._delegable(node, ctx, self._support(ctx.ep))
+
+    def _delegable(self, node: torch.fx.Node, ctx: FilterContext, support: NodeCheck) -> Verdict:
+        supported = support(node)
+        return self._rules(node, ctx) if supported else supported
+
+    def _support(self, ep: Optional[ExportedProgram], check: Optional[SupportCheck] = None) -> NodeCheck:
+        """The backend's own answer for nodes of ``ep``: its support check (``check``, else the one made
+        without a graph), else its executorch partitioner's keep-whole check for ``ep``, else yes."""
+        check = check or self._check
+        if check is not None:
+            return check
+        inner_check = self._inner_keep(ep)[1]
+        if inner_check is None:
+            return lambda node: TAKEN
+        refused = Verdict(False, f"refused by the {self.inner_name} check")
+        return lambda node: TAKEN if inner_check(node) else refused
+
+    def _inner_keep(self, ep: Optional[ExportedProgram]) -> tuple[list[Any], Any]:
+        """The executorch partitioner's own keep-whole answer for ``ep``: (ops, check or None)."""
+        if not hasattr(self.inner, "ops_to_not_decompose"):
+            return [], None
+        ops, check = self.inner.ops_to_not_decompose(ep)
+        return list(ops or []), check
+
+    def _keep_ops(self, ep: Optional[ExportedProgram]) -> list[Any]:
+        """Every op kept whole for ``ep``: the backend's keep-whole records, then its partitioner's own."""
+        return list(dict.fromkeys([*self.backend.keep_whole, *self._inner_keep(ep)[0]]))
+
+    def _rules(self, node: torch.fx.Node, ctx: FilterContext) -> Verdict:
+        """The plugins' filters, then the constant-only rule (on a node the backend supports)."""
+        return phases.rules_verdict(
             node, ctx, self.backend.filters, constant_only_policy=self.backend.spec.constant_only_policy, origin=self.backend.origin
         )
 
-    def support_check(self, gm: Optional[torch.fx.GraphModule] = None) -> Optional[SupportCheck]:
-        """The backend's support check for this partitioner (see ``edgeplug._partition.support_check``)."""
-        if gm is not None:
-            return support_check(self.backend, gm, partitioner=self.inner)
-        if self._plain_check is None:
-            self._plain_check = (support_check(self.backend, None, partitioner=self.inner),)
-        return self._plain_check[0]
-
-    def supported(self, node: torch.fx.Node, check: Optional[SupportCheck] = None) -> Verdict:
-        """The backend's own support check for ``node`` (aten or edge dialect)."""
-        check = check or self.support_check()
-        if check is not None:
-            return check(node)
-        inner_filter = (self._inner_keep or ([], None))[1]
-        if inner_filter is not None and not inner_filter(node):
-            return Verdict(False, f"refused by the {self.inner_name} check")
-        return TAKEN
-
-    def delegable(self, node: torch.fx.Node, ctx: FilterContext, check: Optional[SupportCheck] = None) -> Verdict:
-        """The one predicate: will the backend take this node?"""
-        v = self.supported(node, check)
-        return self.policy(node, ctx) if v else v
-
-    # keep whole ------------------------------------------------------------------------
-    def _inner_ops_to_not_decompose(self, ep: Optional[ExportedProgram]):
-        """The wrapped partitioner's own answer (its filter is refreshed for every program)."""
-        if hasattr(self.inner, "ops_to_not_decompose") and (ep is not None or self._inner_keep is None):
-            ops, check = self.inner.ops_to_not_decompose(ep)
-            self._inner_keep = (list(ops or []), check)
-        return self._inner_keep or ([], None)
-
-    def keep_whole_ops(self, ep: Optional[ExportedProgram] = None) -> list[Any]:
-        """Every op the backend's keep-whole records and its partitioner name as keep-whole."""
-        inner_ops = (self._inner_keep or self._inner_ops_to_not_decompose(ep))[0]
-        return list(dict.fromkeys([*_keep_whole_ops(self.backend), *inner_ops]))
-
-    def _decomposable_keep_ops(self) -> frozenset:
-        """Kept-whole ops that to_edge would otherwise decompose (keeping them was a choice)."""
-        if self._decomposable is None:
-            from executorch.exir.tracer import _default_decomposition_table
-
-            table = _default_decomposition_table()
-            self._decomposable = frozenset(op for op in self.keep_whole_ops() if op in table)
-        return self._decomposable
-
-    def keep_whole(self, node: torch.fx.Node, ctx: FilterContext) -> Verdict:
-        """Keep ``node`` whole iff it is a kept-whole op the backend will take."""
-        keep = frozenset(aten_overload(op) for op in self.keep_whole_ops())
-        return phases.keep_whole_verdict(node, keep, lambda n: self.delegable(n, ctx))
-
+    # keep whole ---------------------------------------------------------------------------
     def ops_to_not_decompose(self, ep: ExportedProgram):
-        self._inner_ops_to_not_decompose(ep)
-        ops = self.keep_whole_ops(ep)
-        if self.outcome is not None:  # after lowering: executorch's own check of what is left
-            keep = self._decomposable_keep_ops()
+        if _is_edge(ep):  # after lowering: executorch's own check that no kept-whole op is left
+            ops = self._kept_ops(ep)
+            keep = phases.decomposable(ops)
             return ops, lambda node: aten_overload(node.target) in keep and not is_qdq(node.target)
+        ops = self._keep_ops(ep)
         ctx = self.context(ep, "before_decomposition")
-        check = self.support_check()  # pattern-aware checks need the edge graph; not yet
-        kept = frozenset(aten_overload(op) for op in ops)
+        support = self._support(ep)  # pattern-aware checks need the edge graph; not yet
+        decisions = phases.keep_whole_decisions(ep.graph_module, ops, lambda n: self._delegable(n, ctx, support))
+        self._keep_whole = decisions  # a function of the program (executorch asks about the same one more than once)
+        verdicts = decisions.verdicts
+        return ops, lambda node: (verdicts[node.name] if node.name in verdicts else self._delegable(node, ctx, support)).ok
 
-        def keep(node: torch.fx.Node) -> bool:
-            v = self.delegable(node, ctx, check)
-            self.keep_decisions[node.name] = v
-            if not v.ok and node.op == "call_function" and aten_overload(node.target) in kept:
-                self.decomposed[node.name] = (op_name(node.target), v.reason)
-            return v.ok
-
-        return ops, keep
+    def _kept_ops(self, ep: ExportedProgram) -> list[Any]:
+        """The ops kept whole before decomposition (those asked about the edge program when there was no aten one)."""
+        return list(self._keep_whole.ops) if self._keep_whole is not None else self._keep_ops(ep)
 
     # partition ----------------------------------------------------------------------------
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        if self._outcome is not None:
+            raise LoweringError(
+                f"this CorePartitioner for backend {self.backend.name!r} already partitioned a program; "
+                "make a new one for each lowering"
+            )
         with capture_why(self.inner) as logged:
             result = self.inner.partition(exported_program)
         ep = result.tagged_exported_program
-        gm = ep.graph_module
-        self._inner_ops_to_not_decompose(ep)
         tags, specs = self._decide(ep, logged, dict(result.partition_tags))
-        for node in gm.graph.nodes:
+        for node in ep.graph_module.graph.nodes:
             node.meta.pop("delegation_tag", None)
             if node in tags:
                 node.meta["delegation_tag"] = tags[node]
-        if self.outcome.stranded:  # fail here, before serialization, naming each op (dry run or not)
+        if self._outcome.stranded:  # fail here, before serialization, naming each op (dry run or not)
             raise LoweringError(self.stranded_message())
         if self.dry_run:  # the same partitions, lowered to the stand-in: only preprocess is skipped
             specs = {tag: _stand_in(spec) for tag, spec in specs.items()}
@@ -193,22 +195,23 @@ class CorePartitioner(Partitioner):
     def _decide(self, ep: ExportedProgram, logged: dict[str, str], inner_specs: dict[str, Any]):
         """Run the phases on the tagged graph; set ``outcome``; return (node -> tag, tag -> spec)."""
         ctx = self.context(ep, "partition")
-        check = self.support_check(ep.graph_module)
+        check = support_check(self.backend, ep.graph_module, partitioner=self.inner)
+        support = self._support(ep, check)
 
         def explain(node: torch.fx.Node) -> Verdict:
-            v = self.delegable(node, ctx, check) if check is not None else self.policy(node, ctx)
+            v = self._delegable(node, ctx, support) if check is not None else self._rules(node, ctx)
             return Verdict(False, unstated_reason(self.inner, node)) if v else v
 
-        self.outcome, tags, specs = phases.decide(
+        self._outcome, tags, specs = phases.partition_graph(
             ep.graph_module,
             ctx,
-            policy=lambda n: self.policy(n, ctx),
+            rules=lambda n: self._rules(n, ctx),
             explain=explain,
             logged=logged,
             inner_specs=inner_specs,
             constant_only_policy=self.backend.spec.constant_only_policy,
-            kept_whole=self._decomposable_keep_ops(),
-            fused=_fused_ops(self.backend),
+            kept_whole=phases.decomposable(self._kept_ops(ep)),
+            fused=self._fused,
         )
         return tags, specs
 

@@ -4,7 +4,7 @@ In the order ``CorePartitioner`` runs them on the edge graph:
 
 1. ``inner_support``: what the backend's executorch partitioner tagged (the
    nodes it supports, grouped as it grouped them).
-2. ``policy_verdict`` over those nodes (``accept``): the plugins' filters,
+2. ``rules_verdict`` over those nodes (``accept``): the plugins' filters,
    then the constant-only rule, may refuse a node the partitioner took.
 3. ``form_partitions``: the core forms the partitions from the accepted
    nodes with torch's capability-based partitioner, never joining what the
@@ -15,13 +15,16 @@ In the order ``CorePartitioner`` runs them on the edge graph:
 5. ``stranded_nodes``: kept-whole ops and fused ops left on the CPU (they
    have no CPU kernel, or were kept for the backend only).
 
-Before decomposition the same ``policy_verdict`` (behind the backend's
-support check) decides which kept-whole ops stay whole (``keep_whole_verdict``).
-The result of a run is a frozen ``PartitionOutcome``.
+Before decomposition the same rules (behind the backend's support check:
+together, the one predicate ``CorePartitioner.delegable``) decide which
+kept-whole ops stay whole (``keep_whole_decisions``, a frozen
+``KeepWholeDecisions``). ``partition_graph`` runs the phases; its result is a
+frozen ``PartitionOutcome``.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
@@ -88,7 +91,22 @@ class PartitionOutcome:
     stranded: tuple[StrandedNode, ...]
 
 
-# -- 2. the policy: filters, then the constant-only rule ---------------------------
+@dataclass(frozen=True)
+class KeepWholeDecisions:
+    """What was decided before decomposition, for one aten program.
+
+    ``ops``: every op kept whole for the backend (its records, then its
+    partitioner's own); ``verdicts``: node name -> whether that node was
+    kept whole, for each node of such an op; ``decomposed``: the nodes the
+    backend refused, so decomposed instead: node -> (op, why).
+    """
+
+    ops: tuple[Any, ...]
+    verdicts: Mapping[str, Verdict]
+    decomposed: Mapping[str, tuple[str, str]]
+
+
+# -- 2. the rules: filters, then the constant-only rule ----------------------------
 
 
 def _defined_at(fn: Any) -> str:
@@ -165,10 +183,10 @@ def _raised_at(exc: BaseException, fn: Any) -> str:
     return f" at {own[-1].filename}:{own[-1].lineno}" if own else ""
 
 
-def policy_verdict(
+def rules_verdict(
     node: torch.fx.Node, ctx: FilterContext, filters: Sequence[Any], *, constant_only_policy: bool, origin: Callable[[Any], Any]
 ) -> Verdict:
-    """Filters plus the constant-only rule (everything but the backend's support check)."""
+    """The core's rules on a node the backend supports: the plugins' filters, then the constant-only rule."""
     verdict = filter_verdict(filters, node, ctx, origin)
     constant_only = constant_only_policy and ctx.is_constant_only(node)
     because = (
@@ -187,11 +205,31 @@ def policy_verdict(
     return TAKEN
 
 
-def keep_whole_verdict(node: torch.fx.Node, keep_ops: frozenset, delegable: NodeCheck) -> Verdict:
-    """Keep ``node`` whole iff it is a kept-whole op the backend will take."""
-    if node.op != "call_function" or aten_overload(node.target) not in keep_ops:
-        return Verdict(False, "not a kept-whole op")
-    return delegable(node)
+def keep_whole_decisions(gm: torch.fx.GraphModule, ops: Sequence[Any], delegable: NodeCheck) -> KeepWholeDecisions:
+    """Keep a node whole iff it is a kept-whole op the backend will take (``delegable``); else it is decomposed."""
+    keep = frozenset(aten_overload(op) for op in ops)
+    verdicts: dict[str, Verdict] = {}
+    decomposed: dict[str, tuple[str, str]] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or aten_overload(node.target) not in keep:
+            continue
+        v = verdicts[node.name] = delegable(node)
+        if not v.ok:
+            decomposed[node.name] = (op_name(node.target), v.reason)
+    return KeepWholeDecisions(tuple(ops), MappingProxyType(verdicts), MappingProxyType(decomposed))
+
+
+@functools.lru_cache(maxsize=64)
+def _decomposable(ops: tuple[Any, ...]) -> frozenset:
+    from executorch.exir.tracer import _default_decomposition_table
+
+    table = _default_decomposition_table()
+    return frozenset(aten_overload(op) for op in ops if op in table)
+
+
+def decomposable(ops: Sequence[Any]) -> frozenset:
+    """The kept-whole ops ``to_edge`` would otherwise decompose (keeping them was a choice), as aten overloads."""
+    return _decomposable(tuple(ops))
 
 
 # -- 1. support: what the executorch partitioner tagged ------------------------------
@@ -212,7 +250,7 @@ def inner_support(gm: torch.fx.GraphModule) -> tuple[dict[torch.fx.Node, str], d
     return calls, constants
 
 
-def accept(supported: Iterable[torch.fx.Node], policy: NodeCheck) -> tuple[set[torch.fx.Node], dict[str, str]]:
+def accept(supported: Iterable[torch.fx.Node], rules: NodeCheck) -> tuple[set[torch.fx.Node], dict[str, str]]:
     """(accepted nodes, node name -> reason refused). A getitem goes with the op it unpacks."""
     accepted: set[torch.fx.Node] = set()
     refused: dict[str, str] = {}
@@ -221,7 +259,7 @@ def accept(supported: Iterable[torch.fx.Node], policy: NodeCheck) -> tuple[set[t
         if not is_op_node(node):
             getitems.append(node)
             continue
-        v = policy(node)
+        v = rules(node)
         if v:
             accepted.add(node)
         else:
@@ -366,11 +404,11 @@ def partition_records(tags: Mapping[torch.fx.Node, str], backend_ids: Mapping[st
 # -- all of them --------------------------------------------------------------------------
 
 
-def decide(
+def partition_graph(
     gm: torch.fx.GraphModule,
     ctx: FilterContext,
     *,
-    policy: NodeCheck,
+    rules: NodeCheck,
     explain: NodeCheck,
     logged: Mapping[str, str],
     inner_specs: Mapping[str, Any],
@@ -385,7 +423,7 @@ def decide(
     """
     calls, constants = inner_support(gm)
     before = graph_fingerprint(gm)
-    accepted, refused = accept(calls, policy)
+    accepted, refused = accept(calls, rules)
     if graph_fingerprint(gm) != before:  # a filter changed another node than the one it was asked about
         raise EdgeplugError(
             f"a partitioner filter of backend {ctx.backend!r} changed the program while answering (a node's op "
