@@ -92,7 +92,7 @@ def main() -> None:
             e = out if out is not None else e
 
     direct_s = _median(direct, R, setup=lambda: _export(L))
-    runner_s = _median(lambda e: run_passes(e, passes), R, setup=lambda: _export(L))
+    runner_s = _median(lambda e: run_passes(e, passes).program, R, setup=lambda: _export(L))
     reserve_s = _median(reserve_node_names, R, setup=lambda: _export(L))
     check_s = _median(lambda: check_program(ep), R)
     recompile_s = _median(lambda: ep.graph_module.recompile(), R)

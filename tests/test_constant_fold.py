@@ -17,7 +17,6 @@ from torch.export import Dim
 from torch.export.graph_signature import InputKind
 
 import edgeplug
-from edgeplug._graph import recording
 from edgeplug._graph.fold import fold_constant_subgraphs
 from edgeplug._graph.ops import is_qdq, op_name
 from edgeplug._graph.passes import check_program
@@ -78,9 +77,7 @@ def decoder_folded(llama):
     ep, inputs = llama
     before = _edge(copy.deepcopy(ep))
     after = copy.deepcopy(before)
-    with recording() as log:
-        records = fold_constant_subgraphs(after)
-    assert records == log  # returned and noted alike
+    records = fold_constant_subgraphs(after)
     return before, after, records, inputs
 
 

@@ -100,7 +100,7 @@ def test_passes_run_in_order_and_may_return_a_new_program():
     replacement = _export()
 
     passes = [core_pass("a", record("a")), core_pass("new", lambda ep: replacement), core_pass("b", record("b"))]
-    assert run_passes(_export(), passes) is replacement
+    assert run_passes(_export(), passes).program is replacement
     assert seen == ["a", "b"]
 
 
@@ -186,7 +186,7 @@ def test_names_are_reserved_before_each_pass():
         new.meta["val"] = value.meta["val"]
         out.args = ((new,),)
 
-    ep = run_passes(_export(), [core_pass("swap", lambda ep: fresh), core_pass("add_mul", add_mul)])
+    ep = run_passes(_export(), [core_pass("swap", lambda ep: fresh), core_pass("add_mul", add_mul)]).program
     names = [n.name for n in ep.graph.nodes]
     assert len(names) == len(set(names))
     torch.testing.assert_close(ep.module()(x), x * 2)

@@ -229,14 +229,13 @@ def _policy_origin(backend: Backend, policy: Any) -> str:
 
 def _export_passes(job: Lowering) -> None:
     from edgeplug._fusion import fusion_stage
-    from edgeplug._graph import recording, run_passes
+    from edgeplug._graph import run_passes
 
     passes = export_stage_passes(job.ep, job.backend)
     if fusion_stage(job.backend.fusion_policy("rms_norm")) == "export":
         passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
-    with recording() as log:
-        job.ep = run_passes(job.ep, passes, backend=job.backend, created=job.created_ops)
-    job.transforms = list(log)
+    done = run_passes(job.ep, passes, backend=job.backend, created=job.created_ops)
+    job.ep, job.transforms = done.program, list(done.records)
 
 
 def _edge_stage(job: Lowering) -> Any:
@@ -245,12 +244,12 @@ def _edge_stage(job: Lowering) -> Any:
     from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 
     from edgeplug._fusion import fusion_stage
-    from edgeplug._graph import recording, run_passes
+    from edgeplug._graph import PassResult, run_passes
     from edgeplug._graph.fold import fold_constant_subgraphs
     from edgeplug._graph.passes import core_pass
 
-    def constant_fold(ep: ExportedProgram) -> None:
-        fold_constant_subgraphs(ep, budget=job.backend.spec.constant_fold_budget)
+    def constant_fold(ep: ExportedProgram) -> PassResult:
+        return PassResult(ep, tuple(fold_constant_subgraphs(ep, budget=job.backend.spec.constant_fold_budget)))
 
     fuses_here = fusion_stage(job.backend.fusion_policy("rms_norm")) == "edge"
 
@@ -264,9 +263,9 @@ def _edge_stage(job: Lowering) -> Any:
                 *([_fusion_pass(job, "edge")] if fuses_here else []),
                 *job.backend.passes_for("pre_partition"),
             ]
-            with recording() as log:
-                ep = run_passes(exported_program, passes, backend=job.backend, created=job.created_ops)
-            job.transforms = [*job.transforms, *log]  # after the export stage's
+            done = run_passes(exported_program, passes, backend=job.backend, created=job.created_ops)
+            ep = done.program
+            job.transforms = [*job.transforms, *done.records]  # after the export stage's
             job.graph = graph_of(ep)
             job.clock.enter("partition + delegate")
             return ExportedProgramPassResult(ep, True)

@@ -34,7 +34,7 @@ def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
 
     b = resolve_backend(backend)
     passes = export_stage_passes(ep, b)
-    return run_passes(copy_exported_program(ep), passes, backend=b) if passes else ep
+    return run_passes(copy_exported_program(ep), passes, backend=b).program if passes else ep
 
 
 def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, list[FusionRecord]]:

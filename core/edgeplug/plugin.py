@@ -34,6 +34,7 @@ Rewrites (passes that reshape the edge program):
 - ``NodeBuilder``: makes nodes in a program's dialect, with their fake values and metadata.
 - ``replace_with_traced``: replaces a node by the graph a plain torch function traces to.
 - ``note_rewrite``: the ``TransformRecord`` of a rewrite that replaced a node.
+- ``PassResult``: what a pass returns with its records: ``PassResult(program, records)``.
 - ``tensor_of``: the (fake) tensor a node computes, from its metadata, or None.
 - ``is_static``: whether every given tensor is known and has only integer sizes.
 - ``is_plain``: whether a tensor is static, contiguous and of one of the given dtypes.
@@ -92,6 +93,7 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "NodeBuilder": ("edgeplug._graph.rewrite", "NodeBuilder"),
     "replace_with_traced": ("edgeplug._graph.rewrite", "replace_with_traced"),
     "note_rewrite": ("edgeplug._graph.rewrite", "note_rewrite"),
+    "PassResult": ("edgeplug._graph.passes", "PassResult"),
     "tensor_of": ("edgeplug._graph.rewrite", "tensor_of"),
     "is_static": ("edgeplug._graph.rewrite", "is_static"),
     "is_plain": ("edgeplug._graph.rewrite", "is_plain"),

@@ -2,7 +2,7 @@
 
 Each one rewrites an op that would stop every backend (executorch's verifier
 refuses it, or no executorch runtime has a kernel for it) into core ATen ops,
-records each node it rewrites or leaves (``edgeplug._graph.note``), and is
+returns a record of each node it rewrites or leaves, and is
 added only when the program has such a node (``export_decompositions``; an op
 the backend keeps whole is left to it, recorded as refused):
 
@@ -36,8 +36,8 @@ from torch.export import ExportedProgram
 from edgeplug._graph.histc import HISTC, decompose_histc
 from edgeplug._graph.histc import TRANSFORM as HISTC_TRANSFORM
 from edgeplug._graph.ops import op_name
+from edgeplug._graph.passes import PassResult, core_pass
 from edgeplug._graph.rewrite import replace_with_traced
-from edgeplug._graph.transforms import note
 from edgeplug._records import TransformRecord
 
 EMPTY_LIKE = "aten.empty_like.default"
@@ -52,18 +52,14 @@ def _calls(ep: ExportedProgram, op: str) -> list[torch.fx.Node]:
 
 
 def _record(transform: str, node: str, op: str, added: list, detail: str) -> TransformRecord:
-    record = TransformRecord(transform=transform, kind="rewrite", node=node, op=op, added=len(added), detail=detail)
-    note(record)
-    return record
+    return TransformRecord(transform=transform, kind="rewrite", node=node, op=op, added=len(added), detail=detail)
 
 
 def _refuse(transform: str, node: torch.fx.Node, op: str, reason: str) -> TransformRecord:
-    record = TransformRecord(
+    return TransformRecord(
         transform=transform, kind="rewrite", node=node.name, op=op, outcome="refused", removed=0,
         detail=f"left as it is: {reason}",
     )
-    note(record)
-    return record
 
 
 def empty_like_as_empty(ep: ExportedProgram) -> list[TransformRecord]:
@@ -157,17 +153,16 @@ DECOMPOSITIONS: tuple[tuple[str, str, Callable[[ExportedProgram], list[Transform
 )
 
 
-def _kept_whole(op: str, transform: str) -> Callable[[ExportedProgram], None]:
-    def refuse(ep: ExportedProgram) -> None:
-        for node in _calls(ep, op):
-            _refuse(transform, node, op, "the backend keeps it whole")
+def _kept_whole(op: str, transform: str) -> Callable[[ExportedProgram], PassResult]:
+    def refuse(ep: ExportedProgram) -> PassResult:
+        return PassResult(ep, tuple(_refuse(transform, node, op, "the backend keeps it whole") for node in _calls(ep, op)))
 
     return refuse
 
 
-def _in_place(fn: Callable[[ExportedProgram], list[TransformRecord]]) -> Callable[[ExportedProgram], None]:
-    def run(ep: ExportedProgram) -> None:
-        fn(ep)  # noted as it goes; the pass runner wants None for a program changed in place
+def _in_place(fn: Callable[[ExportedProgram], list[TransformRecord]]) -> Callable[[ExportedProgram], PassResult]:
+    def run(ep: ExportedProgram) -> PassResult:
+        return PassResult(ep, tuple(fn(ep)))
 
     return run
 
@@ -178,8 +173,6 @@ def export_decompositions(ep: ExportedProgram, backend: Any) -> list[Any]:
     An op ``backend`` keeps whole (``edgeplug_keep_whole``) is left to it,
     each node with a refused record.
     """
-    from edgeplug._graph.passes import core_pass
-
     kept = {op_name(op) for op in getattr(backend, "keep_whole", ())}
     present = {op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function"}
     return [

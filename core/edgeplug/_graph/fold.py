@@ -83,7 +83,6 @@ from edgeplug._graph.constants import (
 from edgeplug._graph.copies import is_identity_copy
 from edgeplug._graph.ops import aliases_first_arg, aten_overload, base_name, is_qdq, op_name
 from edgeplug._graph.rewrite import replace_uses
-from edgeplug._graph.transforms import note
 from edgeplug._records import TransformRecord
 
 TRANSFORM = "constant_fold"
@@ -137,9 +136,9 @@ def fold_constant_subgraphs(
     Works on aten and edge dialect programs. ``budget`` is the largest
     constant (in bytes) one fold may create; 0 folds nothing.
     ``total_budget`` is the most all folds together may add (None: the
-    default for ``ep``, ``default_total_budget``). Returns the records, each
-    also given to ``edgeplug._graph.note``: folds, and frontier nodes left as
-    they are because of a budget or a failed evaluation.
+    default for ``ep``, ``default_total_budget``). Returns the records:
+    folds, and frontier nodes left as they are because of a budget or a
+    failed evaluation.
     """
     if budget < 0:
         raise ValueError(f"budget must be 0 (off) or a number of bytes, not {budget}")
@@ -164,8 +163,6 @@ def fold_constant_subgraphs(
         refused.update(failed)
     records = [_kept_record(n, why) for n, why in plan.kept.items()]
     records += _apply(ep, plan, values)
-    for r in records:
-        note(r)
     return records
 
 

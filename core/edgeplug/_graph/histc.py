@@ -36,7 +36,6 @@ from torch.export import ExportedProgram
 
 from edgeplug._graph.ops import op_name
 from edgeplug._graph.rewrite import replace_with_traced
-from edgeplug._graph.transforms import note
 from edgeplug._records import TransformRecord
 
 TRANSFORM = "decompose_histc"
@@ -99,7 +98,7 @@ def decompose_histc(ep: ExportedProgram, *, keep_whole: Iterable[Any] = ()) -> l
     """Replace each ``aten.histc`` of ``ep`` (aten dialect) by core ATen ops, in place; the records.
 
     Each node is either decomposed (``outcome="applied"``) or left with a
-    reason (``outcome="refused"``); both are noted (``edgeplug._graph.note``).
+    reason (``outcome="refused"``); it returns a record for each.
     ``keep_whole``: the backend's kept-whole ops; ``aten.histc`` among them
     refuses every node. Run it through the pass runner (names reserved,
     graph linted and recompiled afterwards).
@@ -126,7 +125,6 @@ def decompose_histc(ep: ExportedProgram, *, keep_whole: Iterable[Any] = ()) -> l
                 detail=f"{val.numel()} {val.dtype} values, bins={bins}, min={low}, max={high}: "
                 "each element's bin by torch's formula, compared with every bin number and summed",
             )
-        note(record)
         records.append(record)
     return records
 

@@ -7,10 +7,18 @@ the program lints (nested ones included) and the graph signature still
 matches the placeholders and outputs. A pass that raises or leaves a broken
 program is reported with the plugin, the pass, the passes before it and the
 original cause, chained as ``__cause__``.
+
+A pass returns what it did (as torch.fx's ``PassResult`` does): ``None`` (it
+changed the program in place and has nothing to record), a new
+``ExportedProgram``, or a ``PassResult(program, records)``: the program (the
+one it was given or a new one) and one ``TransformRecord`` per change it made.
+The runner returns the last program with every pass's records, in order; they
+are the report's ``transforms``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -18,7 +26,19 @@ from torch.export import ExportedProgram
 
 from edgeplug._errors import PassError
 from edgeplug._graph.names import graph_modules, reserve_node_names
-from edgeplug._records import PassSpec
+from edgeplug._records import PassSpec, TransformRecord
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass made: the program (the one it was given, changed in place, or a new one) and
+    one ``TransformRecord`` per change, in the order it made them."""
+
+    program: ExportedProgram
+    records: tuple[TransformRecord, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "records", tuple(self.records))  # a list is taken too
 
 
 class BrokenProgram(Exception):
@@ -99,17 +119,19 @@ def _fail(spec: PassSpec, backend: Any, done: list[str], what: str, cause: BaseE
 
 def run_passes(
     ep: ExportedProgram, passes: Sequence[PassSpec], *, backend: Any = None, created: Optional[dict[str, str]] = None
-) -> ExportedProgram:
-    """Run ``passes`` in order on ``ep`` and return the resulting program.
+) -> PassResult:
+    """Run ``passes`` in order on ``ep``; the resulting program and every pass's records, in order.
 
-    ``PassSpec.fn(ep)`` returns a new ExportedProgram or None (changed in
-    place). ``backend`` (an ``edgeplug.Backend``) names the plugin each pass
+    ``PassSpec.fn(ep)`` returns None (changed in place), a new
+    ExportedProgram, or a ``PassResult`` (the program and its records).
+    ``backend`` (an ``edgeplug.Backend``) names the plugin each pass
     came from in errors. Raises ``PassError`` for the first pass that raises or
     leaves a program that fails ``check_program``. ``created``, when given,
     gets ``op name -> the pass`` for every op a pass brought into a program
     that had none (so a later check refusing that op can name who made it).
     """
     done: list[str] = []
+    records: list[TransformRecord] = []
     for spec in passes:
         reserve_node_names(ep)
         before = _snapshot(ep)
@@ -118,9 +140,20 @@ def run_passes(
             out = spec.fn(ep)
         except Exception as exc:
             raise _fail(spec, backend, done, "raised", exc) from exc
-        if out is not None:
+        if isinstance(out, PassResult):
+            wrong = [r for r in out.records if not isinstance(r, TransformRecord)]
+            if not isinstance(out.program, ExportedProgram) or wrong:
+                what = f"a {type(out.program).__name__} as its program" if wrong == [] else f"a {type(wrong[0]).__name__} among its records"
+                cause = TypeError(f"returned a PassResult with {what}; it holds an ExportedProgram and TransformRecords")
+                raise _fail(spec, backend, done, "returned the wrong type", cause)
+            ep = out.program
+            records.extend(out.records)
+        elif out is not None:
             if not isinstance(out, ExportedProgram):
-                cause = TypeError(f"returned {type(out).__name__}, expected an ExportedProgram or None")
+                cause = TypeError(
+                    f"returned {type(out).__name__}, expected None (changed in place), an ExportedProgram "
+                    "or a PassResult(program, records)"
+                )
                 raise _fail(spec, backend, done, "returned the wrong type", cause)
             ep = out
         try:
@@ -134,7 +167,7 @@ def run_passes(
             for op in sorted(_ops(ep) - ops_before):
                 created.setdefault(op, describe_pass(spec, backend))
         done.append(spec.name)
-    return ep
+    return PassResult(ep, tuple(records))
 
 
 def describe_pass(spec: PassSpec, backend: Any) -> str:
@@ -175,4 +208,4 @@ def core_pass(name: str, fn: Any, stage: str = "edge", order: int = 0) -> PassSp
     return PassSpec(backend="core", stage=stage, name=name, fn=fn, order=order)
 
 
-__all__ = ["BrokenProgram", "check_program", "core_pass", "describe_pass", "run_passes"]
+__all__ = ["BrokenProgram", "PassResult", "check_program", "core_pass", "describe_pass", "run_passes"]

@@ -24,7 +24,6 @@ from torch.export.graph_signature import TensorArgument
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from edgeplug._graph.ops import aten_overload, op_name
-from edgeplug._graph.transforms import note
 from edgeplug._records import TransformRecord
 
 #: metadata a node made in place of another takes from it (where it came from in the model)
@@ -262,13 +261,14 @@ class NodeBuilder:
 def note_rewrite(
     name: str, node: torch.fx.Node, added: int, detail: str, bytes_added: int = 0, removed: int = 1
 ) -> TransformRecord:
-    """Records that rewrite ``name`` replaced ``node`` by ``added`` nodes (``detail`` says how)."""
-    record = TransformRecord(
+    """The ``TransformRecord`` of rewrite ``name`` replacing ``node`` by ``added`` nodes (``detail`` says how).
+
+    A pass returns the records it made, with its program: ``PassResult(ep, records)``.
+    """
+    return TransformRecord(
         transform=name, kind="rewrite", node=node.name, op=op_name(node), removed=removed, added=added,
         bytes_added=bytes_added, detail=detail,
     )
-    note(record)
-    return record
 
 
 def calls_to(ep: ExportedProgram, names: Iterable[str]) -> list[torch.fx.Node]:

@@ -1,4 +1,4 @@
-"""Bamba (a Mamba-2 hybrid) on XNNPACK: the exact rewrites of ``edgeplug._graph.canonical_static``.
+"""Bamba (a Mamba-2 hybrid) on XNNPACK: the exact rewrites of masks, fills and scans (``edgeplug._graph.canonical``).
 
 A Mamba-2 mixer reaches XNNPACK's partitioner with its depthwise conv weight
 squeezed and unsqueezed back (so the conv is refused: "Expected weight to be a
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug._graph import canonical, canonical_static, recording  # noqa: F401  (canonical_static registers)
+from edgeplug.plugin import apply_rewrite
 from edgeplug._graph.ops import op_name
 
 LENGTH = 4
@@ -73,7 +73,7 @@ def mixer_edge():
     fold_constant_subgraphs(edge)
     edge.graph_module.recompile()
     for name in ("squeeze_as_view", "unsqueeze_as_view"):  # what the xnnpack plugin runs first
-        canonical.apply(edge, name)
+        apply_rewrite(edge, name)
     return edge
 
 
@@ -93,9 +93,7 @@ def _calls(ep, name: str) -> list:
 
 def _applied(ep, name: str, **params):
     after = copy.deepcopy(ep)
-    with recording() as log:
-        records = canonical.apply(after, name, **params)
-    assert records == log
+    records = apply_rewrite(after, name, **params)
     return after, records
 
 
@@ -141,7 +139,7 @@ def test_the_conv_weight_is_the_parameter_again_and_xnnpack_takes_the_conv(mixer
 def test_masks_fills_and_the_short_scan_become_ops_xnnpack_takes(mixer_edge):
     after = copy.deepcopy(mixer_edge)
     for name in ("where_static_mask", "cat_fill_as_pad", "short_cumsum_as_adds"):
-        canonical.apply(after, name)
+        apply_rewrite(after, name)
     assert _same_bits(_run(after, _inputs()), _run(mixer_edge, _inputs()))
     for gone in ("aten.where.self", "aten.full_like.default", "aten.cumsum.default"):
         assert not _calls(after, gone), gone
@@ -194,7 +192,7 @@ def test_a_scan_of_three_is_left_and_max_length_is_checked():
     _, records = _applied(ep, "short_cumsum_as_adds")
     assert [r.detail.split(" along")[0] for r in records] == ["cumsum of 1"]
     with pytest.raises(ValueError, match="max_length must be 1 or 2"):
-        canonical.apply(ep, "short_cumsum_as_adds", max_length=3)
+        apply_rewrite(ep, "short_cumsum_as_adds", max_length=3)
 
 
 # -- what the mask rewrite must leave alone ---------------------------------------------------------

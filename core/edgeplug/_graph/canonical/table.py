@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 
 from edgeplug._graph.canonical import elementwise, masks, reductions, scans, shape
 from edgeplug._graph.names import reserve_node_names
+from edgeplug._graph.passes import PassResult
 from edgeplug._records import PassSpec, TransformRecord
 
 
@@ -86,9 +87,9 @@ def apply_rewrite(ep: ExportedProgram, name: str, **params: Any) -> list[Transfo
     return records
 
 
-def _run_in_pass(fn: Callable[..., list[TransformRecord]], params: dict[str, Any], ep: ExportedProgram) -> None:
-    fn(ep, **params)  # the pass runner reserves names, lints and recompiles
-    return None
+def _run_in_pass(fn: Callable[..., list[TransformRecord]], params: dict[str, Any], ep: ExportedProgram) -> PassResult:
+    # the pass runner reserves names, lints and recompiles; the records go back with the program
+    return PassResult(ep, tuple(fn(ep, **params)))
 
 
 def rewrite_pass(
