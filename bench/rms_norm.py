@@ -53,8 +53,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from edgeplug._errors import KernelError  # noqa: E402
-from edgeplug._runtime.device import get_device  # noqa: E402
-from edgeplug._runtime.rms_norm import MAX_ITEMS, WorkgroupShape  # noqa: E402
+from edgeplug.plugin import gpu_device  # noqa: E402
+from edgeplug_vulkan_delegate.kernel_contract import MAX_ITEMS, WorkgroupShape  # noqa: E402
 # the kernel modules (the packages export their rms_norm functions under the same name)
 glsl = importlib.import_module("edgeplug_vulkan.kernels.rms_norm")
 wgsl = importlib.import_module("edgeplug_webgpu.kernels.rms_norm")
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
 
-    dev = get_device()
+    dev = gpu_device()
     cuda = torch.cuda.is_available()
     tdev = "cuda" if cuda else "cpu"
     kernels = [k for k in args.kernels.split(",") if k]

@@ -192,7 +192,7 @@ def test_scalar_ops_become_tensor_ops_on_a_0d_constant_of_the_input_dtype(block_
 def test_the_vulkan_delegate_takes_the_tensor_form(block_edge):
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 
-    from edgeplug_vulkan.support import support_check
+    from edgeplug_vulkan_delegate.support import support_check
 
     ep, _ = block_edge[torch.float32]
     check = support_check(VulkanPartitioner())
@@ -312,7 +312,7 @@ def test_identity_copies_are_dropped(decoder):
 def test_any_becomes_a_float_max_the_vulkan_delegate_takes(decoder):
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 
-    from edgeplug_vulkan.support import support_check
+    from edgeplug_vulkan_delegate.support import support_check
 
     check = support_check(VulkanPartitioner())
     ep, _ = decoder[torch.float32]

@@ -152,10 +152,7 @@ def test_backends_names_the_wgpu_adapter_host_verification_uses(cli, monkeypatch
     assert code == 0
     line = next(l for l in out.splitlines() if l.startswith("wgpu adapter: "))
     assert "max storage binding" in line  # a real adapter (llvmpipe here, a GPU where there is one)
-    monkeypatch.setenv("EDGEPLUG_WGPU_ADAPTER", "none")
-    from edgeplug._runtime import reset_device
-
-    reset_device()
+    monkeypatch.setenv("EDGEPLUG_WGPU_ADAPTER", "none")  # the façade keeps a device per adapter choice
     try:
         code, out, _ = cli("backends")
         assert code == 0 and "wgpu adapter: none (" in out
@@ -163,7 +160,6 @@ def test_backends_names_the_wgpu_adapter_host_verification_uses(cli, monkeypatch
         assert code == 0 and "wgpu adapter" not in out
     finally:
         monkeypatch.delenv("EDGEPLUG_WGPU_ADAPTER")
-        reset_device()
 
 
 def test_examples_lists_the_built_in_models(cli):

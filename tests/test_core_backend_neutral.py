@@ -35,9 +35,6 @@ ALLOWED = {
     ("_backend.py", "xnnpack"): "install hint / did-you-mean over first-party names",
     # wgpu's own vocabulary: "Vulkan" is the graphics API an adapter runs on
     ("_runtime/device.py", "vulkan"): "wgpu adapter backend type and driver install hint",
-    # the kernel contract two plugins (vulkan, webgpu) implement for one op, shared in the core
-    ("_runtime/rms_norm.py", "et_vk"): "shared kernel contract of et_vk.rms_norm",
-    ("testing/kernels.py", "et_vk"): "shared kernel test suite of et_vk.rms_norm",
     # `edgeplug new-backend` templates: the executorch partitioners a new plugin may start from
     ("_scaffold.py", "xnnpack"): "new-backend template",
     ("_scaffold.py", "vulkan"): "new-backend template",

@@ -78,7 +78,7 @@ BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
 
 #: cases that run without EDGEPLUG_ZOO=1: (example, dtype, backend) -> "default" or "slow"
 #: (one per issue-15 item they guard: dict inputs to the runtime, batch norms folded by
-#: the Vulkan preprocess; bf16 on webgpu is tests/test_fusion.py's and test_bf16_rms_norm.py's)
+#: the Vulkan preprocess; bf16 on webgpu is tests/test_fusion.py's and plugins/vulkan_delegate/tests/test_bf16_rms_norm.py's)
 SELECTED = {
     ("llama", "fp32", "qnn"): "default",
     ("llama-kv", "fp32", "xnnpack"): "slow",

@@ -55,7 +55,7 @@ def _pte_data(lowered):
 
 
 def test_a_missing_packed_weight_fails_instead_of_reading_zeros(mlp_vulkan_w4):
-    from edgeplug_vulkan.preprocess import pack_int4
+    from edgeplug_vulkan_delegate.preprocess import pack_int4
 
     _, result = mlp_vulkan_w4
     (lowered,) = _delegates(result)
@@ -78,7 +78,7 @@ def test_a_missing_packed_weight_fails_instead_of_reading_zeros(mlp_vulkan_w4):
 
 def test_only_all_zero_zero_points_of_symmetric_weights_are_implied(mlp_vulkan_w4):
     from edgeplug._verify.host import _NamedData
-    from edgeplug_vulkan.preprocess import VulkanConstants
+    from edgeplug_vulkan_delegate.preprocess import VulkanConstants
 
     _, result = mlp_vulkan_w4
     (lowered,) = _delegates(result)
@@ -92,7 +92,7 @@ def test_only_all_zero_zero_points_of_symmetric_weights_are_implied(mlp_vulkan_w
 
 
 def test_pack_int4_round_trips_odd_widths():
-    from edgeplug_vulkan.preprocess import pack_int4, unpack_int4
+    from edgeplug_vulkan_delegate.preprocess import pack_int4, unpack_int4
 
     w = torch.randint(-8, 8, (5, 7), dtype=torch.int8)
     packed = pack_int4(w)

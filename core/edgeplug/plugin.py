@@ -52,8 +52,7 @@ Kernels (the host-side contract the GPU plugins implement):
 
 - ``OpCall``: one delegate op about to run on the host: what a ``Kernel.checks`` receives.
 - ``GpuDevice``: the wgpu device kernels compile, upload and dispatch on.
-- ``WorkgroupShape``: the workgroup shape of the ``et_vk.rms_norm`` kernels.
-- ``rms_norm_contract``: the ``et_vk.rms_norm`` contract module (``OP``, ``check_args``, ``ShaderKernel``, ``reference``).
+- ``gpu_device``: the process's ``GpuDevice`` (adapter from ``EDGEPLUG_WGPU_ADAPTER``), opened on first use, then shared.
 - ``KernelError``: raised when a kernel cannot run a call (bad arguments, no adapter, a shader that fails).
 
 Importing this module is cheap: torch, executorch and wgpu load when a name
@@ -63,7 +62,7 @@ that needs them is first used.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Optional
 
 from edgeplug._errors import KernelError
 from edgeplug._hookspecs import hookimpl
@@ -105,9 +104,27 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "op_name": ("edgeplug._graph.ops", "op_name"),
     "OpCall": ("edgeplug._verify.host", "OpCall"),
     "GpuDevice": ("edgeplug._runtime.device", "GpuDevice"),
-    "WorkgroupShape": ("edgeplug._runtime.rms_norm", "WorkgroupShape"),
-    "rms_norm_contract": ("edgeplug._runtime.rms_norm", None),
 }
+
+
+#: the process's GPU devices (edgeplug._runtime.device.DeviceCache), made on the first gpu_device call
+_gpu_devices: Any = None
+
+
+def gpu_device(adapter: Optional[str] = None) -> Any:
+    """The process's ``GpuDevice`` on ``adapter`` (None: ``EDGEPLUG_WGPU_ADAPTER``), opened on first use, then shared.
+
+    The one process-wide cache of a device: kernels and host verification take
+    the device they are given and default to this one. Raises ``NoAdapterError``
+    (a ``KernelError``) saying why there is no adapter; the answer, device or
+    failure, is kept per adapter choice, so setting the variable reaches another device.
+    """
+    global _gpu_devices
+    if _gpu_devices is None:
+        from edgeplug._runtime.device import DeviceCache
+
+        _gpu_devices = DeviceCache()
+    return _gpu_devices.get(adapter)
 
 
 def __getattr__(name: str) -> Any:
@@ -142,5 +159,6 @@ __all__ = [
     "TransformRecord",
     "hookimpl",
     "KernelError",
+    "gpu_device",
     *_LAZY,
 ]

@@ -1,9 +1,9 @@
 """Host execution of lowered programs with plugin kernels on a wgpu adapter.
 
 - ``edgeplug._runtime.device``: the wgpu device layer (adapter choice through
-  ``EDGEPLUG_WGPU_ADAPTER``, cached device, pipelines and constants).
-- ``edgeplug._runtime.rms_norm``: the ``et_vk.rms_norm`` contract the GPU
-  plugins' kernels share (checks, launch).
+  ``EDGEPLUG_WGPU_ADAPTER``, ``open_device``, pipelines and constants). It
+  keeps no device of its own: the process's device is cached only at the
+  façade (``edgeplug.plugin.gpu_device``), and whoever runs a kernel passes it.
 - host verification of a lowered program with these kernels lives in
   ``edgeplug._verify.host`` (``run_lowered``, ``OpCall``; imports executorch).
 
@@ -14,13 +14,14 @@ arguments by their named-data key so the device uploads each once. ``checks``
 receives an ``OpCall`` (op, node, delegate, evaluated args, which args are
 program constants) before dispatch and raises ``KernelError`` to refuse it,
 e.g. where the backend's runtime would abort. A ``device="cpu"`` kernel's impl
-takes the op's arguments only.
+takes the op's arguments only. An op's own contract (argument checks, buffer
+layout, launch) belongs to the plugins that implement it.
 
 Importing this package is cheap and needs neither executorch nor wgpu.
 """
 
 from __future__ import annotations
 
-from edgeplug._runtime.device import ADAPTER_ENV, GpuDevice, NoAdapterError, adapter_summary, get_device, reset_device
+from edgeplug._runtime.device import ADAPTER_ENV, DeviceCache, GpuDevice, NoAdapterError, open_device
 
-__all__ = ["ADAPTER_ENV", "GpuDevice", "NoAdapterError", "adapter_summary", "get_device", "reset_device"]
+__all__ = ["ADAPTER_ENV", "DeviceCache", "GpuDevice", "NoAdapterError", "open_device"]

@@ -1,4 +1,4 @@
-"""The wgpu device layer: one adapter, one device, cached pipelines and constants.
+"""The wgpu device layer: adapter choice, and a device with cached pipelines and constants.
 
 Only torch, numpy and wgpu are needed here (no executorch), so kernels and the
 benchmarks run on machines where executorch is not installed.
@@ -336,54 +336,60 @@ class GpuDevice:
         return f"{self.summary} [{self.adapter_type}; max storage binding {size}; {self.max_groups_per_dim} workgroups per dimension; {f16}]"
 
 
-_device: Optional[GpuDevice] = None
-_device_error: Optional[NoAdapterError] = None
-_device_lock = threading.Lock()
+def open_device(adapter: Optional[str] = None) -> GpuDevice:
+    """A new device on the adapter ``adapter`` names (None: the value of ``EDGEPLUG_WGPU_ADAPTER``).
+
+    Nothing is cached here: each call opens a device of its own. Raises
+    NoAdapterError saying why there is none (wgpu missing, no adapter, none
+    matching, disabled with ``none``, or the device failing to open).
+    """
+    wanted = os.environ.get(ADAPTER_ENV) if adapter is None else adapter
+    try:
+        import wgpu
+    except ImportError as exc:
+        raise NoAdapterError(f"wgpu is not installed ({exc}); pip install wgpu") from exc
+    try:
+        adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    except Exception as exc:
+        raise NoAdapterError(f"wgpu could not list adapters: {exc}") from exc
+    infos = [AdapterInfo(a.summary, a.info.get("adapter_type", ""), a.info.get("backend_type", "")) for a in adapters]
+    chosen = adapters[choose_adapter(infos, wanted)]
+    try:
+        return GpuDevice(chosen)
+    except Exception as exc:
+        raise NoAdapterError(f"could not open a device on {chosen.summary}: {exc}") from exc
 
 
-def get_device() -> GpuDevice:
-    """The process-wide device (created on first use). Raises NoAdapterError when none is usable."""
-    global _device, _device_error
-    with _device_lock:
-        if _device is not None:
-            return _device
-        if _device_error is not None:
-            raise _device_error
-        wanted = os.environ.get(ADAPTER_ENV)
-        try:
-            import wgpu
-        except ImportError as exc:
-            _device_error = NoAdapterError(f"wgpu is not installed ({exc}); pip install wgpu")
-            raise _device_error from exc
-        try:
-            adapters = list(wgpu.gpu.enumerate_adapters_sync())
-        except Exception as exc:
-            _device_error = NoAdapterError(f"wgpu could not list adapters: {exc}")
-            raise _device_error from exc
-        infos = [
-            AdapterInfo(a.summary, a.info.get("adapter_type", ""), a.info.get("backend_type", "")) for a in adapters
-        ]
-        try:
-            chosen = adapters[choose_adapter(infos, wanted)]
-        except NoAdapterError as exc:
-            _device_error = exc
-            raise
-        try:
-            _device = GpuDevice(chosen)
-        except Exception as exc:
-            _device_error = NoAdapterError(f"could not open a device on {chosen.summary}: {exc}")
-            raise _device_error from exc
-        return _device
+class DeviceCache:
+    """Devices opened on first use and then shared, one per adapter choice; a failure is kept as well.
 
+    Its owner decides its lifetime: the process's one lives in the façade
+    (``edgeplug.plugin.gpu_device``); a test or a benchmark may hold its own.
+    The key is the adapter choice (``EDGEPLUG_WGPU_ADAPTER``'s value when none
+    is given), so changing the variable reaches another device, not a stale one.
+    """
 
-def reset_device() -> None:
-    """Forget the cached device (and a cached failure), e.g. after changing ADAPTER_ENV."""
-    global _device, _device_error
-    with _device_lock:
-        _device = None
-        _device_error = None
+    def __init__(self) -> None:
+        self._opened: dict[str, Union[GpuDevice, NoAdapterError]] = {}
+        self._lock = threading.Lock()
 
+    def get(self, adapter: Optional[str] = None) -> GpuDevice:
+        """The device for ``adapter`` (None: ``EDGEPLUG_WGPU_ADAPTER``), opened now if it is the first ask."""
+        wanted = os.environ.get(ADAPTER_ENV) if adapter is None else adapter
+        key = (wanted or "").strip().lower()
+        with self._lock:
+            hit = self._opened.get(key)
+            if hit is None:
+                try:
+                    hit = open_device(wanted or "")
+                except NoAdapterError as exc:
+                    hit = exc
+                self._opened[key] = hit
+        if isinstance(hit, NoAdapterError):
+            raise NoAdapterError(str(hit))
+        return hit
 
-def adapter_summary() -> str:
-    """A line naming the adapter kernels run on, or raising NoAdapterError saying why there is none."""
-    return get_device().describe()
+    def clear(self) -> None:
+        """Forget every device and failure (the next ``get`` opens anew)."""
+        with self._lock:
+            self._opened.clear()

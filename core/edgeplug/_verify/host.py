@@ -46,7 +46,8 @@ import torch.utils._pytree as pytree
 from torch.fx import Interpreter, Node
 
 from edgeplug._errors import EdgeplugError, KernelError, VerificationError
-from edgeplug._runtime.device import GpuDevice, NoAdapterError, get_device
+from edgeplug._runtime.device import GpuDevice, NoAdapterError
+from edgeplug.plugin import gpu_device  # the process's device, cached at the façade
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ class _Session:
     def gpu(self) -> Optional[GpuDevice]:
         if self.device is None and self.no_device is None:
             try:
-                self.device = get_device()
+                self.device = gpu_device()
             except NoAdapterError as exc:
                 self.no_device = str(exc)
         return self.device

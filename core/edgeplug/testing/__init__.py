@@ -49,13 +49,14 @@ Fixtures the plugin provides (names start with ``edgeplug_``):
 
 Kernel tests
 ------------
-``edgeplug.testing.kernels.RmsNormKernelSuite`` is the test class the vulkan
-and webgpu ``rms_norm`` kernels run (outputs against a float64 reference,
-shapes, dtypes, eps, errors on bad arguments); subclass it with your
-``backend`` to run it on yours. Installing ``edgeplug[testing]`` brings pytest.
+An op's kernel suite belongs to the plugins that implement the op: the
+``et_vk.rms_norm`` kernels of vulkan and webgpu run
+``edgeplug_vulkan_delegate.testing.RmsNormKernelSuite`` (distribution
+``edgeplug-vulkan-delegate``); a third party implementing that op subclasses it
+with its ``backend``. Installing ``edgeplug[testing]`` brings pytest.
 
 This package imports nothing heavy: torch and executorch load only when a
-fixture or test needs them (``edgeplug.testing.kernels`` imports torch).
+fixture or test needs them.
 """
 
 from __future__ import annotations

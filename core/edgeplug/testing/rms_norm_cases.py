@@ -8,7 +8,7 @@ about a second whatever the model's size::
 
     bundle = Bundle(ACCEPTED)
     ep = bundle.edge_program()                 # one export for every case
-    fused, records = edgeplug.fuse(ep, "vulkan")
+    fused, records = edgeplug.fuse(ep, "mybackend")
     for case, out in zip(bundle.cases, bundle.outputs(fused)): ...
 """
 

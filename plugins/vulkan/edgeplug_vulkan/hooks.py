@@ -1,6 +1,6 @@
 """Hook implementations of the Vulkan backend (hookimpls only).
 
-What every backend on the Vulkan delegate shares is in ``edgeplug_vulkan.delegate``.
+What every backend on the Vulkan delegate shares is in ``edgeplug_vulkan_delegate`` (a distribution of its own).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import edgeplug
 from edgeplug.plugin import Kernel
 
-from edgeplug_vulkan import delegate
+from edgeplug_vulkan_delegate import fusion, records, rewrites
 
 BACKEND = "vulkan"
 
@@ -21,24 +21,24 @@ def _partitioner():
 
 @edgeplug.hookimpl
 def edgeplug_backends():
-    yield delegate.backend_spec(
+    yield records.backend_spec(
         BACKEND, description="ExecuTorch Vulkan delegate (GPU compute through Vulkan)", partitioner=_partitioner
     )
 
 
 @edgeplug.hookimpl
 def edgeplug_keep_whole():
-    yield delegate.keep_whole(BACKEND)
+    yield records.keep_whole(BACKEND)
 
 
 @edgeplug.hookimpl
 def edgeplug_passes():
-    yield from delegate.canonical_rewrites(BACKEND)
+    yield from rewrites.canonical_rewrites(BACKEND)
 
 
 @edgeplug.hookimpl
 def edgeplug_fusion_policies():
-    yield delegate.rms_norm_policy(BACKEND, fp32_accumulation=False)
+    yield fusion.rms_norm_policy(BACKEND, fp32_accumulation=False)
 
 
 @edgeplug.hookimpl
@@ -51,4 +51,4 @@ def edgeplug_kernels():
 
 @edgeplug.hookimpl
 def edgeplug_quantizers():
-    yield from delegate.weight_only_schemes(BACKEND)
+    yield from records.weight_only_schemes(BACKEND)

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug._graph import canonical, recording
+from edgeplug._graph.canonical.reductions import integer_range
+from edgeplug.plugin import apply_rewrite
 from edgeplug._graph.ops import op_name
 
 
@@ -48,11 +49,9 @@ def _run(ep, inputs) -> list[torch.Tensor]:
 
 
 def _applied(ep, name: str, inputs: tuple, **params):
-    """A rewritten copy of ``ep`` and its records, checked: bit-equal outputs, records as noted and as the graph changed."""
+    """A rewritten copy of ``ep`` and the records the rewrite returned, checked: bit-equal outputs, records as the graph changed."""
     after = copy.deepcopy(ep)
-    with recording() as log:
-        records = canonical.apply(after, name, **params)
-    assert records == log
+    records = apply_rewrite(after, name, **params)
     before_out, after_out = _run(ep, inputs), _run(after, inputs)
     assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(after_out, before_out))
     before_ops = {n.name: op_name(n) for n in ep.graph_module.graph.nodes}
@@ -71,7 +70,7 @@ def _untouched(ep, name: str, inputs: tuple, **params) -> None:
 def _vulkan_check():
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 
-    from edgeplug_vulkan.support import support_check
+    from edgeplug_vulkan_delegate.support import support_check
 
     return support_check(VulkanPartitioner())
 
@@ -190,7 +189,7 @@ def test_collapse_rank_leaves_alone_what_it_cannot_prove():
     inputs = (torch.randn(2, 3, 1, 4, 5), torch.randn(2, 3, 1, 4, 5))
     _untouched(_edge(Unmergeable(), inputs), "collapse_rank", inputs, ops=["aten.exp.default"])
     with pytest.raises(ValueError, match="aten.sum.dim_IntList is neither elementwise nor cat"):
-        canonical.apply(_edge(Unmergeable(), inputs), "collapse_rank", ops=["aten.sum.dim_IntList"])
+        apply_rewrite(_edge(Unmergeable(), inputs), "collapse_rank", ops=["aten.sum.dim_IntList"])
 
 
 # -- int_sum_in_float ------------------------------------------------------------------------------
@@ -247,9 +246,9 @@ def test_integer_sums_of_proven_bounds_run_in_float_and_vulkan_takes_them():
 def test_integer_range_proves_only_what_it_can():
     ep = _edge(Router(), _router_inputs())
     x, counts = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"][-2:]
-    assert canonical.integer_range(ep, counts) is None and canonical.integer_range(ep, x) is None
+    assert integer_range(ep, counts) is None and integer_range(ep, x) is None
     products = [n for n in _calls(ep, "aten.mul.Tensor")]
-    assert sorted(canonical.integer_range(ep, n) for n in products) == [(0, 15), (0, 2**21)]
+    assert sorted(integer_range(ep, n) for n in products) == [(0, 15), (0, 2**21)]
 
 
 # -- reduce_with_keepdim ---------------------------------------------------------------------------
@@ -277,7 +276,7 @@ def test_reductions_over_a_middle_dim_keep_it_and_vulkan_takes_them():
 def test_the_vulkan_delegate_backends_declare_the_rewrites_for_their_limits():
     from executorch.backends.vulkan.op_registry import vulkan_supported_ops
 
-    from edgeplug_vulkan.delegate import FOUR_DIM_OPS
+    from edgeplug_vulkan_delegate.rewrites import FOUR_DIM_OPS
 
     # every op declared is one the delegate has a kernel for only up to 4 dims
     registered = {op_name(target): features for target, features in vulkan_supported_ops.items() if not isinstance(target, str)}
@@ -319,7 +318,9 @@ def test_vulkan_lowers_five_dim_ops_and_integer_sums_in_one_partition():
     ("bamba", {"aten.cumsum.default": 2, "aten.log1p.default": 1}, 3),
     ("olmoe", {"aten.topk.default": 1, "aten.cumsum.default": 1, "aten.index_put.default": 1}, 3),
 ])
-def test_zoo_decoders_leave_only_ops_without_a_vulkan_kernel_on_the_cpu(model, left, partitions, zoo):
+def test_zoo_decoders_leave_only_ops_without_a_vulkan_kernel_on_the_cpu(model, left, partitions):
+    import edgeplug._zoo as zoo  # the built-in tiny transformers models
+
     pytest.importorskip("transformers")
     if "vulkan" not in edgeplug.backends():
         pytest.skip("the vulkan plugin is not installed")

@@ -49,7 +49,7 @@ def test_a_transformers_llama_lowers_whole_and_verifies_from_the_packed_bytes(ll
 def test_nonzero_zero_points_are_not_implied(llama, lowered):
     """The preprocess stores no zero points (its op implies zeros): the rule that accepts their absence
     holds only for all-zero ones, so an asymmetric weight is refused instead of read as symmetric."""
-    from edgeplug_vulkan.preprocess import VulkanConstants
+    from edgeplug_vulkan_delegate.preprocess import VulkanConstants
 
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 

@@ -1,6 +1,6 @@
 """The Vulkan plugin's GLSL et_vk.rms_norm (compiled to SPIR-V, run through wgpu; llvmpipe in CI).
 
-Behaviour is the shared suite's (``edgeplug.testing.kernels``); below it, what
+Behaviour is the shared suite's (``edgeplug_vulkan_delegate.testing``); below it, what
 is this plugin's own: the GLSL source, workgroup shapes, and the Vulkan
 runtime's rule that the weight is a prepacked constant.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeplug._errors import KernelError
-from edgeplug._runtime import get_device
-from edgeplug.testing.kernels import RmsNormKernelSuite, rms_norm_reference
+from edgeplug.plugin import KernelError
+from edgeplug.plugin import gpu_device
+from edgeplug_vulkan_delegate.testing import RmsNormKernelSuite, rms_norm_reference
 from edgeplug_vulkan.kernels import check_rms_norm, glsl_source, prepare_rms_norm
 
 
@@ -23,7 +23,7 @@ class TestVulkanRmsNorm(RmsNormKernelSuite):
 
 @pytest.fixture(scope="module")
 def device():
-    return get_device()
+    return gpu_device()
 
 
 def _inputs(rows, width):
@@ -47,7 +47,7 @@ def test_glsl_450_source():
 
 
 def test_runtime_weight_is_refused_naming_the_node():
-    from edgeplug._runtime import OpCall
+    from edgeplug.plugin import OpCall
 
     call = OpCall(
         backend="vulkan", op="et_vk.rms_norm.default", node="et_vk_rms_norm_default",

@@ -16,9 +16,9 @@ import tempfile
 import pytest
 import torch
 
-from edgeplug._errors import KernelError
-from edgeplug._runtime import get_device
-from edgeplug._runtime.rms_norm import WorkgroupShape
+from edgeplug.plugin import KernelError
+from edgeplug.plugin import gpu_device
+from edgeplug_vulkan_delegate.kernel_contract import WorkgroupShape
 from edgeplug_vulkan.kernels import GlslangNotFound, compile_glsl, find_glslang, glsl_source, rms_norm, rms_norm_spirv
 from edgeplug_vulkan.kernels import glslang
 
@@ -46,7 +46,7 @@ def glslang_by_hand(source: str) -> bytes:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 def test_the_spirv_wgpu_receives_is_glslangs_for_the_shipped_glsl(dtype):
-    device = get_device()
+    device = gpu_device()
     for shape in SHAPES:
         x = torch.randn(3, 4 * shape.row_invocations + 8).to(dtype)
         vk.prepare(x, torch.ones(x.shape[1], dtype=dtype), 1e-6, workgroup_size=shape.invocations,
@@ -70,18 +70,18 @@ def test_the_source_is_the_shipped_comp_file_with_the_shape_defines():
 
 def test_glsl_text_is_refused_by_the_device():
     with pytest.raises(KernelError, match=r"'naga-bait' is GLSL text.*barrier\(\) subgroup scope.*glslang"):
-        get_device().pipeline("#version 450\nlayout(local_size_x = 64) in;\nvoid main() {}\n", label="naga-bait")
+        gpu_device().pipeline("#version 450\nlayout(local_size_x = 64) in;\nvoid main() {}\n", label="naga-bait")
 
 
 def test_bytes_that_are_not_spirv_are_refused():
     with pytest.raises(KernelError, match="not a SPIR-V module"):
-        get_device().pipeline(b"\0" * 64, label="junk")
+        gpu_device().pipeline(b"\0" * 64, label="junk")
 
 
 def test_readonly_buffers_are_read_only_in_wgpu():
     # glslang marks a readonly block's members; wgpu reads the variable. Were x read-write,
     # binding one buffer as x and as y would be allowed; as read-only storage it is refused.
-    device = get_device()
+    device = gpu_device()
     shape = WorkgroupShape(16, 16, 1, True) if device.subgroup_size else WorkgroupShape(16, 16, 1, False)
     pipe = vk.pipeline(device, torch.float32, shape)
     x, w, params = device.upload(torch.randn(4, 64)), device.upload(torch.ones(64)), device.uniform(b"\0" * 16)
@@ -145,5 +145,5 @@ def test_lowering_with_verify_runs_the_spirv_kernel():
     assert v is not None and v.method == "kernels", result.report.to_table()
     assert "vulkan kernels ran et_vk.rms_norm.default x1 on the adapter" in v.note
     assert v.max_abs_diff < 1e-4
-    modules = [m for m in get_device().shader_modules if m.label.startswith("vulkan rms_norm")]
+    modules = [m for m in gpu_device().shader_modules if m.label.startswith("vulkan rms_norm")]
     assert modules and {m.language for m in modules} == {"spirv"}

@@ -1,4 +1,4 @@
-"""The ``et_vk.rms_norm`` contract the GPU plugins' kernels share.
+"""The ``et_vk.rms_norm`` kernel contract every backend on the Vulkan delegate implements.
 
 ``y = x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dimension,
 accumulated in fp32 whatever the storage dtype. The plugins own the shaders
@@ -40,8 +40,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 import torch
 
-from edgeplug._errors import KernelError
-from edgeplug._runtime.device import GpuDevice
+from edgeplug.plugin import GpuDevice, KernelError, gpu_device
 
 OP = "et_vk.rms_norm.default"
 #: the eps the op takes when the graph gives none (float32 machine epsilon)
@@ -380,9 +379,7 @@ class ShaderKernel:
         ``workgroup_size``, ``rows_per_workgroup``, ``items`` and ``subgroups``
         override parts of the default shape (``choose_shape``).
         """
-        from edgeplug._runtime.device import get_device
-
-        device = device or get_device()
+        device = device or gpu_device()
         args = check_args(x, weight, eps, where=self.where, dtypes=self.dtypes)
         return prepare(
             args, device, self.pipeline, where=self.where, workgroup_size=workgroup_size,
@@ -393,7 +390,7 @@ class ShaderKernel:
         """``et_vk.rms_norm(x, weight, eps)`` through the shader; a CPU tensor of x's shape and dtype.
 
         eps None means float32 machine epsilon; ``options`` are ``prepare``'s.
-        Raises ``edgeplug._errors.KernelError`` before dispatch on a bad shape,
+        Raises ``edgeplug.plugin.KernelError`` before dispatch on a bad shape,
         dtype, weight length, eps or workgroup shape, and when the shader
         cannot be built.
         """

@@ -1,12 +1,19 @@
-"""What fusing for executorch's Vulkan delegate needs (vulkan and webgpu share it).
+"""Every patch of executorch's Vulkan internals, each restored on exit (errors included).
 
-- ``load_et_vk_ops``: registers executorch's ``et_vk`` custom ops, so the
-  core can resolve a fusion policy's ``et_vk.rms_norm`` target.
-- ``without_executorch_vulkan_pattern``: keeps one of executorch's own
-  Vulkan fusion patterns out of a lowering (a ``BackendSpec.lowering_context``).
-- ``fusable_subgraphs_matched_once``: within a lowering, executorch's search
-  for fusable Vulkan patterns runs once per graph (the partitioner and the
-  core's support check both ask for the same graph).
+A lowering for a backend on the Vulkan delegate runs inside ``lowering_context``
+(the ``BackendSpec.lowering_context`` of vulkan and webgpu), which applies the
+two patches below and nothing else; no other module of the family writes to
+executorch. Each patch says what upstream does, why that is wrong or costly
+for edgeplug, and what it changes:
+
+- ``without_executorch_vulkan_pattern``: executorch's own RMSNorm fusion is
+  taken out of its pattern registry for the lowering.
+- ``fusable_subgraphs_matched_once``: executorch's search for fusable Vulkan
+  patterns answers a graph it has searched from its first answer.
+
+Seen with executorch 1.5.1; when upstream changes either behaviour, the patch
+that works around it goes, and the tests in ``plugins/vulkan_delegate/tests``
+say which.
 """
 
 from __future__ import annotations
@@ -14,22 +21,21 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-def load_et_vk_ops() -> None:
-    """Register the ``et_vk`` ops (``torch.ops.et_vk.rms_norm``, ...)."""
-    import executorch.backends.vulkan.custom_ops_lib  # noqa: F401
-
 
 @contextlib.contextmanager
 def without_executorch_vulkan_pattern(name: str = "rms_norm") -> Iterator[None]:
     """Keep one of executorch's own Vulkan fusion patterns out of a lowering.
 
-    ``VulkanPartitioner`` and ``vulkan_preprocess`` fuse RMSNorm again with
-    the ``"rms_norm"`` entry of executorch's pattern registry, which folds
-    ``1 + w``, runtime scales, graph-input gammas and weights of shape (1,) or
-    (4, D) into ``et_vk.rms_norm`` as a weight the runtime cannot prepack.
-    The core has fused what is safe already (and said why it refused the
-    rest); the entry is restored on exit, errors included. Nested scopes
-    restore once, at the outer exit.
+    Upstream: ``VulkanPartitioner`` and ``vulkan_preprocess`` fuse RMSNorm
+    again with the ``"rms_norm"`` entry of
+    ``executorch.backends.vulkan.patterns.fusable_patterns``, whose guards
+    take ``1 + w``, runtime scales, graph-input gammas and weights of shape
+    (1,) or (4, D) as ``et_vk.rms_norm``'s weight, which the runtime prepacks
+    at load time and cannot take from a runtime value.
+    Why: the core has fused what is safe already and said why it refused the
+    rest; a second fusion downstream would undo those refusals.
+    Patch: the entry is popped from the registry for the block and put back
+    on exit, errors included; nested scopes restore once, at the outer exit.
     """
     from executorch.backends.vulkan.patterns import fusable_patterns
 
@@ -51,11 +57,15 @@ def _structure(gm: Any) -> tuple:
 @contextlib.contextmanager
 def fusable_subgraphs_matched_once() -> Iterator[None]:
     """Within the block, executorch's ``get_all_fusable_subgraphs`` answers a graph it has
-    matched already (same module, same nodes, same edges) from the first answer.
+    searched already (same module, same nodes, same edges) from its first answer.
 
-    Matching executorch's rope patterns costs seconds per graph; the
-    partitioner and the core's support check ask for the same graph one after
-    the other. The function is restored on exit, errors included.
+    Upstream: ``executorch.backends.vulkan.patterns.get_all_fusable_subgraphs``
+    matches every registered pattern against the whole graph on each call;
+    matching the rope patterns costs seconds per graph.
+    Why: the partitioner and the family's support check (``support.py``) ask
+    for the same graph one after the other, so each lowering paid it twice.
+    Patch: the module attribute is replaced by a memo of the original for the
+    block (a changed graph is searched again) and put back on exit, errors included.
     """
     import executorch.backends.vulkan.patterns as vk_patterns
 
@@ -76,3 +86,10 @@ def fusable_subgraphs_matched_once() -> Iterator[None]:
         yield
     finally:
         vk_patterns.get_all_fusable_subgraphs = match
+
+
+@contextlib.contextmanager
+def lowering_context() -> Iterator[None]:
+    """Both patches for one lowering (``BackendSpec.lowering_context``), undone in reverse on exit."""
+    with without_executorch_vulkan_pattern("rms_norm"), fusable_subgraphs_matched_once():
+        yield

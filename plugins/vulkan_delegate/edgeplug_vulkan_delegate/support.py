@@ -1,10 +1,10 @@
-"""The Vulkan backend's per-node support check (``BackendSpec.support_check``).
+"""The per-node support check of a backend on the Vulkan delegate (``BackendSpec.support_check``).
 
 executorch's ``VulkanPartitioner`` decides node by node with its
 ``VulkanSupportedOperators``; the check below asks the same object, built
 with the partitioner's own options, and keeps the reason Vulkan states for a
 refusal ("no operator implementation", "dtype not supported", ...) instead
-of logging it. The webgpu backend reuses it: its partitioner wraps a
+of logging it. vulkan and webgpu share it: the WebGPU partitioner wraps a
 ``VulkanPartitioner``.
 """
 

@@ -1,23 +1,24 @@
-"""A kernel test suite any backend's ``rms_norm`` kernel runs: behaviour, not implementation.
+"""The test suite every ``et_vk.rms_norm`` kernel runs: behaviour, not implementation.
 
 The suite takes the kernel the backend registers (its ``Kernel`` record, so
 what is tested is what host verification calls) and checks it against a
 float64 reference: outputs, shapes and dtypes, the eps it defaults to and the
 eps it is given, leading dimensions and non-contiguous inputs, empty inputs,
-and that bad arguments raise ``edgeplug._errors.KernelError`` naming the
+and that bad arguments raise ``edgeplug.plugin.KernelError`` naming the
 backend, the op and the bad value before anything is dispatched.
 
 Use it by subclassing in one of your plugin's test modules::
 
-    from edgeplug.testing.kernels import RmsNormKernelSuite
+    from edgeplug_vulkan_delegate.testing import RmsNormKernelSuite
 
     class TestMyRmsNorm(RmsNormKernelSuite):
         backend = "mybackend"
         op = "et_vk.rms_norm.default"       # the op your Kernel record names
         dtypes = (torch.float32,)           # storage dtypes the kernel takes
 
-pytest collects the inherited tests for the subclass. The GPU plugins
-(vulkan, webgpu) run exactly this suite; tests of what is their own choice
+pytest collects the inherited tests for the subclass. The vulkan and webgpu
+plugins run exactly this suite (the messages it expects are
+``kernel_contract.check_args``'s); tests of what is their own choice
 (shader source, workgroup shapes, the runtime's contract for weights) stay
 next to it in their own test modules.
 """
@@ -29,7 +30,7 @@ from typing import Any, Callable, ClassVar
 import pytest
 import torch
 
-from edgeplug._errors import KernelError
+from edgeplug.plugin import KernelError
 
 __all__ = ["RmsNormKernelSuite", "rms_norm_reference"]
 

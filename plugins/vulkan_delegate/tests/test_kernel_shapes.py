@@ -18,9 +18,9 @@ import importlib
 import pytest
 import torch
 
-from edgeplug._errors import KernelError
-from edgeplug._runtime import get_device
-from edgeplug._runtime.rms_norm import MAX_ITEMS, STRAIGHT_LOADS_MAX_ITEMS, WorkgroupShape, choose_shape
+from edgeplug.plugin import KernelError
+from edgeplug.plugin import gpu_device
+from edgeplug_vulkan_delegate.kernel_contract import MAX_ITEMS, STRAIGHT_LOADS_MAX_ITEMS, WorkgroupShape, choose_shape
 
 KERNELS = {
     "webgpu": importlib.import_module("edgeplug_webgpu.kernels.rms_norm"),
@@ -31,7 +31,7 @@ TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3}
 
 @pytest.fixture(scope="module")
 def device():
-    return get_device()
+    return gpu_device()
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

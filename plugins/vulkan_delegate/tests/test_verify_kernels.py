@@ -12,8 +12,11 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug._errors import KernelError, VerificationError
-from edgeplug._runtime import ADAPTER_ENV, get_device, reset_device
+from edgeplug import KernelError, VerificationError
+from edgeplug.plugin import gpu_device
+
+#: the variable that picks the wgpu adapter (README); the process's device is cached per value
+ADAPTER_ENV = "EDGEPLUG_WGPU_ADAPTER"
 
 WIDTH = 64
 
@@ -69,35 +72,34 @@ def _weight_entry(result):
 @pytest.fixture
 def no_adapter(monkeypatch):
     monkeypatch.setenv(ADAPTER_ENV, "none")
-    reset_device()
     yield
     monkeypatch.undo()
-    reset_device()
 
 
 @pytest.mark.parametrize("backend,model,count", [("vulkan", "constant", 1), ("webgpu", "both", 2)])
 def test_fused_op_runs_with_the_plugin_kernel_on_the_adapter(lowered, backend, model, count):
     v = edgeplug.verify(lowered(model, backend), backend)
     assert v.method == "kernels"
-    assert v.adapter == get_device().summary
+    assert v.adapter == gpu_device().summary
     assert v.max_abs_diff < 1e-5
     assert f"{backend} kernels ran et_vk.rms_norm.default x{count} on the adapter" in v.note
     assert "aten.mul.Tensor x1" in v.note  # the rest of the delegate ran with torch
     assert "constants read from named data" in v.note
 
 
-def test_the_weight_is_read_through_the_named_data(lowered):
+def test_the_weight_is_read_through_the_named_data(lowered, monkeypatch):
     result = lowered("both", "webgpu")
     data, key = _weight_entry(result)
     entry = data.pte_data[key]
     original = data.buffers[entry.buffer_index]
     data.buffers[entry.buffer_index] = bytes(len(original))  # what the .pte would carry: zeros
-    reset_device()  # the device caches constants by key
+    # the device caches constants by key: naming the same adapter by its full summary opens a device of its own
+    monkeypatch.setenv(ADAPTER_ENV, gpu_device().summary)
     try:
         v = edgeplug.verify(result, "webgpu")
     finally:
         data.buffers[entry.buffer_index] = original
-        reset_device()
+        monkeypatch.delenv(ADAPTER_ENV)
     assert v.max_abs_diff > 0.5  # zeros in the .pte show up as a mismatch against eager
     assert edgeplug.verify(result, "webgpu").max_abs_diff < 1e-5  # restored
 
@@ -137,11 +139,11 @@ def test_without_an_adapter_verification_falls_back_to_reference_kernels(lowered
 def test_cli_verifies_llama_on_the_adapter(cli, tmp_path, backend):
     code, out, err = cli("lower", "llama", "--backend", backend, "--verify", "-q", "-o", tmp_path / "llama.pte")
     assert code == 0, err
-    assert f"verification (kernels on {get_device().summary})" in out
+    assert f"verification (kernels on {gpu_device().summary})" in out
     diff = float(re.search(r"max \|difference\| vs eager = (\S+)", out).group(1))
     assert diff < 1e-4
     # the core fuses the model's five RMSNorms into et_vk.rms_norm; each ran on the adapter
     assert f"{backend} kernels ran et_vk.rms_norm.default x5 on the adapter" in out
     if backend == "vulkan":  # the GLSL kernel reached wgpu as glslang's SPIR-V, never as GLSL text
-        modules = [m for m in get_device().shader_modules if m.label.startswith("vulkan rms_norm")]
+        modules = [m for m in gpu_device().shader_modules if m.label.startswith("vulkan rms_norm")]
         assert modules and {m.language for m in modules} == {"spirv"}

@@ -1,7 +1,7 @@
 """Hook implementations of the WebGPU backend (hookimpls only).
 
 WebGPU serializes through executorch's Vulkan delegate, so it yields the
-records every such backend shares (``edgeplug_vulkan.delegate``) under its own
+records every such backend shares (``edgeplug_vulkan_delegate``) under its own
 name, with its own partitioner and kernels.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import edgeplug
 from edgeplug.plugin import Kernel
 
-from edgeplug_vulkan import delegate
+from edgeplug_vulkan_delegate import fusion, records, rewrites
 
 BACKEND = "webgpu"
 
@@ -23,25 +23,25 @@ def _partitioner():
 
 @edgeplug.hookimpl
 def edgeplug_backends():
-    yield delegate.backend_spec(
+    yield records.backend_spec(
         BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner
     )
 
 
 @edgeplug.hookimpl
 def edgeplug_keep_whole():
-    yield delegate.keep_whole(BACKEND)
+    yield records.keep_whole(BACKEND)
 
 
 @edgeplug.hookimpl
 def edgeplug_passes():
-    yield from delegate.canonical_rewrites(BACKEND)
+    yield from rewrites.canonical_rewrites(BACKEND)
 
 
 @edgeplug.hookimpl
 def edgeplug_fusion_policies():
     # our WGSL kernel accumulates in fp32 whatever the storage dtype
-    yield delegate.rms_norm_policy(BACKEND, fp32_accumulation=True)
+    yield fusion.rms_norm_policy(BACKEND, fp32_accumulation=True)
 
 
 @edgeplug.hookimpl
@@ -55,4 +55,4 @@ def edgeplug_kernels():
 @edgeplug.hookimpl
 def edgeplug_quantizers():
     # WebGPU shares Vulkan's partitioner and serialization, so Vulkan's quantizer
-    yield from delegate.weight_only_schemes(BACKEND)
+    yield from records.weight_only_schemes(BACKEND)

@@ -1,6 +1,6 @@
 """The WebGPU plugin's WGSL et_vk.rms_norm on the wgpu adapter (llvmpipe in CI).
 
-Behaviour is the shared suite's (``edgeplug.testing.kernels``); below it, what
+Behaviour is the shared suite's (``edgeplug_vulkan_delegate.testing``); below it, what
 is this plugin's own: WGSL source variants and workgroup shapes.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeplug._errors import KernelError
-from edgeplug._runtime import get_device
-from edgeplug.testing.kernels import RmsNormKernelSuite, rms_norm_reference
+from edgeplug.plugin import KernelError
+from edgeplug.plugin import gpu_device
+from edgeplug_vulkan_delegate.testing import RmsNormKernelSuite, rms_norm_reference
 from edgeplug_webgpu.kernels import prepare_rms_norm, rms_norm, wgsl_source
 
 
@@ -22,7 +22,7 @@ class TestWebGpuRmsNorm(RmsNormKernelSuite):
 
 @pytest.fixture(scope="module")
 def device():
-    return get_device()
+    return gpu_device()
 
 
 def _inputs(rows, width):

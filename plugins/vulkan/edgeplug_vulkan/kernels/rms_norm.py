@@ -23,8 +23,9 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug.plugin import GpuDevice, KernelError, WorkgroupShape
-from edgeplug.plugin import rms_norm_contract as contract
+from edgeplug.plugin import GpuDevice, KernelError
+from edgeplug_vulkan_delegate import kernel_contract as contract
+from edgeplug_vulkan_delegate.kernel_contract import WorkgroupShape
 from edgeplug_vulkan.kernels.glslang import compile_glsl
 
 BACKEND = "vulkan"
@@ -65,7 +66,7 @@ def pipeline(device: GpuDevice, dtype: torch.dtype, shape: WorkgroupShape) -> An
     return device.pipeline(spirv(dtype, shape), label=f"{BACKEND} rms_norm {dt} {shape.tag()}")
 
 
-#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug.plugin.rms_norm_contract.ShaderKernel``
+#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug_vulkan_delegate.kernel_contract.ShaderKernel``
 KERNEL = contract.ShaderKernel(WHERE, DTYPES, pipeline)
 prepare = KERNEL.prepare
 rms_norm = KERNEL.rms_norm

@@ -1,6 +1,6 @@
 """``et_vk.rms_norm`` for the WebGPU backend: a WGSL compute shader.
 
-The workgroup shape comes from ``edgeplug.plugin.rms_norm_contract.choose_shape`` (the
+The workgroup shape comes from ``edgeplug_vulkan_delegate.kernel_contract.choose_shape`` (the
 Vulkan plugin's GLSL kernel uses the same): a workgroup normalises
 ``rows`` rows with ``row_invocations`` invocations each. Every invocation
 loads up to ``items`` 16-byte units of its row into registers (consecutive
@@ -22,8 +22,9 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug.plugin import GpuDevice, WorkgroupShape
-from edgeplug.plugin import rms_norm_contract as contract
+from edgeplug.plugin import GpuDevice
+from edgeplug_vulkan_delegate import kernel_contract as contract
+from edgeplug_vulkan_delegate.kernel_contract import WorkgroupShape
 
 BACKEND = "webgpu"
 OP = contract.OP
@@ -188,7 +189,7 @@ def pipeline(device: GpuDevice, dtype: torch.dtype, shape: WorkgroupShape) -> An
     return device.pipeline(wgsl_source(dtype, shape), label=f"{BACKEND} rms_norm {dt} {shape.tag()}")
 
 
-#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug.plugin.rms_norm_contract.ShaderKernel``
+#: ``prepare(x, weight, eps, **options)`` and ``rms_norm(...)``: ``edgeplug_vulkan_delegate.kernel_contract.ShaderKernel``
 KERNEL = contract.ShaderKernel(WHERE, DTYPES, pipeline)
 prepare = KERNEL.prepare
 rms_norm = KERNEL.rms_norm
