@@ -26,6 +26,8 @@ R = TypeVar("R")
 
 #: Backends with a first-party plugin: only these get a `pip install` hint.
 FIRST_PARTY = ("qnn", "samsung", "vulkan", "webgpu", "xnnpack")
+#: how to get a backend at all (the CLI says it too: the one place these names are spelled)
+INSTALL_HINT = "pip install edgeplug-xnnpack (or -vulkan, -webgpu, -qnn, -samsung)"
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ def _unknown(m: PluginManager, name: str, key: str, specs: dict[str, Any]) -> Un
     if key in FIRST_PARTY and not any(_is_named(i, key) for i, _ in skipped) and not broken:
         msg += f" Install it with `pip install edgeplug-{key}`."
     elif not specs and not broken:
-        msg += " Backends come from plugins: `pip install edgeplug-xnnpack` (or -vulkan, -webgpu, -qnn, -samsung)."
+        msg += f" Backends come from plugins: {INSTALL_HINT}."
     return UnknownBackendError(msg)
 
 

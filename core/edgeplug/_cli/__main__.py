@@ -1,0 +1,5 @@
+import sys
+
+from edgeplug._cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,243 @@
+"""The `edgeplug` command: its parser, and how a failure reaches the terminal (one line, an exit code).
+
+The commands live beside this module: ``plugins`` (backends, plugins, new-backend, examples) and
+``lower`` (lower, report); the zoo's in ``edgeplug._zoo._cli``. Logging is configured here and
+nowhere else in edgeplug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from typing import Optional, Sequence
+
+from edgeplug._cli.common import DEBUG_ENV, err
+from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
+from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
+from edgeplug._errors import EdgeplugError
+
+
+class _LowerHelp(argparse.HelpFormatter):
+    """Fills in ``{schemes}`` when help is printed, so only ``--help`` loads the plugins to list them."""
+
+    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
+        text = action.help or ""
+        return text.replace("{schemes}", installed_schemes()) if "{schemes}" in text else text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgeplug", description="Lower PyTorch models to ExecuTorch backends through plugins.")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("backends", help="list installed backends")
+    b.add_argument("--adapter", action="store_true", help="name the wgpu adapter even if no backend verifies with kernels")
+    b.add_argument("--no-adapter", action="store_true", help="do not look for a wgpu adapter")
+    b.add_argument(
+        "--no-probe", action="store_true",
+        help="do not build each available backend's partitioner once to check it (faster: no SDK is imported)",
+    )
+    b.set_defaults(fn=cmd_backends)
+    pl = sub.add_parser("plugins", help="list plugins: distribution, entry point, status, what each adds to which backend")
+    pl.add_argument("--json", action="store_true", help="print the listing as JSON")
+    pl.set_defaults(fn=cmd_plugins)
+    nb = sub.add_parser("new-backend", help="write a plugin package for a new backend (every hook stubbed, a conformance test)")
+    nb.add_argument("name", help="the backend's name (lower-case; the package is edgeplug_NAME)")
+    nb.add_argument(
+        "--partitioner", default="xnnpack",
+        help="executorch partitioner underneath: xnnpack (default), vulkan, or MODULE:CLASS",
+    )
+    nb.add_argument("--backend-id", help="the id the partitioner tags partitions with (needed with MODULE:CLASS)")
+    nb.add_argument("-o", "--output", default=".", help="folder to write edgeplug-NAME/ in (default: here)")
+    nb.set_defaults(fn=cmd_new_backend)
+    e = sub.add_parser("examples", help="list built-in example models")
+    e.set_defaults(fn=cmd_examples)
+    rp = sub.add_parser("report", help="show a saved JSON report, or turn it into an HTML page or Model Explorer files")
+    rp.add_argument("report", help="a JSON report `edgeplug lower --report X.json` wrote")
+    rp.add_argument("--html", metavar="OUT.html", help="write the report as one self-contained HTML page here")
+    rp.add_argument("--explore", metavar="DIR", help="write the graph and its overlays for Model Explorer into DIR")
+    rp.set_defaults(fn=cmd_report)
+    lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte", formatter_class=_LowerHelp)
+    lo.add_argument(
+        "model",
+        help="a built-in example name, or FILE.py:ATTR: FILE.py is executed (as `python FILE.py` would, "
+        "its folder on sys.path) and ATTR called to return (model, args) or (model, args, kwargs)",
+    )
+    lo.add_argument("--backend", "-b", required=True)
+    lo.add_argument(
+        "-o", "--output",
+        help="where to write the .pte (default: MODEL-BACKEND.pte): a file, a folder (FOLDER/), or - for stdout; "
+        "a FIFO or device is written in place; nothing but a regular file is ever replaced, never an input",
+    )
+    lo.add_argument("--report", help="also write the report as JSON here (a file, FOLDER/, or -)")
+    lo.add_argument("--verify", action="store_true", help="run the lowered program and compare with eager")
+    lo.add_argument(
+        "--tolerance", type=tolerance_arg, default=None,
+        help="max |difference| --verify accepts, a finite number >= 0 (default: by output dtype, "
+        "1e-4 for fp32, a few ulps of the output's magnitude for fp16/bf16)",
+    )
+    lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
+    lo.add_argument(
+        "--quantize", metavar="SCHEME",
+        help="quantize with the backend's own PT2E quantizer first ({schemes}); --verify then compares with "
+        "the quantized model",
+    )
+    lo.add_argument(
+        "--calibration", metavar="FILE.py:ATTR",
+        help="calibration inputs for --quantize: ATTR is a list of input tuples, or a callable returning one "
+        "(default: the example inputs)",
+    )
+    lo.add_argument(
+        "--compare-stock", action="store_true",
+        help="also lower with the backend's own executorch partitioner alone and add its partitioning to the "
+        "report (the HTML page shows both, with the differences counted)",
+    )
+    lo.add_argument(
+        "--explore", metavar="DIR",
+        help="write the graph with partition, CPU and fusion overlays for Google's Model Explorer into DIR "
+        "(needs edgeplug[explorer]); a --report ending in .html is a self-contained page instead of JSON",
+    )
+    lo.add_argument(
+        "--calibration-batches", metavar="N", type=positive_int_arg, default=None,
+        help="read at most N calibration batches (default: 100); the report counts them and says when there were more",
+    )
+    lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
+    lo.add_argument("--debug", action="store_true", help=f"on an error, print its traceback too (or set {DEBUG_ENV}=1)")
+    lo.set_defaults(fn=cmd_lower)
+    from edgeplug._zoo._cli import add_arguments as add_zoo_arguments  # argparse only: no torch
+
+    zo = sub.add_parser("zoo", help="lower a model set x backends x schemes, each cell in its own process (local or Ray)")
+    add_zoo_arguments(zo)
+    zo.set_defaults(fn=cmd_zoo)
+    return p
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from edgeplug._zoo._cli import command
+
+    return command(args)
+
+
+def _quiet_dependencies() -> None:
+    """Keep torch/torchao/executorch chatter (deprecations, optional .so loads) off the terminal."""
+    import logging
+    import warnings
+
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category)
+    import torch  # noqa: F401  (torch configures its loggers on import; adjust after)
+
+    for name in ("torchao", "torch", "executorch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # fake tensors log the whole traceback of an op's failing meta function at ERROR, then raise it:
+    # the error reaches the user once, as one line, through edgeplug's own message
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
+    # executorch's partitioners log progress on the root logger (and some modules call
+    # basicConfig(level=INFO) on import): the terminal's handler takes warnings only. Not
+    # logging.disable: that would also drop the DEBUG records a partitioner gives its reasons in,
+    # which edgeplug reads for the report's CPU nodes (and it would outlive this call)
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.WARNING)  # a later basicConfig(level=INFO) is then a no-op
+    for handler in root.handlers:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    root.setLevel(logging.WARNING)
+
+
+#: errors writing to stdout/stderr that are the environment's, and the exit code each ends with
+_STREAM_ERRORS = {errno.EPIPE: 141, errno.ENOSPC: 74, errno.EIO: 74, errno.EDQUOT: 74, errno.EFBIG: 74}
+
+
+def _stream_failed(exc: OSError) -> int:
+    """stdout or stderr failed (closed pipe, full disk): say so if stderr still takes it, stop writing, give the code."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:  # nothing more may reach the broken stream, not even the interpreter's flush at exit
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                try:
+                    os.dup2(devnull, stream.fileno())
+                except (OSError, ValueError):
+                    pass
+        if exc.errno != errno.EPIPE:
+            try:
+                print(f"edgeplug: output failed: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+    finally:
+        os.close(devnull)
+    return _STREAM_ERRORS[exc.errno]
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (what `timeout` and CI cancellation send)."""
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+def _debugging(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import signal
+    import threading
+
+    args = build_parser().parse_args(argv)
+    if not getattr(args, "verbose", False):
+        _quiet_dependencies()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return args.fn(args)
+    except EdgeplugError as exc:
+        _fail(args, exc, str(exc))
+        return 2
+    except KeyboardInterrupt as exc:
+        _fail(args, exc, "interrupted; nothing was written")
+        return 130
+    except Terminated as exc:
+        _fail(args, exc, "terminated (SIGTERM); nothing was written")
+        return 143
+    except OSError as exc:
+        if exc.errno not in _STREAM_ERRORS:  # any other is not the terminal's: say so as below
+            from edgeplug._failures import first_line
+
+            _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
+            return 2
+        return _stream_failed(exc)
+    except SystemExit as exc:  # argparse exits before this try: this one came from the model's (or a plugin's) code
+        _fail(args, exc, f"the model's code called sys.exit({exc.code!r}) while edgeplug was lowering it; nothing was written")
+        return 2
+    except Exception as exc:
+        from edgeplug._failures import first_line
+
+        _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
+    if _debugging(args):
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        from edgeplug._failures import root_cause
+
+        partial = getattr(root_cause(exc), "partial_fx_graph", None)
+        if partial:
+            print(f"the graph torch.export had captured when it failed:\n{partial}", file=sys.stderr)
+    stage = getattr(exc, "lowering_stage", None)
+    if stage and not message.startswith("stage "):
+        message = f"stage {stage!r}: {message}"
+    first, *rest = message.splitlines() or [""]
+    err(first)
+    for line in rest:
+        print(f"  {line}", file=sys.stderr)

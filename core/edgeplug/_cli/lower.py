@@ -1,0 +1,247 @@
+"""`edgeplug lower` and `edgeplug report`: lower a model, check outputs before any work, write the .pte,
+the report and its views (HTML, Model Explorer)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from edgeplug._cli.common import err
+from edgeplug._errors import EdgeplugError
+
+
+def tolerance_arg(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the tolerance must be a finite number >= 0")
+    return value
+
+
+def positive_int_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
+    return value
+
+
+def _default_output(spec: str, backend: str) -> Path:
+    return Path(f"{Path(spec).stem.replace(':', '_')}-{backend}.pte")
+
+
+def _in_folder(given: Optional[str], default: Path) -> Optional[str]:
+    """``out/`` (a trailing slash names a folder): ``default``'s name inside it."""
+    from edgeplug._outputs import names_a_folder
+
+    if given is not None and names_a_folder(given):
+        return os.path.join(given, default.name)
+    return given
+
+
+def _input_files(args: argparse.Namespace) -> dict[str, Optional[str]]:
+    """The files this run reads, which no output may replace."""
+    out: dict[str, Optional[str]] = {}
+    for what, spec in (("the model file", args.model), ("the calibration file", args.calibration)):
+        if spec and ":" in spec:
+            out[what] = spec.rsplit(":", 1)[0]
+        elif spec and spec.endswith(".py"):
+            out[what] = spec
+    return out
+
+
+def _is_stdout(path: object) -> bool:
+    """``-``, or a path naming the file stdout is (``/dev/stdout``)."""
+    if path is None:
+        return False
+    if os.fspath(path) == "-":
+        return True
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
+    """What can be refused before a minute is spent on export: the SDK, the flags, every output path."""
+    from edgeplug._outputs import check_output_paths
+
+    if args.verify and not args.dry_run:
+        from edgeplug._verify import refuse_verify_without_runtime
+
+        refuse_verify_without_runtime(backend)
+    if not args.dry_run:
+        backend.require_available()
+    if args.calibration and not args.quantize:
+        raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
+    if args.calibration_batches is not None and not args.quantize:
+        raise EdgeplugError("--calibration-batches needs --quantize SCHEME (it caps the calibration data)")
+    if args.calibration_batches is None:
+        from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES
+
+        args.calibration_batches = DEFAULT_CALIBRATION_BATCHES
+    default = _default_output(args.model, backend.name)
+    args.output = _in_folder(args.output, default)
+    args.report = _in_folder(args.report, default.with_suffix(".json"))
+    out = Path(args.output) if args.output and args.output != "-" else (args.output or default)
+    check_output_paths(
+        {"the .pte": None if args.dry_run else out, "the report": args.report},  # a dry run writes no .pte
+        inputs=_input_files(args),
+    )
+    return out
+
+
+def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: bool) -> None:
+    from edgeplug._outputs import write_file
+
+    try:
+        if args.dry_run or failed:
+            if args.report:
+                write_file(args.report, result.report.to_json())
+        else:
+            result.save(out, report=args.report)
+    except OSError as exc:
+        if _is_stdout(exc.filename) and exc.errno in _STREAM_ERRORS:
+            raise  # stdout is the environment's: main() ends quietly with the error's own code
+        raise EdgeplugError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was written") from exc
+
+
+def _check_views(args: argparse.Namespace) -> None:
+    """``--report X.html`` and ``--explore DIR``, refused before any work when they cannot be written."""
+    from edgeplug._report_html import is_html
+
+    args.html_report = None
+    if is_html(args.report):  # the page is written by _write_views, the JSON writer skips it
+        args.html_report, args.report = args.report, None
+    if args.explore:
+        _check_explore_dir(args.explore)
+
+
+def _check_explore_dir(folder: str) -> None:
+    from edgeplug._explorer import _model_explorer
+
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise EdgeplugError(f"--explore {folder}: that is a file; give a folder (it is created if missing)")
+    _model_explorer()  # not installed: said now, not after the lowering
+
+
+def _compare_stock(report: object, model: object, inputs: tuple, backend: object, progress) -> None:
+    from edgeplug._report_html import stock_partitioning
+
+    progress(f"[{backend.name}] stock executorch flow, for --compare-stock ...")
+    report.stock = stock_partitioning(model, inputs, backend)
+    if report.stock.error:
+        report.notes.append(f"--compare-stock: {report.stock.error}")
+
+
+def _write_views(args: argparse.Namespace, report: object) -> None:
+    """The HTML page and the Model Explorer files, after the .pte and the JSON report."""
+    from edgeplug._report_html import write_report
+
+    try:
+        if getattr(args, "html_report", None):
+            write_report(args.html_report, report)
+            print(f"wrote report {args.html_report}", file=sys.stderr)
+        if getattr(args, "explore", None):
+            from edgeplug._explorer import explorer_command, write_explorer
+
+            paths = write_explorer(report, args.explore)
+            print(f"wrote Model Explorer files in {args.explore}: open them with\n  {explorer_command(paths)}", file=sys.stderr)
+    except OSError as exc:
+        raise EdgeplugError(f"cannot write {exc.filename or args.explore}: {exc.strerror or exc}") from exc
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print a saved report's table; with --html / --explore, write the page or Model Explorer's files."""
+    from edgeplug._outputs import check_output_paths
+    from edgeplug._report_html import load_report
+
+    if args.html and os.path.abspath(args.html) == os.path.abspath(args.report):
+        raise EdgeplugError(f"--html {args.html} would replace the report it reads: give another path")
+    check_output_paths({"the HTML page": args.html})
+    if args.explore:
+        _check_explore_dir(args.explore)
+    report = load_report(args.report)
+    print(report.to_table())
+    args.html_report = args.html
+    _write_views(args, report)
+    return 0
+
+
+def cmd_lower(args: argparse.Namespace) -> int:
+    from edgeplug._plugins import get_backend
+    from edgeplug.examples import load_model
+    from edgeplug._pipeline import lower
+
+    start = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"{time.perf_counter() - start:7.1f}s {msg}", file=sys.stderr, flush=True)
+
+    backend = get_backend(args.backend)
+    out = _check_before_work(args, backend)
+    _check_views(args)
+    model, inputs, kwargs, label = load_model(args.model, progress=progress)
+    if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
+        from edgeplug._quantization import load_calibration, quantize
+
+        limit = args.calibration_batches
+        calibration = load_calibration(args.calibration, limit) if args.calibration else None
+        model = quantize(
+            model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
+            calibration_batches=limit,
+        )
+    result = lower(
+        model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
+        progress=progress, tolerance=args.tolerance,
+    )
+    report, v = result.report, result.report.verification
+    if args.compare_stock:
+        _compare_stock(report, model, inputs, backend, progress)
+    failed = v is not None and not v.passed
+    if args.dry_run and args.output:
+        report.notes.append(f"--dry-run: {out} was not written")
+    elif failed:
+        report.notes.append(f"verification failed: {out} was not written")
+    _write_outputs(args, result, out, failed)
+    _write_views(args, report)
+    # stdout carries the .pte or the report when one of them is "-": the table goes to stderr then
+    table_to = sys.stderr if any(_is_stdout(p) for p in (out, args.report)) else sys.stdout
+    print(report.to_table(), file=table_to)
+    if args.report:
+        print(f"wrote report {args.report}", file=table_to)
+    if failed:
+        err(f"verification failed: {' | '.join(v.failures())}; no .pte was written")
+        return 3
+    return 0
+
+
+def installed_schemes() -> str:
+    """'qnn: 16a8w, 8a8w; xnnpack: 8a8w': the quantization schemes of the backends installed here."""
+    try:
+        from edgeplug._plugins import manager
+        from edgeplug._records import QuantScheme
+
+        m = manager()
+        available = m.backend_specs()
+        by_backend: dict[str, list[str]] = {}
+        for c in m.contributions(QuantScheme):
+            if c.record.backend in available:
+                by_backend.setdefault(c.record.backend, []).append(c.record.scheme)
+    except Exception as exc:  # help must print even when plugins cannot be read
+        return f"the installed backends' schemes could not be read: {exc}"
+    if not by_backend:
+        return "no installed backend declares a scheme"
+    return "installed: " + "; ".join(f"{b}: {', '.join(schemes)}" for b, schemes in sorted(by_backend.items()))

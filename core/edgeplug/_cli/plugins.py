@@ -1,0 +1,134 @@
+"""`edgeplug backends`, `plugins`, `new-backend`, `examples`: what is installed, and a new plugin's skeleton.
+
+The CLI is where the process's default plugin manager is read (``edgeplug._plugins.manager``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edgeplug._backend import INSTALL_HINT, resolve_backend
+from edgeplug._cli.common import err
+from edgeplug._plugins import manager
+from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    m = manager()
+    specs = m.backend_specs()
+    rows = [("backend", "distribution", "version", "verify", "serializes here")]
+    for name in sorted(specs):
+        b = resolve_backend(m, name)
+        a = b.availability()
+        avail = "yes" if a.ok else f"no: {a.reason}"
+        if a.ok and not args.no_probe:  # a partitioner that cannot be built makes every lowering fail: say so here
+            broken = probe_partitioner(b)
+            avail = f"no: {broken}" if broken else avail
+        rows.append((name, b.distribution, b.version, b.spec.verify_method, avail))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
+    if specs and (args.adapter or (kernels and not args.no_adapter)):
+        try:
+            from edgeplug.plugin import gpu_device
+
+            print(f"\nwgpu adapter: {gpu_device().describe()}")
+        except Exception as exc:  # runtime is optional here
+            print(f"\nwgpu adapter: none ({exc})")
+    _print_plugin_trouble(m)
+    if specs:
+        return 0
+    if m.problems() or m.conflicts():
+        err("no backend is available: every installed plugin that registers one failed (see above)")
+    elif m.skipped():
+        err("no backend is available: every plugin is skipped (see above)")
+    else:
+        err(f"no backends installed: install a backend plugin, e.g. {INSTALL_HINT}")
+    return 1
+
+
+#: how long ``edgeplug backends`` waits for one partitioner factory
+PROBE_SECONDS = 30.0
+
+
+def probe_partitioner(backend: object, seconds: float = PROBE_SECONDS) -> str:
+    """Build the backend's partitioner once: '' if it builds, else why not (its error, or a timeout)."""
+    import contextlib
+    import io
+
+    factory = backend.spec.partitioner
+    try:  # what the SDK prints while it imports is noise here: the row says what matters
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with time_limit(seconds, f"the partitioner factory of backend {backend.name!r}"):
+                made = factory()
+    except TimeLimit as exc:
+        return str(exc)
+    except Exception as exc:  # the user sees which plugin, where, and the cause
+        return f"its partitioner factory (BackendSpec.partitioner) raised {failure(exc, backend.plugin)}"
+    if not callable(getattr(made, "partition", None)):
+        return (
+            f"its partitioner factory (BackendSpec.partitioner) returned {type(made).__name__}, "
+            "not an executorch Partitioner (an object with .partition(exported_program))"
+        )
+    return ""
+
+
+def _print_plugin_trouble(m: PluginManager) -> None:
+    """Broken and skipped plugins, unavailable backends and ignored records, on stderr."""
+    for p in m.problems():
+        print(f"\nbroken plugin: {p.message}", file=sys.stderr)
+    for c in m.conflicts():
+        print(f"\nunavailable backend: {c.message}", file=sys.stderr)
+    for u in m.unclaimed():
+        print(f"\nignored record: {u.message}", file=sys.stderr)
+    for info, why in m.skipped():
+        print(f"skipped plugin {info.name!r} ({info.distribution}): {why}", file=sys.stderr)
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """Each plugin: distribution, version, entry point, status, and what it adds to which backend."""
+    import json
+
+    found = summaries(manager())
+    if args.json:
+        print(json.dumps([
+            {
+                "plugin": s.plugin.name, "distribution": s.plugin.distribution, "version": s.plugin.version,
+                "entry_point": s.plugin.entry_point, "status": s.status, "reason": s.reason,
+                "contributes": s.contributes, "trouble": s.trouble,
+            }
+            for s in found
+        ], indent=2))
+        return 0
+    if not found:
+        print(f"no edgeplug plugins installed: install a backend plugin, e.g. {INSTALL_HINT}")
+        return 0
+    for s in found:
+        status = s.status if not s.reason else f"{s.status}: {s.reason}"
+        print(f"{s.plugin.name}: {s.plugin.distribution} {s.plugin.version}".rstrip())
+        print(f"  entry point  {s.plugin.entry_point}")
+        print(f"  status       {status}")
+        for backend, what in sorted(s.contributes.items()):
+            print(f"  adds to backend {backend!r}" + (f" ({s.trouble[backend]})" if backend in s.trouble else ""))
+            for phrase in what:
+                print(f"    {phrase}")
+    return 0
+
+
+def cmd_new_backend(args: argparse.Namespace) -> int:
+    """Write a plugin package with every hook stubbed, its pyproject, and a conformance test."""
+    from edgeplug._scaffold import write
+
+    root = write(args.name, args.output, partitioner=args.partitioner, backend_id=args.backend_id)
+    print(f"wrote {root}")
+    print(f"next: pip install -e '{root}[test]' && edgeplug plugins && (cd {root} && pytest)")
+    return 0
+
+
+def cmd_examples(args: argparse.Namespace) -> int:
+    from edgeplug.examples import list_examples
+
+    for name, desc in list_examples().items():
+        print(f"{name:<14} {desc}")
+    return 0
