@@ -37,3 +37,29 @@ def test_shares_the_vulkan_delegates_records_and_differs_only_where_it_chooses()
         fields(s, factory=None) for s in vulkan.records(QuantScheme)
     ]
     assert [r.ops for r in webgpu.records(KeepWhole)] == [r.ops for r in vulkan.records(KeepWhole)]
+
+
+def test_webgpu_works_without_the_vulkan_plugin():
+    """webgpu needs edgeplug-vulkan-delegate, not edgeplug-vulkan: with the vulkan plugin unimportable it resolves and runs its kernel."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["edgeplug_vulkan"] = None  # any import of the vulkan plugin now fails
+        import torch
+        import edgeplug
+        webgpu = edgeplug.get_backend("webgpu")
+        assert webgpu.spec.backend_id == "VulkanBackend" and webgpu.fusion_policy("rms_norm").target == "et_vk.rms_norm"
+        y = webgpu.kernel("et_vk.rms_norm.default").impl(torch.ones(2, 4), torch.full((4,), 2.0), 0.0)
+        torch.testing.assert_close(y, torch.full((2, 4), 2.0))
+        assert "vulkan" not in edgeplug.backends()  # its plugin failed to import, and only it
+        assert not any(m == "edgeplug_vulkan" or m.startswith("edgeplug_vulkan.") for m in sys.modules if sys.modules[m] is not None)
+        print("ok")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("ok")
