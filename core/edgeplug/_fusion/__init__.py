@@ -2,7 +2,7 @@
 
 Three phases, one module each:
 
-1. ``decide`` (``edgeplug._fusion.decide``): every node is matched
+1. ``decide_fusion`` (``edgeplug._fusion.decision``): every node is matched
    (``edgeplug._patterns.match_rms_norm``) against one constant analysis and
    each match gets a pure ``Decision``: outcome, what the fused op's weight
    is, and the reason;
@@ -29,8 +29,8 @@ import torch
 from torch.export import ExportedProgram
 
 from edgeplug._errors import EdgeplugError
-from edgeplug._fusion.apply import decide_all, fuse_matches
-from edgeplug._fusion.decide import Decision, decide
+from edgeplug._fusion.apply import decide_fusions, fuse_matches
+from edgeplug._fusion.decision import Decision, decide_fusion
 from edgeplug._fusion.delegation import Veto, delegation_veto
 from edgeplug._policy_target import FusedOp, PolicyTargetError, check_policy, resolve_target
 from edgeplug._records import FusionPolicy, FusionRecord
@@ -125,8 +125,8 @@ __all__ = [
     "Veto",
     "check_policy",
     "copy_program",
-    "decide",
-    "decide_all",
+    "decide_fusion",
+    "decide_fusions",
     "delegation_veto",
     "fuse_for_backend",
     "fuse_program",

@@ -2,7 +2,7 @@
 
 ``fuse_matches(ep, fused_op)`` works in place on ``ep`` (the caller passes a
 copy): it matches every node against one constant analysis, decides each
-match (``edgeplug._fusion.decide``), folds what the decisions fold with one
+match (``edgeplug._fusion.decision``), folds what the decisions fold with one
 ``fold_constants`` call, and rewrites each match into the fused op. Nothing
 is matched twice: a weight two norms share is folded once and read by both;
 a node an earlier rewrite replaced is followed to what replaced it.
@@ -17,7 +17,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from edgeplug._fusion.decide import Decision, decide
+from edgeplug._fusion.decision import Decision, decide_fusion
 from edgeplug._fusion.delegation import Veto
 from edgeplug._policy_target import FusedOp
 from edgeplug._graph import analyze_constants, fold_constants, reserve_node_names
@@ -34,7 +34,7 @@ def fuse_matches(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = Non
     """Fuse every RMSNorm of ``ep`` in place; one record per candidate (matches in graph order, then
     the norms nothing matched)."""
     reserve_node_names(ep.graph_module)
-    items = decide_all(ep, fused, veto)
+    items = decide_fusions(ep, fused, veto)
     ops = _GraphOps(ep)
     todo = [d for d in items if isinstance(d, Decision) and d.outcome != "rejected"]
     weights = _WeightFolder(ep, fused, ops).fold(todo)
@@ -51,7 +51,7 @@ def fuse_matches(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = Non
     return records
 
 
-def decide_all(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = None) -> list[Union[Decision, FusionRecord]]:
+def decide_fusions(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = None) -> list[Union[Decision, FusionRecord]]:
     """A decision for every match, a rejection record for every refused candidate (changes nothing)."""
     analysis = analyze_constants(ep)
     items: list[Union[Decision, FusionRecord]] = []
@@ -68,11 +68,11 @@ def decide_all(ep: ExportedProgram, fused: FusedOp, veto: Optional[Veto] = None)
 
 
 def _decide_vetoed(m: Any, fused: FusedOp, veto: Optional[Veto]) -> Decision:
-    """``decide``, then the veto; an fp32 upcast the veto refuses inside the op stays outside instead."""
-    d = decide(m, fused)
+    """``decide_fusion``, then the veto; an fp32 upcast the veto refuses inside the op stays outside instead."""
+    d = decide_fusion(m, fused)
     why = veto(d) if veto is not None and d.outcome != "rejected" else ""
     if why and d.absorb_upcast:
-        outside = decide(m, fused, absorb_upcast=False)
+        outside = decide_fusion(m, fused, absorb_upcast=False)
         if not veto(outside):
             return outside
     return Decision(m, "rejected", reason=why) if why else d

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from edgeplug._fusion.decide import Decision
+from edgeplug._fusion.decision import Decision
 from edgeplug._policy_target import FusedOp
 from edgeplug._patterns.base import dtype_name
 

@@ -23,7 +23,8 @@ RMS) or a whole ``aten.rms_norm``, and proves the match equivalent to
   multiply in ``scale_mul``, which stays as it is.
 
 Anything else that looks like an RMSNorm is a ``NoMatch`` with the reason.
-The matcher never changes the graph; ``edgeplug._fusion`` does, under a
+Each proof is a guard of ``edgeplug._patterns.rms_norm_guards``; this module
+finds the candidate and puts them together. The matcher never changes the graph; ``edgeplug._fusion`` does, under a
 backend's policy.
 """
 
@@ -37,12 +38,10 @@ import torch
 from torch.export import ExportedProgram
 
 from edgeplug._graph import ConstantAnalysis, analyze_constants, resolve_scalar
-from edgeplug._graph.ops import is_dequantize
 from edgeplug._patterns.base import (
     NoMatch,
     describe,
     dtype,
-    dtype_name,
     is_cast,
     is_op,
     is_pointwise,
@@ -51,6 +50,17 @@ from edgeplug._patterns.base import (
     not_candidate,
     op_label,
     shape,
+)
+from edgeplug._patterns.rms_norm_guards import (
+    check_mean,
+    eps_of,
+    inverse_rms,
+    qdq_inside,
+    same_values,
+    scaled_by_inverse,
+    split_variance,
+    through_qdq,
+    without_qdq_between,
 )
 
 Node = torch.fx.Node
@@ -133,44 +143,9 @@ def match_rms_norm(node: Node, ep: ExportedProgram, *, analysis: Optional[Consta
 # the decomposed forms ----------------------------------------------------------
 
 
-@dataclass
-class _Inverse:
-    """What scales ``x``: the variance node it is computed from and how."""
-
-    variance: Any
-    spelling: str
-    nodes: list[Node]
-    exponent: Optional[float] = None  # for pow(v, e)
-
-
-def _scaled_by_inverse(node: Node, ep: ExportedProgram, qdq: list[Node]) -> Optional[tuple[Node, _Inverse]]:
-    """``x * inverse_rms(v)`` or ``x / sqrt(v)``: (x, the inverse), else None."""
-    if is_op(node, "aten::mul.Tensor"):
-        for x, r in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
-            inv = _inverse_rms(_through_qdq(r, qdq), ep)
-            if inv is not None and isinstance(x, Node):
-                return x, inv
-            qdq.clear()
-        return None
-    if is_op(node, "aten::div.Tensor"):
-        x, s = node.args[0], node.args[1]
-        if is_op(s, "aten::sqrt") and isinstance(x, Node):
-            return x, _Inverse(s.args[0], "x/sqrt", [s])
-    return None
-
-
-def _qdq_inside(qdq: list[Node], anchor: Node) -> NoMatch:
-    names = ", ".join(repr(n.name) for n in qdq[:4]) + (", ..." if len(qdq) > 4 else "")
-    return NoMatch(
-        f"quantize/dequantize ops sit inside the norm ({names}): a quantizer annotated it op by op, so "
-        "it cannot be fused exactly. Quantize with edgeplug.quantize so the norm is recomposed before annotation",
-        anchor,
-    )
-
-
 def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[ConstantAnalysis]) -> Result:
     qdq: list[Node] = []  # quantize/dequantize pairs inside the norm (looked through, then refused)
-    found = _scaled_by_inverse(node, ep, qdq)
+    found = scaled_by_inverse(node, ep, qdq)
     if found is None:
         return not_candidate(node)
     x, inv = found
@@ -178,7 +153,7 @@ def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[Consta
         # the scale of ``reciprocal(...) * 1`` or a broadcast: not a normalised tensor
         return not_candidate(node)
 
-    variance = _split_variance(_through_qdq(inv.variance, qdq), qdq)
+    variance = split_variance(through_qdq(inv.variance, qdq), qdq)
     if variance is None:
         # x * rsqrt(something that is not a mean): not an RMSNorm at all
         return not_candidate(node, f"{describe(node)} does not scale by the inverse of a mean")
@@ -191,21 +166,21 @@ def _match_decomposed(node: Node, ep: ExportedProgram, analysis: Optional[Consta
     if inv.spelling == "pow":
         inv.spelling = "pow(-0.5)"
 
-    eps = _eps_of(add, eps_operand, ep, analysis, node)
+    eps = eps_of(add, eps_operand, ep, analysis, node)
     if isinstance(eps, NoMatch):
         return eps
 
-    t = _check_mean(mean, node, ep, qdq)
+    t = check_mean(mean, node, ep, qdq)
     if isinstance(t, NoMatch):
         return t
     square = mean.args[0]
     covered.append(square)
 
-    chosen = _same_values(*_without_qdq_between(x, t, qdq), node)
+    chosen = same_values(*without_qdq_between(x, t, qdq), node)
     if isinstance(chosen, NoMatch):
         return chosen
     if qdq:
-        return _qdq_inside(qdq, node)
+        return qdq_inside(qdq, node)
     dims = shape(chosen)
     if not dims or not isinstance(dims[-1], int):
         return NoMatch(f"the last axis of {describe(chosen)} is not static ({dims}); its size must be known", node)
@@ -234,196 +209,10 @@ def inverse_rms_of_mean(node: Node, ep: ExportedProgram) -> bool:
     """
     if is_op(node, "aten::mul.Tensor"):  # ``r * 1``: the inverse is what it multiplies
         return False
-    inv = _inverse_rms(node, ep)
-    return inv is not None and _split_variance(_through_qdq(inv.variance, []), []) is not None
+    inv = inverse_rms(node, ep)
+    return inv is not None and split_variance(through_qdq(inv.variance, []), []) is not None
 
 
-def _inverse_rms(r: Any, ep: ExportedProgram) -> Optional[_Inverse]:
-    """``rsqrt(v)``, ``pow(v, e)``, ``reciprocal(sqrt(v))`` or ``1 / sqrt(v)``, times 1 any number of times."""
-    nodes: list[Node] = []
-    # ``1 / sqrt(v)`` exports as ``reciprocal(sqrt(v)) * 1``
-    while is_op(r, "aten::mul.Tensor"):
-        a, b = r.args[0], r.args[1]
-        if isinstance(a, Node) and _is_one(b, ep) and shape(r) == shape(a) and dtype(r) == dtype(a):
-            nodes.append(r)
-            r = a
-        elif isinstance(b, Node) and _is_one(a, ep) and shape(r) == shape(b) and dtype(r) == dtype(b):
-            nodes.append(r)
-            r = b
-        else:
-            break
-    if is_op(r, "aten::rsqrt"):
-        return _Inverse(r.args[0], "rsqrt", [*nodes, r])
-    if is_op(r, "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor"):
-        e = resolve_scalar(r.args[1], ep)
-        if is_op(r, "aten::pow.Tensor_Tensor") and (e is None or shape(r) != shape(r.args[0])):
-            return None
-        return _Inverse(r.args[0], "pow", [*nodes, r], exponent=e)
-    if is_op(r, "aten::reciprocal") and is_op(r.args[0], "aten::sqrt"):
-        return _Inverse(r.args[0].args[0], "1/sqrt", [*nodes, r, r.args[0]])
-    if is_op(r, "aten::div.Tensor") and is_op(r.args[1], "aten::sqrt") and _is_one(r.args[0], ep):
-        return _Inverse(r.args[1].args[0], "1/sqrt", [*nodes, r, r.args[1]])
-    return None
-
-
-def _is_one(v: Any, ep: ExportedProgram) -> bool:
-    return resolve_scalar(v, ep) == 1
-
-
-def _is_quantize(node: Any) -> bool:
-    return is_qdq(node) and not is_dequantize(node.target)
-
-
-def _through_qdq(node: Any, seen: list[Node]) -> Any:
-    """Follow ``dequantize(quantize(v))`` back to ``v``, adding the pairs passed to ``seen``."""
-    while is_qdq(node) and is_dequantize(node.target) and node.args and _is_quantize(node.args[0]):
-        seen.extend((node, node.args[0]))
-        node = node.args[0].args[0]
-    return node
-
-
-def _without_qdq_between(a: Any, b: Any, qdq: list[Node]) -> tuple[Any, Any]:
-    """``a`` and ``b``, looked through the quantize/dequantize that alone tells them apart.
-
-    The norm's input may be quantized (one tensor both squared and
-    normalised); a quantize/dequantize on one path only sits inside the norm.
-    """
-    if a is b:
-        return a, b
-    seen: list[Node] = []
-    a2, b2 = _through_qdq(a, seen), _through_qdq(b, seen)
-    if seen and _strip(a2, is_upcast) is _strip(b2, is_upcast):
-        qdq.extend(seen)
-        return a2, b2
-    return a, b
-
-
-def _split_variance(v: Any, qdq: list[Node]) -> Optional[tuple[Node, Any, Optional[Node]]]:
-    """``mean(...) + eps`` (either order), or a bare ``mean(...)``: (mean, eps operand, add)."""
-    if is_op(v, "aten::mean.dim"):
-        return v, None, None
-    if is_op(v, "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar"):
-        a, b = _through_qdq(v.args[0], qdq), _through_qdq(v.args[1], qdq)
-        if is_op(a, "aten::mean.dim"):
-            return a, b, v
-        if is_op(b, "aten::mean.dim") and is_op(v, "aten::add.Tensor", "aten::add.Scalar"):
-            return b, a, v
-    return None
-
-
-def _eps_of(
-    add: Optional[Node], operand: Any, ep: ExportedProgram, analysis: Optional[ConstantAnalysis], anchor: Node
-) -> Union[float, NoMatch]:
-    if add is None:
-        return 0.0
-    alpha = add.kwargs.get("alpha", add.args[2] if len(add.args) > 2 else 1)
-    alpha_value = resolve_scalar(alpha, ep)
-    if alpha_value != 1:
-        shown = alpha_value if alpha_value is not None else describe(alpha)
-        return NoMatch(f"{describe(add)} has alpha={shown}; only alpha=1 adds eps as written", anchor)
-    if isinstance(operand, Node):
-        analysis = analysis or analyze_constants(ep)
-        if analysis.source(operand) == "runtime":
-            return NoMatch(f"eps comes from {describe(operand)}, computed at runtime; it must be a constant", anchor)
-    value = resolve_scalar(operand, ep)
-    if value is None or isinstance(value, bool):
-        return NoMatch(
-            f"eps ({describe(operand)}) is not a compile-time scalar (a 0-d constant or a literal)", anchor
-        )
-    value = float(value)
-    if is_op(add, "aten::sub.Tensor", "aten::sub.Scalar"):
-        value = -value  # mean - c adds eps = -c
-    if not math.isfinite(value) or value < 0:
-        return NoMatch(f"eps is {value!r}; it must be finite and non-negative", anchor)
-    if shape(add) is not None and shape(add) != shape(add.args[0] if add.args[0] is not operand else add.args[1]):
-        return NoMatch(f"adding eps changes the shape to {shape(add)}", anchor)
-    return value
-
-
-def _check_mean(
-    mean: Node, anchor: Node, ep: Optional[ExportedProgram] = None, qdq: Optional[list[Node]] = None
-) -> Union[Node, NoMatch]:
-    """The mean reduces the last axis only, keeping it; returns the tensor squared."""
-    qdq = qdq if qdq is not None else []
-    src = _through_qdq(mean.args[0], qdq)
-    dims = mean.args[1] if len(mean.args) > 1 else mean.kwargs.get("dim")
-    keepdim = mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim", False)
-    in_shape = shape(src)
-    ndim = len(in_shape) if in_shape is not None else None
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        return NoMatch(f"{describe(mean)} reduces every axis; RMSNorm reduces the last axis only", anchor)
-    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
-    if len(dims) != 1:
-        return NoMatch(f"{describe(mean)} reduces axes {dims}; RMSNorm reduces the last axis only", anchor)
-    if ndim is None or dims[0] not in (-1, ndim - 1):
-        last = f"-1 or {ndim - 1}" if ndim is not None else "-1"
-        return NoMatch(f"{describe(mean)} reduces axis {dims[0]}, not the last axis ({last})", anchor)
-    if not keepdim:
-        return NoMatch(f"{describe(mean)} has keepdim=False; the norm needs keepdim=True to broadcast", anchor)
-    if mean.kwargs.get("dtype") is not None:
-        return NoMatch(f"{describe(mean)} accumulates in {dtype_name(mean.kwargs['dtype'])} (dtype=...)", anchor)
-    if is_op(src, "aten::mul.Tensor"):
-        a, b = src.args[0], src.args[1]
-        if a is not b:
-            a, b = _without_qdq_between(a, b, qdq)
-        if a is b and isinstance(a, Node):
-            return a
-        if (
-            isinstance(a, Node)
-            and isinstance(b, Node)
-            and _strip(a, is_upcast) is _strip(b, is_upcast)
-            and dtype(a) == dtype(b)
-        ):
-            return a
-        return NoMatch(f"{describe(src)} multiplies {describe(a)} by {describe(b)}: not a square", anchor)
-    if is_op(src, "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor"):
-        # pow.Tensor_Tensor: a quantizer's annotation pipeline writes pow(x, 2) with a constant tensor 2
-        e = resolve_scalar(src.args[1], ep)
-        if e is None or shape(src) != shape(src.args[0]):
-            return NoMatch(f"{describe(src)} raises to {describe(src.args[1])}, not a compile-time scalar", anchor)
-        if e != 2:
-            return NoMatch(f"{describe(src)} raises to the power {e}; RMSNorm squares", anchor)
-        return src.args[0]
-    if is_op(src, "aten::square"):
-        return src.args[0]
-    return NoMatch(f"the mean is over {describe(src)}, not over a square", anchor)
-
-
-def _strip(node: Any, pred) -> Any:
-    while pred(node):
-        node = node.args[0]
-    return node
-
-
-def _first_cast(node: Any, pred) -> Optional[Node]:
-    while is_cast(node):
-        if pred(node):
-            return node
-        node = node.args[0]
-    return None
-
-
-def _same_values(x: Node, t: Node, anchor: Node) -> Union[Node, NoMatch]:
-    """``x`` (normalised) and ``t`` (squared) hold the same values; returns the one in the math's dtype."""
-    if not isinstance(t, Node):
-        return NoMatch(f"the squared operand {describe(t)} is not a tensor of the graph", anchor)
-    if x is not t and _strip(x, is_upcast) is not _strip(t, is_upcast):
-        if _strip(x, is_cast) is _strip(t, is_cast):
-            down = _first_cast(x, lambda n: not is_upcast(n)) or _first_cast(t, lambda n: not is_upcast(n))
-            return NoMatch(
-                f"{describe(down)} casts to {dtype_name(dtype(down))} before the math, so the squared and "
-                "the normalised tensors differ; cast after the norm instead",
-                anchor,
-            )
-        return NoMatch(f"squares {describe(t)} but normalises {describe(x)}: different tensors", anchor)
-    compute = dtype(anchor)
-    if dtype(t) != compute:
-        return NoMatch(
-            f"squares in {dtype_name(dtype(t))} but the norm is in {dtype_name(compute)}; "
-            "the mean must run in the norm's dtype",
-            anchor,
-        )
-    return t if dtype(x) != compute else x
 
 
 # the whole op ----------------------------------------------------------------

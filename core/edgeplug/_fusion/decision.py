@@ -1,6 +1,6 @@
 """Deciding each match: what the fused op's weight is, and the outcome (pure).
 
-``decide(match, fused_op)`` looks at one ``RmsNormMatch`` and the policy
+``decide_fusion(match, fused_op)`` looks at one ``RmsNormMatch`` and the policy
 behind ``fused_op`` and changes nothing. A ``Decision`` says what the
 rewrite will do:
 
@@ -60,7 +60,7 @@ class Decision:
         return (self.match.weight, self.match.dim, self.input_dtype)
 
 
-def decide(m: RmsNormMatch, fused: FusedOp, *, absorb_upcast: bool = True) -> Decision:
+def decide_fusion(m: RmsNormMatch, fused: FusedOp, *, absorb_upcast: bool = True) -> Decision:
     """The decision for ``m`` under ``fused.policy``; see the module docstring.
 
     ``absorb_upcast=False`` keeps an fp32 upcast outside the fused op even
