@@ -31,6 +31,8 @@ KNOWN_PARTITIONERS = {
     ),
 }
 
+#: the partitioner a new plugin starts from when none is named
+DEFAULT_PARTITIONER = "xnnpack"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -154,7 +156,7 @@ pytest                             # the conformance suite for {name}
 '''
 
 
-def render(name: str, partitioner: str = "xnnpack", backend_id: Optional[str] = None) -> dict[str, str]:
+def render(name: str, partitioner: str = DEFAULT_PARTITIONER, backend_id: Optional[str] = None) -> dict[str, str]:
     """The files of the plugin package ``edgeplug-NAME``: relative path -> text."""
     if not _NAME.match(name) or keyword.iskeyword(name):
         raise EdgeplugError(
@@ -217,7 +219,7 @@ EDGEPLUG_BACKENDS = ["{name}"]
     return files
 
 
-def write(name: str, dest: str | Path, partitioner: str = "xnnpack", backend_id: Optional[str] = None) -> Path:
+def write(name: str, dest: str | Path, partitioner: str = DEFAULT_PARTITIONER, backend_id: Optional[str] = None) -> Path:
     """Write the package into ``dest/edgeplug-NAME`` (refusing to overwrite); returns that folder."""
     files = render(name, partitioner, backend_id)
     root = Path(dest) / f"edgeplug-{name.replace('_', '-')}"

@@ -17,6 +17,7 @@ from edgeplug._cli.common import DEBUG_ENV, err
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
 from edgeplug._errors import EdgeplugError
+from edgeplug._scaffold import DEFAULT_PARTITIONER, KNOWN_PARTITIONERS
 
 
 class _LowerHelp(argparse.HelpFormatter):
@@ -44,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     nb = sub.add_parser("new-backend", help="write a plugin package for a new backend (every hook stubbed, a conformance test)")
     nb.add_argument("name", help="the backend's name (lower-case; the package is edgeplug_NAME)")
     nb.add_argument(
-        "--partitioner", default="xnnpack",
-        help="executorch partitioner underneath: xnnpack (default), vulkan, or MODULE:CLASS",
+        "--partitioner", default=DEFAULT_PARTITIONER,
+        help="executorch partitioner underneath: "
+        + ", ".join(f"{n} (default)" if n == DEFAULT_PARTITIONER else n for n in KNOWN_PARTITIONERS)
+        + ", or MODULE:CLASS",
     )
     nb.add_argument("--backend-id", help="the id the partitioner tags partitions with (needed with MODULE:CLASS)")
     nb.add_argument("-o", "--output", default=".", help="folder to write edgeplug-NAME/ in (default: here)")
