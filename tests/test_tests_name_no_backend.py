@@ -42,7 +42,6 @@ ALLOWED: dict[str, str] = {
 _FIXTURE_DISTS = (
     "fixture distributions of the discovery/conflict/battery tests: their records target a first-party backend name; retarget them to a fixture-* backend together with tests/test_plugins.py and test_plugin_battery.py"
 )
-PENDING_KEEPWHOLE = "the keep-whole fixture plugin runs over CoreMLPartitioner: over SupportTablePartitioner and a fixture preprocess"
 PENDING: dict[str, str] = {
     "test_external_weights.py": "new this session (memory, issue 27): the .ptd run in executorch's runtime is XNNPACK's (to plugins/xnnpack/tests); the refusal of a backend without external weights can use fixture-table",
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
@@ -68,7 +67,6 @@ PENDING: dict[str, str] = {
     "test_canonical.py": "the core's rewrites checked on what xnnpack/vulkan/qnn take: on fixture-table; per-backend outcomes to plugins",
     "test_cli.py": "the CLI on xnnpack/vulkan/qnn lowerings: on fixture backends (the CLI sees registered plugins)",
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
-    "test_keepwhole_plugin.py": PENDING_KEEPWHOLE,
     **{f: _FIXTURE_DISTS for f in (
         "fixtures/battery/edgeplug_fixture_battery/bad_record.py",
         "fixtures/battery/edgeplug_fixture_battery/common.py",
@@ -89,10 +87,6 @@ PENDING: dict[str, str] = {
         "fixtures/misuse/edgeplug_fixture_misuse/badkernel.py",
         "fixtures/misuse/edgeplug_fixture_misuse/toyaccel.py",
         "fixtures/misuse/edgeplug_fixture_misuse/unmarked.py",
-    )},
-    **{f: PENDING_KEEPWHOLE for f in (
-        "fixtures/keepwhole_plugin/edgeplug_fixture_keepwhole/hooks.py",
-        "fixtures/keepwhole_plugin/edgeplug_fixture_keepwhole-0.1.0.dist-info/METADATA",
     )},
 }
 

@@ -1,6 +1,6 @@
 """A third-party backend written from the author's guide lowers llama for real (issue 20).
 
-``tests/fixtures/keepwhole_plugin`` declares a backend over ExecuTorch's
+``plugins/coreml/tests/fixtures/keepwhole_plugin`` declares a backend over ExecuTorch's
 CoreMLPartitioner with ``FusionPolicy(target="aten.rms_norm")`` and
 ``aten.rms_norm`` kept whole, and nothing else. The core must bring every
 fused norm to the partitioner as an op ExecuTorch's verifier accepts, and
@@ -11,6 +11,7 @@ the Core ML delegate of a serialized program.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -19,22 +20,27 @@ import edgeplug
 BACKEND = "fixture-npu"
 #: the tiny llama example has 5 RMSNorms: two per block (2 blocks) and the final one
 NORMS = 5
+SITE = Path(__file__).resolve().parent / "fixtures" / "keepwhole_plugin"
 
 
 @pytest.mark.slow
 def test_a_plugin_declaring_only_the_policy_and_keep_whole_lowers_llama_with_every_norm_in_the_delegate(
-    fixture_site, llama_example
+    edgeplug_site, monkeypatch
 ):
     from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
     from edgeplug.plugin import op_name
 
-    fixture_site("keepwhole_plugin")
+    from edgeplug.examples import load_model
+
+    monkeypatch.delenv("EDGEPLUG_PLUGINS", raising=False)
+    monkeypatch.delenv("EDGEPLUG_DISABLE_PLUGINS", raising=False)
+    edgeplug_site(SITE)
     backend = edgeplug.get_backend(BACKEND)
     assert backend.distribution == "edgeplug-fixture-keepwhole"
     assert backend.availability().ok  # a real lowering, not a dry run
-    model, inputs = llama_example
+    model, inputs, _, _ = load_model("llama")
     result = edgeplug.lower(model, inputs, backend)
 
     report = result.report
