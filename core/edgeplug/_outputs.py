@@ -32,11 +32,12 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Union
+from typing import Any, Iterator, Mapping, Optional, Union
 
 from edgeplug._errors import OutputPathError
 
-Data = Union[bytes, str]
+#: bytes, text, or what streams itself into a binary file (``write_to_file(f)``: a serialized program)
+Data = Union[bytes, str, Any]
 PathArg = Union[os.PathLike, str]
 
 #: the path that means standard output
@@ -244,11 +245,19 @@ def _bytes(data: Data) -> bytes:
     return data.encode() if isinstance(data, str) else data
 
 
+def _put(f: Any, data: Data) -> None:
+    # a serialized program streams its pieces (``write_to_file``): no second copy of it in memory
+    if hasattr(data, "write_to_file"):
+        data.write_to_file(f)
+    else:
+        f.write(_bytes(data))
+
+
 def _write_temporary(tmp: Path, target: Path, data: Data) -> None:
     # 0o666 through open(): the umask applies, as for any new file
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "wb") as f:
-        f.write(_bytes(data))
+        _put(f, data)
         f.flush()
         os.fsync(f.fileno())
     try:
@@ -262,13 +271,13 @@ def _stream(path: PathArg, data: Data) -> None:
     if os.fspath(path) == STDOUT:
         sys.stdout.flush()
         out = sys.stdout.buffer
-        out.write(_bytes(data))
+        _put(out, data)
         out.flush()
         return
     # no O_CREAT: a stream is an existing FIFO or device, never a new file
     fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
     with os.fdopen(fd, "wb") as f:
-        f.write(_bytes(data))
+        _put(f, data)
 
 
 def write_files(files: Mapping[PathArg, Data]) -> None:

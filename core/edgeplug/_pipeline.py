@@ -54,8 +54,10 @@ Progress = Callable[[str], None]
 class StageClock:
     """Times and names the stage now running: the one source of the report's stage timings."""
 
-    def __init__(self, backend: str, say: Progress) -> None:
+    def __init__(self, backend: str, say: Progress, memory: Any = None) -> None:
         self.backend, self.say = backend, say
+        #: an ``edgeplug._memory.StageMemory`` when memory is profiled: each stage's peak resident MiB
+        self.memory = memory
         self.timings: list[StageTiming] = []
         self.current: Optional[str] = None
         self._started = 0.0
@@ -63,11 +65,15 @@ class StageClock:
     def enter(self, stage: str) -> None:
         self.stop()
         self.say(f"[{self.backend}] {stage} ...")
+        if self.memory is not None:
+            self.memory.start()
         self.current, self._started = stage, time.perf_counter()
 
     def stop(self) -> None:
         if self.current is not None:
-            self.timings.append(StageTiming(stage=self.current, seconds=time.perf_counter() - self._started))
+            seconds = time.perf_counter() - self._started
+            peak = round(self.memory.stop(), 1) if self.memory is not None else None
+            self.timings.append(StageTiming(stage=self.current, seconds=seconds, peak_rss_mib=peak))
             self.current = None
 
 
@@ -83,6 +89,8 @@ class Lowering:
     verify: bool = False
     tolerance: Optional[float] = None
     label: str = ""
+    #: the weights go into a .ptd beside the .pte (``edgeplug._weights``)
+    external_weights: bool = False
     #: ``torch.export``'s dynamic_shapes for a module source
     dynamic_shapes: Any = None
     ep: Optional[ExportedProgram] = None
@@ -108,9 +116,13 @@ def _without_grad(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _copy_model(model: torch.nn.Module) -> torch.nn.Module:
-    # buffers are copied detached: one written under grad mode (a KV cache) is not a leaf, and
-    # copy.deepcopy refuses such tensors
+    # parameters are shared, not copied (the program only reads them; a new Parameter on the same
+    # storage, so that dropping requires_grad leaves the caller's as they were): a model's weights
+    # are most of its memory. Buffers are copied detached (the program may write them); one written
+    # under grad mode (a KV cache) is not a leaf, and copy.deepcopy refuses such tensors
     memo: dict[int, Any] = {}
+    for p in model.parameters():
+        memo.setdefault(id(p), torch.nn.Parameter(p.detach(), requires_grad=False))
     for b in model.buffers():
         memo.setdefault(id(b), b.detach().clone())
     try:
@@ -296,12 +308,16 @@ def _to_edge(job: Lowering) -> None:
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
     from executorch.exir.pass_manager import ExportedProgramPassManager
 
+    from edgeplug._weights import shared_weights_in_preprocess, tag_external
+
     b = job.backend
     job.partitioner = _make_partitioner(job)
+    if job.external_weights:
+        tag_external(job.ep)
     # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
     scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
     try:
-        with scope:
+        with scope, shared_weights_in_preprocess():
             job.edge = to_edge_transform_and_lower(
                 job.ep,
                 transform_passes=ExportedProgramPassManager([_edge_stage(job)]),
@@ -316,11 +332,23 @@ def _to_edge(job: Lowering) -> None:
     job.report = _describe(job)
 
 
+class _Size:
+    """A binary sink that only counts: the program serializes in full without being joined in memory."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def write(self, data: Any) -> int:
+        self.bytes += len(data)
+        return len(data)
+
+
 def _serialize(job: Lowering) -> None:
-    program = job.edge.to_executorch(_executorch_config(job.edge.exported_program()))
-    _ = program.buffer
+    program = job.edge.to_executorch(_executorch_config(job.edge.exported_program(), job.external_weights))
+    size = _Size()
+    program.write_to_file(size)  # serialized here, its pieces kept (not joined); save streams them to disk
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
-        job.result.program = program
+        job.result.program, job.result.pte_bytes = program, size.bytes
 
 
 def _verify(job: Lowering) -> None:
@@ -458,6 +486,12 @@ def _describe(job: Lowering) -> LoweringReport:
     return report
 
 
+def _stage_memory() -> Any:
+    from edgeplug._memory import StageMemory
+
+    return StageMemory()
+
+
 def lower(
     model_or_ep: torch.nn.Module | ExportedProgram,
     args: Any = (),
@@ -470,6 +504,8 @@ def lower(
     model_name: Optional[str] = None,
     progress: Optional[Progress] = None,
     tolerance: Optional[float] = None,
+    external_weights: bool = False,
+    profile_memory: bool = False,
 ) -> LoweringResult:
     """Lower a model (or aten-dialect ExportedProgram) for ``backend``.
 
@@ -486,7 +522,14 @@ def lower(
     would be delegated. With ``verify`` the lowered program is executed and
     compared against eager (``tolerance``: the max |difference| accepted;
     default by output dtype); ``report.verification.passed`` says whether it
-    held. The caller's model, program and inputs are left as they were.
+    held. The caller's model, program and inputs are left as they were;
+    the lowering shares their weights and never copies them.
+
+    With ``external_weights`` the weights go into a ``.ptd`` that ``save``
+    writes beside the ``.pte`` (executorch's named data; for backends whose
+    ``BackendSpec.external_weights`` says their delegate stores them there,
+    others refuse). With ``profile_memory`` each stage's peak resident
+    memory is in ``report.stages`` (``edgeplug._memory``: Linux only).
     """
     given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
     b = resolve_backend(backend)
@@ -494,12 +537,17 @@ def lower(
         refuse_verify_without_runtime(b)
     if not dry_run:
         b.require_available()
+    if external_weights:
+        from edgeplug._weights import check_external_weights
+
+        check_external_weights(b)
     job = Lowering(
         source=model_or_ep,
         inputs=given,
         dynamic_shapes=dynamic_shapes,
         backend=b,
-        clock=StageClock(b.name, progress or (lambda msg: None)),
+        clock=StageClock(b.name, progress or (lambda msg: None), _stage_memory() if profile_memory else None),
+        external_weights=external_weights,
         dry_run=dry_run,
         verify=verify,
         tolerance=check_tolerance(tolerance),
@@ -545,13 +593,19 @@ def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_
     return inputs_for(source, args, kwargs, dynamic_shapes, where="edgeplug.lower")
 
 
-def _executorch_config(ep: ExportedProgram) -> Any:
+def _executorch_config(ep: ExportedProgram, external_weights: bool = False) -> Any:
     """``to_executorch``'s config: executorch's quantized-op fusion where torchao's dequantize is left on the
     CPU (a weight-only embedding: dequantize + embedding become ``quantized_decomposed.embedding_4bit``,
-    which executorch's quantized kernels run; torchao's dequantize has no kernel), else the default."""
-    if not any(n.op == "call_function" and "torchao.dequantize_affine" in str(n.target) for n in ep.graph.nodes):
+    which executorch's quantized kernels run; torchao's dequantize has no kernel); with external weights,
+    the parameters left on the CPU go to the delegates' data file (``edgeplug._weights``); else the default."""
+    fuse = any(n.op == "call_function" and "torchao.dequantize_affine" in str(n.target) for n in ep.graph.nodes)
+    if not fuse and not external_weights:
         return None
     from executorch.exir import ExecutorchBackendConfig
 
-    return ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)
+    from edgeplug._weights import external_constants
+
+    return ExecutorchBackendConfig(
+        do_quant_fusion_and_const_prop=fuse, external_constants=external_constants if external_weights else False
+    )
 

@@ -113,6 +113,12 @@ class BackendSpec(_Record):
     #: bytes, that folding a constant-only subgraph may create for this
     #: backend; 0 turns the core's constant folding off.
     constant_fold_budget: int = Field(default=1 << 20, ge=0)
+    #: The delegate's preprocess puts a weight whose placeholder carries
+    #: ``meta["custom"]["delegate_constant_tag"]`` into executorch's named data
+    #: under that tag (external weights: ``lower(..., external_weights=True)``
+    #: writes them into a ``.ptd`` beside the ``.pte``). False: the backend
+    #: refuses external weights before any work.
+    external_weights: bool = False
 
     @field_validator("api_version")
     @classmethod

@@ -29,6 +29,8 @@ def _finite_or_null(value: Any, path: str, replaced: list[str]) -> Any:
 class StageTiming(BaseModel):
     stage: str
     seconds: float
+    #: the process's peak resident MiB during the stage (``profile_memory``; None when not profiled)
+    peak_rss_mib: Optional[float] = None
 
 
 class PartitionSummary(BaseModel):
@@ -260,7 +262,8 @@ class LoweringReport(BaseModel):
         add("stages")
         width = max([24, *(len(s.stage) for s in self.stages)])
         for s in self.stages:
-            add(f"  {s.stage:<{width}} {s.seconds:8.2f} s")
+            peak = f" {s.peak_rss_mib:9.0f} MiB peak" if s.peak_rss_mib is not None else ""
+            add(f"  {s.stage:<{width}} {s.seconds:8.2f} s{peak}")
         add(f"  {'total':<{width}} {sum(s.seconds for s in self.stages):8.2f} s")
         add("")
         verb = "would delegate" if self.dry_run else "delegated"

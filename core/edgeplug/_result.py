@@ -31,6 +31,8 @@ class LoweringResult:
     reference: Optional[Reference] = None
     #: what ``quantize`` did, where the lowered model came from it (verification's tolerance and |lowered - float|)
     quantization: Optional[QuantizationInfo] = None
+    #: the .pte's size in bytes (None on dry run)
+    pte_bytes: Optional[int] = None
 
     def runtime_inputs(self) -> list[Any]:
         """The example inputs as the ``.pte``'s method takes them: one flat list in the program's input order
@@ -46,6 +48,14 @@ class LoweringResult:
         if self.program is None:
             raise EdgeplugError("this was a dry run: there is no .pte to write")
         return self.program.buffer
+
+    @property
+    def data_buffer(self) -> Optional[bytes]:
+        """The weights' data file (``.ptd``) of a lowering with external weights, else None."""
+        from edgeplug._weights import data_files
+
+        files = data_files(self.program) if self.program is not None else {}
+        return bytes(next(iter(files.values()))) if files else None
 
     def save(
         self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None, *, force: bool = False
@@ -64,12 +74,27 @@ class LoweringResult:
                 f"not saving {os.fspath(path)}: verification failed ({' | '.join(v.failures())}); "
                 "the runtime would compute something else. Fix the lowering, or pass force=True to write it anyway"
             )
-        data = self.buffer
-        check_output_paths({"the .pte": path, "the report": report})
+        from edgeplug._weights import check_saved_whole, data_files, ptd_path
+
+        if self.program is None:
+            raise EdgeplugError("this was a dry run: there is no .pte to write")
+        weights = data_files(self.program)
+        check_saved_whole(self.program, weights)
+        if weights and os.fspath(path) == "-":
+            raise EdgeplugError(
+                "a program with external weights is two files (.pte and .ptd): save it to a file path, not '-'"
+            )
+        targets = {"the .pte": path, "the report": report}
+        if weights:
+            targets["the weights (.ptd)"] = ptd_path(path)
+        check_output_paths(targets)
         path = Path(path) if os.fspath(path) != "-" else path
         self.report.output_path = str(path)
-        self.report.output_bytes = len(data)
-        files: dict[Path, bytes | str] = {path: data}
+        self.report.output_bytes = self.pte_bytes if self.pte_bytes is not None else len(self.buffer)
+        # the program streams its serialized pieces into the file: the .pte is never one bytes object here
+        files: dict[Path, Any] = {path: self.program}
+        if weights:
+            files[ptd_path(path)] = next(iter(weights.values()))
         if report is not None:
             files[Path(report)] = self.report.to_json()
         try:

@@ -17,7 +17,10 @@ from edgeplug._cli.common import DEBUG_ENV, err
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
 from edgeplug._errors import EdgeplugError
+from edgeplug._failures import first_line, root_cause
 from edgeplug._scaffold import DEFAULT_PARTITIONER, KNOWN_PARTITIONERS
+from edgeplug._zoo._cli import add_arguments as add_zoo_arguments  # argparse only: no torch
+from edgeplug._zoo._cli import command as zoo_command
 
 
 class _LowerHelp(argparse.HelpFormatter):
@@ -81,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
     lo.add_argument(
+        "--external-weights", action="store_true",
+        help="write the weights once into OUT.ptd beside OUT.pte (executorch's named data; backends whose "
+        "delegate supports it)",
+    )
+    lo.add_argument(
+        "--profile-memory", action="store_true", help="each stage's peak resident memory in the stage table (Linux)"
+    )
+    lo.add_argument(
         "--quantize", metavar="SCHEME",
         help="quantize with the backend's own PT2E quantizer first ({schemes}); --verify then compares with "
         "the quantized model",
@@ -108,7 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
     lo.add_argument("--debug", action="store_true", help=f"on an error, print its traceback too (or set {DEBUG_ENV}=1)")
     lo.set_defaults(fn=cmd_lower)
-    from edgeplug._zoo._cli import add_arguments as add_zoo_arguments  # argparse only: no torch
 
     zo = sub.add_parser("zoo", help="lower a model set x backends x schemes, each cell in its own process (local or Ray)")
     add_zoo_arguments(zo)
@@ -117,9 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from edgeplug._zoo._cli import command
-
-    return command(args)
+    return zoo_command(args)
 
 
 def _quiet_dependencies() -> None:
@@ -209,8 +217,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 143
     except OSError as exc:
         if exc.errno not in _STREAM_ERRORS:  # any other is not the terminal's: say so as below
-            from edgeplug._failures import first_line
-
             _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
             return 2
         return _stream_failed(exc)
@@ -218,8 +224,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail(args, exc, f"the model's code called sys.exit({exc.code!r}) while edgeplug was lowering it; nothing was written")
         return 2
     except Exception as exc:
-        from edgeplug._failures import first_line
-
         _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
         return 2
     finally:
@@ -232,8 +236,6 @@ def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-        from edgeplug._failures import root_cause
-
         partial = getattr(root_cause(exc), "partial_fx_graph", None)
         if partial:
             print(f"the graph torch.export had captured when it failed:\n{partial}", file=sys.stderr)

@@ -10,8 +10,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from edgeplug import examples
 from edgeplug._cli.common import err
 from edgeplug._errors import EdgeplugError
+from edgeplug._explorer import _model_explorer, explorer_command, write_explorer
+from edgeplug._outputs import check_output_paths, names_a_folder, write_file
+from edgeplug._plugins import get_backend, manager
+from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES, load_calibration, quantize
+from edgeplug._records import QuantScheme
+from edgeplug._report_html import is_html, load_report, stock_partitioning, write_report
 
 
 def tolerance_arg(text: str) -> float:
@@ -42,8 +49,6 @@ def _default_output(spec: str, backend: str) -> Path:
 
 def _in_folder(given: Optional[str], default: Path) -> Optional[str]:
     """``out/`` (a trailing slash names a folder): ``default``'s name inside it."""
-    from edgeplug._outputs import names_a_folder
-
     if given is not None and names_a_folder(given):
         return os.path.join(given, default.name)
     return given
@@ -75,8 +80,6 @@ def _is_stdout(path: object) -> bool:
 
 def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     """What can be refused before a minute is spent on export: the SDK, the flags, every output path."""
-    from edgeplug._outputs import check_output_paths
-
     if args.verify and not args.dry_run:
         from edgeplug._verify import refuse_verify_without_runtime
 
@@ -88,8 +91,6 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     if args.calibration_batches is not None and not args.quantize:
         raise EdgeplugError("--calibration-batches needs --quantize SCHEME (it caps the calibration data)")
     if args.calibration_batches is None:
-        from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES
-
         args.calibration_batches = DEFAULT_CALIBRATION_BATCHES
     default = _default_output(args.model, backend.name)
     args.output = _in_folder(args.output, default)
@@ -103,8 +104,6 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
 
 
 def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: bool) -> None:
-    from edgeplug._outputs import write_file
-
     try:
         if args.dry_run or failed:
             if args.report:
@@ -119,8 +118,6 @@ def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: 
 
 def _check_views(args: argparse.Namespace) -> None:
     """``--report X.html`` and ``--explore DIR``, refused before any work when they cannot be written."""
-    from edgeplug._report_html import is_html
-
     args.html_report = None
     if is_html(args.report):  # the page is written by _write_views, the JSON writer skips it
         args.html_report, args.report = args.report, None
@@ -129,16 +126,12 @@ def _check_views(args: argparse.Namespace) -> None:
 
 
 def _check_explore_dir(folder: str) -> None:
-    from edgeplug._explorer import _model_explorer
-
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise EdgeplugError(f"--explore {folder}: that is a file; give a folder (it is created if missing)")
     _model_explorer()  # not installed: said now, not after the lowering
 
 
 def _compare_stock(report: object, model: object, inputs: tuple, backend: object, progress) -> None:
-    from edgeplug._report_html import stock_partitioning
-
     progress(f"[{backend.name}] stock executorch flow, for --compare-stock ...")
     report.stock = stock_partitioning(model, inputs, backend)
     if report.stock.error:
@@ -147,15 +140,11 @@ def _compare_stock(report: object, model: object, inputs: tuple, backend: object
 
 def _write_views(args: argparse.Namespace, report: object) -> None:
     """The HTML page and the Model Explorer files, after the .pte and the JSON report."""
-    from edgeplug._report_html import write_report
-
     try:
         if getattr(args, "html_report", None):
             write_report(args.html_report, report)
             print(f"wrote report {args.html_report}", file=sys.stderr)
         if getattr(args, "explore", None):
-            from edgeplug._explorer import explorer_command, write_explorer
-
             paths = write_explorer(report, args.explore)
             print(f"wrote Model Explorer files in {args.explore}: open them with\n  {explorer_command(paths)}", file=sys.stderr)
     except OSError as exc:
@@ -164,9 +153,6 @@ def _write_views(args: argparse.Namespace, report: object) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Print a saved report's table; with --html / --explore, write the page or Model Explorer's files."""
-    from edgeplug._outputs import check_output_paths
-    from edgeplug._report_html import load_report
-
     if args.html and os.path.abspath(args.html) == os.path.abspath(args.report):
         raise EdgeplugError(f"--html {args.html} would replace the report it reads: give another path")
     check_output_paths({"the HTML page": args.html})
@@ -180,9 +166,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    from edgeplug._plugins import get_backend
-    from edgeplug.examples import load_model
-    from edgeplug._pipeline import lower
+    from edgeplug._pipeline import lower  # torch, executorch: only when lowering
 
     start = time.perf_counter()
 
@@ -193,10 +177,8 @@ def cmd_lower(args: argparse.Namespace) -> int:
     backend = get_backend(args.backend)
     out = _check_before_work(args, backend)
     _check_views(args)
-    model, inputs, kwargs, label = load_model(args.model, progress=progress)
+    model, inputs, kwargs, label = examples.load_model(args.model, progress=progress)
     if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
-        from edgeplug._quantization import load_calibration, quantize
-
         limit = args.calibration_batches
         calibration = load_calibration(args.calibration, limit) if args.calibration else None
         model = quantize(
@@ -205,7 +187,8 @@ def cmd_lower(args: argparse.Namespace) -> int:
         )
     result = lower(
         model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
-        progress=progress, tolerance=args.tolerance,
+        progress=progress, tolerance=args.tolerance, external_weights=args.external_weights,
+        profile_memory=args.profile_memory,
     )
     report, v = result.report, result.report.verification
     if args.compare_stock:
@@ -231,9 +214,6 @@ def cmd_lower(args: argparse.Namespace) -> int:
 def installed_schemes() -> str:
     """'qnn: 16a8w, 8a8w; xnnpack: 8a8w': the quantization schemes of the backends installed here."""
     try:
-        from edgeplug._plugins import manager
-        from edgeplug._records import QuantScheme
-
         m = manager()
         available = m.backend_specs()
         by_backend: dict[str, list[str]] = {}

@@ -56,7 +56,10 @@ def run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run
 
     steps: list[list[torch.Tensor]] = []
     try:
-        module = _load_for_executorch_from_buffer(result.buffer)
+        # the runtime reads the weights' data file (external weights) in place: it stays referenced here
+        # while the module runs
+        weights = result.data_buffer
+        module = _load_for_executorch_from_buffer(result.buffer, weights)
         outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result))))
         for call in calls:
             steps.append(_tensors(module.forward(copy.deepcopy(_runtime_inputs(result, call)))))

@@ -37,6 +37,7 @@ def edgeplug_backends():
         backend_id="XnnpackBackend",
         partitioner=_partitioner,
         verify_method="pte",
+        external_weights=True,  # xnnpack_preprocess stores tagged weights in named data
     )
 
 
