@@ -89,7 +89,7 @@ _LAZY = {
     "LoweringReport": ("edgeplug._report", "LoweringReport"),
     "Verification": ("edgeplug._report", "Verification"),
     "quantize": ("edgeplug._quantization", "quantize"),
-    "verify": ("edgeplug._pipeline", "verify"),
+    "verify": ("edgeplug._verify", "verify"),
     "register_plugin": ("edgeplug._plugins", "register"),
     "unregister_plugin": ("edgeplug._plugins", "unregister"),
     "plugin_problems": ("edgeplug._plugins", "problems"),

@@ -9,6 +9,7 @@ one of the float model, and verification compares a lowered program with it.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -16,6 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from edgeplug._errors import LoweringError
 from edgeplug._inputs import ExampleInputs
 
 
@@ -96,3 +98,51 @@ def _reference_module(ep: ExportedProgram) -> torch.nn.Module:
         new = copies.setdefault(id(buf), buf.detach().clone())
         module.get_submodule(owner)._buffers[leaf] = new
     return module
+
+
+def raised_in_user_code(exc: BaseException) -> Optional[Any]:
+    """The innermost traceback frame of ``exc`` outside torch and edgeplug (the model's code), or None."""
+    import traceback
+
+    skip = (os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else None
+        if path is not None and not path.startswith(skip):
+            return frame
+    return None
+
+
+def eager_model(source: torch.nn.Module | ExportedProgram) -> EagerModel:
+    """``source`` as ``lower`` runs it eagerly, on copies; a model that cannot be copied is a ``LoweringError``."""
+    if isinstance(source, ExportedProgram):
+        return EagerModel.of_program(source)
+    try:
+        return EagerModel.of_module(source)
+    except Exception as exc:
+        raise LoweringError(
+            f"cannot copy the model's buffers for its eager run ({type(exc).__name__}: {exc}); edgeplug runs "
+            "the model on copies so that your model is left as it was. Make the model deep-copyable (copy.deepcopy)"
+        ) from exc
+
+
+def run_eager(eager: EagerModel, inputs: ExampleInputs) -> Reference:
+    """One eager call on ``inputs``: what verification compares with; a call that raises is a ``LoweringError`` saying where."""
+    try:
+        return eager(inputs)
+    except Exception as exc:
+        from edgeplug._failures import first_line
+
+        cause = first_line(exc)
+        why = "edgeplug runs it once before lowering: its outputs are what --verify compares with"
+        frame = raised_in_user_code(exc)
+        if frame is not None:  # the model's own code raised: say where
+            raise LoweringError(
+                f"running the model eagerly on its example inputs failed in {frame.name}, "
+                f"{frame.filename}:{frame.lineno}: {cause}. The model raised there: fix it, or give it the "
+                f"inputs it takes ({why})"
+            ) from exc
+        raise LoweringError(
+            f"running the model eagerly on its example inputs failed: {cause}. Check that the example "
+            f"inputs are the ones the model (or program) takes ({why})"
+        ) from exc
+

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import operator
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,16 +30,14 @@ import torch
 from torch.export import ExportedProgram
 
 from edgeplug._backend import Backend
-from edgeplug._eager import EagerModel, Reference
+from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, LoweringError
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
-from edgeplug._report import (
-    CpuNode, GraphNode, LoweringReport, PartitionSummary, StageTiming, annotate_graph, graph_of,
-    lowered_partitions,
-)
-from edgeplug._result import LoweringResult
+from edgeplug._lowered import foreign_passes, partition_of, partitions
 from edgeplug._quantized import quantization_info
+from edgeplug._report import CpuNode, GraphNode, LoweringReport, StageTiming, annotate_graph, graph_of
+from edgeplug._result import LoweringResult
 from edgeplug._stages import export_stage_passes, fuse, resolve_backend
 from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
 
@@ -134,56 +130,11 @@ def _copy_model(model: torch.nn.Module) -> torch.nn.Module:
         ) from exc
 
 
-def _raised_in_user_code(exc: BaseException) -> Optional[Any]:
-    """The innermost traceback frame of ``exc`` outside torch and edgeplug (the model's code), or None."""
-    import traceback
-
-    skip = (os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.path.abspath(__file__)))
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else None
-        if path is not None and not path.startswith(skip):
-            return frame
-    return None
-
-
-def _eager_model(job: Lowering) -> EagerModel:
-    if isinstance(job.source, ExportedProgram):
-        return EagerModel.of_program(job.source)
-    try:
-        return EagerModel.of_module(job.source)
-    except Exception as exc:
-        raise LoweringError(
-            f"cannot copy the model's buffers for its eager run ({type(exc).__name__}: {exc}); edgeplug runs "
-            "the model on copies so that your model is left as it was. Make the model deep-copyable (copy.deepcopy)"
-        ) from exc
-
-
-def _run_eager(job: Lowering, eager: EagerModel) -> Reference:
-    try:
-        return eager(job.inputs)
-    except Exception as exc:
-        from edgeplug._failures import first_line
-
-        cause = first_line(exc)
-        why = "edgeplug runs it once before lowering: its outputs are what --verify compares with"
-        frame = _raised_in_user_code(exc)
-        if frame is not None:  # the model's own code raised: say where
-            raise LoweringError(
-                f"running the model eagerly on its example inputs failed in {frame.name}, "
-                f"{frame.filename}:{frame.lineno}: {cause}. The model raised there: fix it, or give it the "
-                f"inputs it takes ({why})"
-            ) from exc
-        raise LoweringError(
-            f"running the model eagerly on its example inputs failed: {cause}. Check that the example "
-            f"inputs are the ones the model (or program) takes ({why})"
-        ) from exc
-
-
 def _export(job: Lowering) -> None:
     import io
     import sys
 
-    job.reference = _run_eager(job, _eager_model(job))
+    job.reference = run_eager(eager_model(job.source), job.inputs)
     model = _copy_model(job.source)
     args, kwargs = copy.deepcopy((job.inputs.args, job.inputs.kwargs))
     # torch.export prints the partial graph of a failed export to stderr; the error carries it
@@ -208,7 +159,7 @@ def _program_reference(job: Lowering) -> None:
     job.ep = copy_exported_program(job.source)
     for t in job.ep.state_dict.values():
         t.requires_grad_(False)
-    job.reference = _run_eager(job, _eager_model(job))
+    job.reference = run_eager(eager_model(job.source), job.inputs)
     _in_program_order(job)
 
 
@@ -394,70 +345,9 @@ def _run_stage(job: Lowering, stage: Stage) -> None:
 # -- the report ----------------------------------------------------------------------
 
 
-def _count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) -> tuple[list[PartitionSummary], Counter]:
-    """Partitions and delegated ops read from the lowered graph (a dry run's stand-in delegates
-    are named ``backend_id``, the backend they stand in for)."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
-
-    from edgeplug._partition import op_name
-    from edgeplug._partition.standin import STAND_IN_ID
-
-    parts: list[PartitionSummary] = []
-    total: Counter = Counter()
-    for name, lowered, _node in get_lowered_submodules(edge_ep.graph_module):
-        ops: Counter = Counter()
-        for n in lowered.original_module.graph_module.graph.nodes:
-            if n.op == "call_function" and n.target is not operator.getitem:
-                ops[op_name(n.target)] += 1
-        total.update(ops)
-        real_id = backend_id if lowered.backend_id == STAND_IN_ID and backend_id else lowered.backend_id
-        parts.append(PartitionSummary(tag=name, backend_id=real_id, nodes=sum(ops.values()), ops=dict(ops)))
-    return parts, total
-
-
-def _cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, tagged: set[str] = frozenset()) -> list[CpuNode]:
-    from edgeplug._partition import op_name
-
-    out = []
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target is operator.getitem:
-            continue
-        if "executorch_call_delegate" in str(n.target) or n.name in tagged:
-            continue
-        out.append(CpuNode(node=n.name, op=op_name(n.target), reason=reasons.get(n.name, default)))
-    return out
-
-
-def _partitions(job: Lowering) -> tuple[list[PartitionSummary], Counter, list[CpuNode]]:
-    p, edge_ep = job.partitioner, job.edge.exported_program()
-    default_reason = f"no reason recorded by the {job.backend.name} partitioner"
-    # read from the lowered graph, dry run or not: a dry run lowers the same partitions to a stand-in
-    real_ids = {r.backend_id for r in p.partitions}
-    parts, delegated = _count_delegated(edge_ep, next(iter(real_ids)) if len(real_ids) == 1 else None)
-    return parts, delegated, _cpu_nodes(edge_ep.graph_module, p.cpu_reasons, default_reason)
-
-
-def _foreign_passes(job: Lowering) -> list[str]:
-    """Notes naming passes another plugin than the backend's own ran on this backend."""
-    b = job.backend
-    notes = []
-    for spec in b.passes:
-        origin = b.origin(spec)
-        if origin is not None and origin != b.plugin:
-            notes.append(f"{spec.stage}-stage pass {spec.name!r} on backend {b.name!r} came from {origin.describe()}, not from {b.distribution}")
-    return notes
-
-
-def _partition_of(job: Lowering) -> dict[str, str]:
-    """Node name -> its partition as the report names it: read from the lowered graph, or from the
-    partitioner's records where nothing was lowered."""
-    where = lowered_partitions(job.edge.exported_program().graph_module)
-    return where or {n: r.tag for r in job.partitioner.partitions for n in r.nodes}
-
-
 def _describe(job: Lowering) -> LoweringReport:
     b, p = job.backend, job.partitioner
-    parts, delegated, cpu = _partitions(job)
+    parts, delegated, cpu = partitions(job.partitioner, job.edge.exported_program(), b.name)
     report = LoweringReport(
         model=job.label,
         backend=b.name,
@@ -470,12 +360,12 @@ def _describe(job: Lowering) -> LoweringReport:
         fusions=job.fusions,
         transforms=job.transforms,
         graph=annotate_graph(
-            job.graph, _partition_of(job),
+            job.graph, partition_of(job.edge.exported_program(), job.partitioner),
             {c.node: c.reason for c in cpu}, job.fusions, job.transforms,
         ),
         kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],
         decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
-        notes=_foreign_passes(job),
+        notes=foreign_passes(b),
     )
     if p.stranded:
         report.notes.append(p.stranded_message())

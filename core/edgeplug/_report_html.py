@@ -138,7 +138,7 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
     from edgeplug._plugins import get_backend
     from edgeplug._failures import first_line
     from edgeplug._partition import op_name
-    from edgeplug._pipeline import _count_delegated
+    from edgeplug._lowered import count_delegated
 
     b = backend if isinstance(backend, Backend) else get_backend(backend)
     inner = b.make_partitioner()
@@ -168,7 +168,7 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
         edge_ep = edge.exported_program()
     except Exception as exc:
         return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")
-    parts, delegated = _count_delegated(edge_ep)
+    parts, delegated = count_delegated(edge_ep)
     gm = edge_ep.graph_module
     cpu: dict[str, int] = {}
     reasons: dict[str, str] = {}
