@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from edgeplug import __version__
 from edgeplug._errors import EdgeplugError
 
 #: partitioners the generator knows by a short name: (import line, expression, backend_id)
@@ -167,8 +168,6 @@ def render(name: str, partitioner: str = DEFAULT_PARTITIONER, backend_id: Option
     pkg = f"edgeplug_{name}"
     dist = f"edgeplug-{name.replace('_', '-')}"
     verify = "pte" if bid == "XnnpackBackend" else "none"
-    from edgeplug import __version__
-
     files = {
         "pyproject.toml": _pyproject(name, pkg, dist, __version__),
         f"{pkg}/__init__.py": f'"""The edgeplug backend {name!r}: hooks in {pkg}.hooks."""\n',

@@ -12,6 +12,8 @@ from edgeplug._backend import INSTALL_HINT, resolve_backend
 from edgeplug._cli.common import err
 from edgeplug._plugins import manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
+from edgeplug._scaffold import write
+from edgeplug.examples import list_examples
 
 def cmd_backends(args: argparse.Namespace) -> int:
     m = manager()
@@ -118,8 +120,6 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_new_backend(args: argparse.Namespace) -> int:
     """Write a plugin package with every hook stubbed, its pyproject, and a conformance test."""
-    from edgeplug._scaffold import write
-
     root = write(args.name, args.output, partitioner=args.partitioner, backend_id=args.backend_id)
     print(f"wrote {root}")
     print(f"next: pip install -e '{root}[test]' && edgeplug plugins && (cd {root} && pytest)")
@@ -127,8 +127,6 @@ def cmd_new_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_examples(args: argparse.Namespace) -> int:
-    from edgeplug.examples import list_examples
-
     for name, desc in list_examples().items():
         print(f"{name:<14} {desc}")
     return 0

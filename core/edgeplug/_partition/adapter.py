@@ -13,8 +13,17 @@ from torch.export import ExportedProgram
 from edgeplug._errors import LoweringError
 from edgeplug._graph import constant_only_nodes
 from edgeplug._graph.ops import aten_overload, is_qdq
-from edgeplug._partition import phases
-from edgeplug._partition.phases import KeepWholeDecisions, NodeCheck, PartitionOutcome, PartitionRecord, StrandedNode
+from edgeplug._partition.phases import (
+    KeepWholeDecisions,
+    NodeCheck,
+    PartitionOutcome,
+    PartitionRecord,
+    StrandedNode,
+    decomposable,
+    keep_whole_decisions,
+    partition_graph,
+    rules_verdict,
+)
 from edgeplug._partition.standin import STAND_IN_ID
 from edgeplug._partition.support import SupportCheck, capture_why, support_check, unstated_reason
 from edgeplug._partition.verdict import TAKEN, FilterContext, Verdict
@@ -149,7 +158,7 @@ class CorePartitioner(Partitioner):
 
     def _rules(self, node: torch.fx.Node, ctx: FilterContext) -> Verdict:
         """The plugins' filters, then the constant-only rule (on a node the backend supports)."""
-        return phases.rules_verdict(
+        return rules_verdict(
             node, ctx, self.backend.filters, constant_only_policy=self.backend.spec.constant_only_policy, origin=self.backend.origin
         )
 
@@ -157,12 +166,12 @@ class CorePartitioner(Partitioner):
     def ops_to_not_decompose(self, ep: ExportedProgram):
         if _is_edge(ep):  # after lowering: executorch's own check that no kept-whole op is left
             ops = self._kept_ops(ep)
-            keep = phases.decomposable(ops)
+            keep = decomposable(ops)
             return ops, lambda node: aten_overload(node.target) in keep and not is_qdq(node.target)
         ops = self._keep_ops(ep)
         ctx = self.context(ep, "before_decomposition")
         support = self._support(ep)  # pattern-aware checks need the edge graph; not yet
-        decisions = phases.keep_whole_decisions(ep.graph_module, ops, lambda n: self._delegable(n, ctx, support))
+        decisions = keep_whole_decisions(ep.graph_module, ops, lambda n: self._delegable(n, ctx, support))
         self._keep_whole = decisions  # a function of the program (executorch asks about the same one more than once)
         verdicts = decisions.verdicts
         return ops, lambda node: (verdicts[node.name] if node.name in verdicts else self._delegable(node, ctx, support)).ok
@@ -202,7 +211,7 @@ class CorePartitioner(Partitioner):
             v = self._delegable(node, ctx, support) if check is not None else self._rules(node, ctx)
             return Verdict(False, unstated_reason(self.inner, node)) if v else v
 
-        self._outcome, tags, specs = phases.partition_graph(
+        self._outcome, tags, specs = partition_graph(
             ep.graph_module,
             ctx,
             rules=lambda n: self._rules(n, ctx),
@@ -210,7 +219,7 @@ class CorePartitioner(Partitioner):
             logged=logged,
             inner_specs=inner_specs,
             constant_only_policy=self.backend.spec.constant_only_policy,
-            kept_whole=phases.decomposable(self._kept_ops(ep)),
+            kept_whole=decomposable(self._kept_ops(ep)),
             fused=self._fused,
         )
         return tags, specs
