@@ -106,5 +106,15 @@ def test_offline_refuses_to_serialize_and_dry_runs_on_request(fixture_backends):
     assert result.report.dry_run
 
 
+def test_stock_lowers_with_executorchs_own_partitioner_and_has_a_stock_flow(fixture_backends):
+    from edgeplug._report_html import stock_partitioning
+
+    fb = fixture_backends
+    result = edgeplug.lower(NormThenLinear().eval(), _inputs(), fb.STOCK)
+    assert _pte_delegates(result) == {"BackendWithCompilerDemo"}
+    stock = stock_partitioning(NormThenLinear().eval(), _inputs(), fb.STOCK)
+    assert not stock.error and stock.partitions, stock
+
+
 def test_fixture_backends_are_registered_only_where_a_test_asks_for_them():
     assert not {"fixture-keep", "fixture-fused", "fixture-table", "fixture-offline"} & set(edgeplug.backends())
