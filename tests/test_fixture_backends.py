@@ -117,4 +117,4 @@ def test_stock_lowers_with_executorchs_own_partitioner_and_has_a_stock_flow(fixt
 
 
 def test_fixture_backends_are_registered_only_where_a_test_asks_for_them():
-    assert not {"fixture-keep", "fixture-fused", "fixture-table", "fixture-offline"} & set(edgeplug.backends())
+    assert not [b for b in edgeplug.backends() if b.startswith("fixture-")]

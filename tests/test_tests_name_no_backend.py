@@ -45,7 +45,6 @@ _FIXTURE_DISTS = (
 PENDING: dict[str, str] = {
     "test_external_weights.py": "new this session (memory, issue 27): the .ptd run in executorch's runtime is XNNPACK's (to plugins/xnnpack/tests); the refusal of a backend without external weights can use fixture-table",
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
-    "test_histc.py": "OLMoE lowered on xnnpack and vulkan: to plugins/xnnpack/tests and plugins/vulkan/tests; the decomposition itself is backend-neutral",
     "test_quantize_examples.py": "PT2E schemes x examples: the per-backend schemes to each plugin's tests, the core's part on a fixture scheme",
     "test_constant_fold.py": "folding checked through first-party lowerings: lower to fixture-keep / fixture-fused",
     "test_pass_runner.py": "pass order and errors through qnn/vulkan passes: register the passes on fixture backends",
