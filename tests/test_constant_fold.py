@@ -18,11 +18,11 @@ from torch.export.graph_signature import InputKind
 
 import edgeplug
 from edgeplug._graph.fold import fold_constant_subgraphs
-from edgeplug._graph.ops import is_qdq, op_name
+from edgeplug._graph.ops import op_name
 from edgeplug._graph.passes import check_program
 
 #: ops a transformers decoder uses only to build its mask, positions and rotary tables
-#: (left on the CPU by Vulkan and XNNPACK); ``where`` and ``any`` also run on the scores
+#: (left on the CPU by a backend without kernels for them); ``where`` and ``any`` also run on the scores
 MASK_AND_POSITION_OPS = {
     "aten.arange.start_step",
     "aten.cumsum.default",
@@ -131,15 +131,17 @@ def test_parameters_are_untouched(decoder_folded):
 
 
 @pytest.fixture(scope="module")
-def vulkan_lowered(llama):
-    if not edgeplug.get_backend("vulkan").availability().ok:
-        pytest.skip("vulkan cannot serialize here")
+def fused_lowered(llama):
+    """The decoder lowered for real on fixture-fused and verified on its host kernel."""
+    from edgeplug_fixture_backends import FUSED, registered
+
     ep, inputs = llama
-    return edgeplug.lower(copy.deepcopy(ep), inputs, "vulkan", verify=True)
+    with registered():
+        return edgeplug.lower(copy.deepcopy(ep), inputs, FUSED, verify=True)
 
 
-def test_vulkan_lowering_leaves_no_mask_op_on_the_cpu(vulkan_lowered):
-    report = vulkan_lowered.report
+def test_lowering_leaves_no_mask_op_on_the_cpu(fused_lowered):
+    report = fused_lowered.report
     assert not MASK_AND_POSITION_OPS & set(report.cpu_ops), report.to_table()
     folds = [t for t in report.transforms if t.transform == "constant_fold" and t.outcome == "applied"]
     assert {t.op for t in folds} >= {"aten.where.self"}
@@ -297,31 +299,6 @@ def test_dynamic_sizes_are_not_folded():
         assert torch.allclose(ep.module()(x), Dynamic()(x))
 
 
-class Quantizable(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(16, 16)
-
-    def forward(self, x):
-        return self.linear(x) + torch.arange(16).float() * 0.1
-
-
-def test_quantized_program_keeps_its_qdq():
-    x = torch.randn(4, 16)
-    gm = edgeplug.quantize(Quantizable().eval(), (x,), "xnnpack", "8a8w")
-    ep = _edge(torch.export.export(gm, (x,)))
-    qdq_before = Counter(op_name(n) for n in ep.graph.nodes if is_qdq(n))
-    weight_chain_before = _ops(ep)["aten.permute_copy.default"]
-    expected = ep.module()(x)
-    records = fold_constant_subgraphs(ep)
-    check_program(ep)
-    assert Counter(op_name(n) for n in ep.graph.nodes if is_qdq(n)) == qdq_before
-    assert _ops(ep)["aten.permute_copy.default"] == weight_chain_before > 0  # permute of the dequantized weight
-    for r in records:  # only the float positions fold, nothing behind a dequantize
-        assert r.op not in ("aten.permute_copy.default",) and not r.op.startswith("quantized_decomposed")
-    assert torch.equal(ep.module()(x), expected)
-
-
 # --------------------------------------------------------------------------- failures
 
 
@@ -362,24 +339,24 @@ class Positions(nn.Module):
         return x + torch.arange(32).float().view(4, 8).cumsum(1) * 0.5
 
 
-def test_lower_folds_with_the_backend_budget(edgeplug_register):
+def test_lower_folds_with_the_backend_budget(edgeplug_register, fixture_backends):
     """The edge stage runs the fold first, with the budget of the backend being lowered for."""
-    xnnpack = edgeplug.get_backend("xnnpack").spec
+    spec = edgeplug.get_backend(fixture_backends.FUSED).spec
 
     class NoFold:
         @edgeplug.hookimpl
         def edgeplug_backends(self):
-            yield xnnpack.model_copy(update={"backend": "xnnpack-nofold", "constant_fold_budget": 0})
+            yield spec.model_copy(update={"backend": "fixture-nofold", "constant_fold_budget": 0})
 
     x = torch.randn(4, 8)
-    folded = edgeplug.lower(Positions(), (x,), "xnnpack", verify=True)
+    folded = edgeplug.lower(Positions(), (x,), fixture_backends.FUSED, verify=True)
     [fold] = [t for t in folded.report.transforms if t.transform == "constant_fold"]
     assert fold.outcome == "applied" and fold.removed >= 4 and fold.bytes_added == 4 * 8 * 4
     assert "aten.cumsum.default" not in folded.report.cpu_ops
     assert folded.report.verification.passed
 
-    edgeplug_register(NoFold(), name="xnnpack-nofold")
-    kept = edgeplug.lower(Positions(), (x,), "xnnpack-nofold", verify=True)
+    edgeplug_register(NoFold(), name="fixture-nofold")
+    kept = edgeplug.lower(Positions(), (x,), "fixture-nofold", verify=True)
     assert not [t for t in kept.report.transforms if t.transform == "constant_fold"]
     assert kept.report.cpu_ops.get("aten.cumsum.default") == 1
     assert kept.report.verification.passed
@@ -392,8 +369,8 @@ class BigTable(nn.Module):
         return x + torch.arange(512 * 1024).float()
 
 
-def test_the_report_names_what_the_budget_left():
-    result = edgeplug.lower(BigTable(), (torch.randn(512 * 1024),), "xnnpack", dry_run=True)
+def test_the_report_names_what_the_budget_left(fixture_backends):
+    result = edgeplug.lower(BigTable(), (torch.randn(512 * 1024),), fixture_backends.TABLE, dry_run=True)
     left = [t for t in result.report.transforms if t.transform == "constant_fold"]
     assert left and all(t.outcome == "refused" for t in left)
     table = result.report.to_table()

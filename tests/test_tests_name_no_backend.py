@@ -46,8 +46,6 @@ PENDING: dict[str, str] = {
     "test_external_weights.py": "new this session (memory, issue 27): the .ptd run in executorch's runtime is XNNPACK's (to plugins/xnnpack/tests); the refusal of a backend without external weights can use fixture-table",
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
     "test_quantize_examples.py": "PT2E schemes x examples: the per-backend schemes to each plugin's tests, the core's part on a fixture scheme",
-    "test_constant_fold.py": "folding checked through first-party lowerings: lower to fixture-keep / fixture-fused",
-    "test_pass_runner.py": "pass order and errors through qnn/vulkan passes: register the passes on fixture backends",
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_quantize.py": "edgeplug.quantize through xnnpack/qnn quantizers: a fixture QuantScheme for the core's part, the rest to plugins",
     "test_conformance.py": "the suite over every installed backend and the suite itself: run the suite's self-tests on the fixture backends",
