@@ -49,7 +49,6 @@ PENDING: dict[str, str] = {
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_quantize.py": "edgeplug.quantize through xnnpack/qnn quantizers: a fixture QuantScheme for the core's part, the rest to plugins",
     "test_conformance.py": "the suite over every installed backend and the suite itself: run the suite's self-tests on the fixture backends",
-    "test_graph_breaks.py": "graph-break reasons on vulkan/webgpu: the generic part on fixture-fused, the rest to plugins/vulkan/tests",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_fusion_quantized.py": "fusion on programs quantized by QnnQuantizer / VulkanQuantizer: to plugins/qnn and plugins/vulkan tests",
     "test_fusion.py": "fusion policies via qnn/samsung/vulkan/webgpu: run on fixture-keep / fixture-fused; et_vk specifics to plugins/vulkan",
