@@ -19,6 +19,14 @@ CPU, cosine similarity of the .pte's logits to the float model's, max
 |.pte - float|, and the .pte's size.
 
     python bench/quantize_decoders.py [--models llama,qwen3] [--schemes 8a8w,8da4w] [--layers 1] [--json out.json]
+
+``--where`` instead says where 8da4w's error comes from, in torchao's own eager quantization (no
+lowering, both sides share it): the logits' cosine to float with only one kind of linear quantized, with
+only the head, with groups of 16, and how large the layer's addition to the residual stream is beside the
+embedding it is added to (a sublayer whose output is normalised, Gemma's post-attention and
+post-feed-forward norms, carries its quantization noise into the residual at full size).
+
+    python bench/quantize_decoders.py --where --models llama,gemma3,olmo2
 """
 
 from __future__ import annotations
@@ -180,14 +188,60 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def where_8da4w(name: str, layers: int) -> dict[str, float]:
+    """Cosine of torchao-eager 8da4w logits to float, whole and per part, and the residual's make-up (layer 0)."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    model, inputs = build(name, layers=layers)
+    with torch.no_grad():
+        float_out = model(*inputs)
+
+    def cosine(group: int = 32, only: Optional[str] = None, skip: Optional[str] = None) -> float:
+        copied = copy.deepcopy(model)
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
+        keep = lambda m, fqn: isinstance(m, torch.nn.Linear) and (only is None or fqn.endswith(only)) and (skip is None or not fqn.endswith(skip))  # noqa: E731
+        with torch.no_grad():
+            quantize_(copied, config, filter_fn=keep)
+            return _cosine(copied(*inputs), float_out)
+
+    row = {"8da4w": cosine(), "groups of 16": cosine(group=16), "head only": cosine(only="lm_head"),
+           "all but the head": cosine(skip="lm_head")}
+    row.update({f"{p} only": cosine(only=p) for p in PROJECTIONS})
+    layer, seen = model.model.model.layers[0], {}
+    hooks = [
+        layer.register_forward_pre_hook(lambda m, a, k: seen.__setitem__("in", (a[0] if a else k["hidden_states"])), with_kwargs=True),
+        layer.register_forward_hook(lambda m, a, k, out: seen.__setitem__("out", out[0] if isinstance(out, tuple) else out), with_kwargs=True),
+    ]
+    with torch.no_grad():
+        model(*inputs)
+    for h in hooks:
+        h.remove()
+    rms = lambda t: t.double().pow(2).mean().sqrt().item()  # noqa: E731
+    row["rms(embedding)"], row["rms(layer 0's addition)"] = rms(seen["in"]), rms(seen["out"] - seen["in"])
+    return row
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="llama,qwen3")
     p.add_argument("--schemes", default="8a8w,8da4w")
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--where", action="store_true", help="where 8da4w's error comes from (torchao eager, no lowering)")
     args = p.parse_args(argv)
     _quiet()
+    if args.where:
+        rows = {m: where_8da4w(m, args.layers) for m in args.models.split(",")}
+        keys = list(next(iter(rows.values())))
+        print("| model | " + " | ".join(keys) + " |")
+        print("| --- " * (len(keys) + 1) + "|")
+        for m, r in rows.items():
+            print(f"| {m} | " + " | ".join(f"{r[k]:.4f}" for k in keys) + " |")
+        return 0
     rows = run(args.models.split(","), args.schemes.split(","), args.layers)
     print(table(rows))
     if args.json:
