@@ -325,9 +325,7 @@ def quantized():
 
 
 def test_a_calibration_generator_that_never_ends_is_cut_and_counted(quantized):
-    from edgeplug._quantized import quantization_info
-
-    summary = quantization_info(quantized).summary()
+    summary = quantized.quantization.summary()
     assert (summary.calibration_batches, summary.calibration_cut) == (3, True)
     assert "3 calibration batches, the first 3 of more (--calibration-batches)" in summary.table_lines()[0]
 

@@ -10,7 +10,7 @@ import torch
 import edgeplug
 from edgeplug.examples import load_model
 from edgeplug._quantization import QuantizationError
-from edgeplug._quantized import output_steps, quantization_info
+from edgeplug._quantized import output_steps
 
 aten = torch.ops.aten
 
@@ -30,15 +30,15 @@ def gemma_qnn():
 
 def test_quantize_recomposes_gemma_norms_before_annotation(gemma_qnn):
     model, inputs, _, gm, _ = gemma_qnn
-    assert isinstance(gm, torch.fx.GraphModule)
-    info = quantization_info(gm)
+    assert isinstance(gm, edgeplug.QuantizedModel) and isinstance(gm.program, torch.fx.GraphModule)
+    info = gm.quantization
     assert (info.backend, info.scheme, info.activation_bits, info.weight_bits) == ("qnn", "8a8w", 8, 8)
     # Gemma's (1 + w) folded: each of the 3 norms became one aten.rms_norm the quantizer annotated whole
     assert [r.outcome for r in info.fusions] == ["folded_weight"] * 3
-    targets = _targets(gm)
+    targets = _targets(gm.program)
     assert targets.count(aten.rms_norm.default) == 3
     assert aten.rsqrt.default not in targets and aten.pow.Tensor_Scalar not in targets
-    for n in gm.graph.nodes:
+    for n in gm.program.graph.nodes:
         if n.target == aten.rms_norm.default:  # its input and output are quantized, nothing inside it is
             assert "dequantize_per_tensor" in str(n.args[0].target)
             assert all("quantize_per_tensor" in str(u.target) for u in n.users)
@@ -50,7 +50,7 @@ def test_quantize_recomposes_gemma_norms_before_annotation(gemma_qnn):
 def test_quantize_leaves_the_model_as_it_was_and_says_what_it_does(gemma_qnn):
     model, _, before, gm, lines = gemma_qnn
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    stages = [s for s, _ in quantization_info(gm).stages]
+    stages = [s for s, _ in gm.quantization.stages]
     assert stages == ["export", "export passes", "recompose norms", "fold constants", "build quantizer", "prepare", "calibrate", "convert"]
     assert lines[0] == "[qnn] quantize 8a8w: export ..." and len(lines) == len(stages)
 
@@ -59,8 +59,8 @@ def test_calibration_data_sets_the_ranges():
     model, (x,), _, _ = load_model("mlp")
     default = edgeplug.quantize(model, (x,), "samsung", "a8w8")
     wide = edgeplug.quantize(model, (x,), "samsung", "a8w8", calibration=[(x,), (4 * x,), [8 * x]])
-    assert quantization_info(default).calibration_batches == 1
-    assert quantization_info(wide).calibration_batches == 3
+    assert default.quantization.calibration_batches == 1
+    assert wide.quantization.calibration_batches == 3
     (step,), (wide_step,) = output_steps(default), output_steps(wide)
     assert wide_step > 3 * step  # the observers saw the larger inputs
     with pytest.raises(QuantizationError, match="calibration data is empty"):

@@ -8,7 +8,6 @@ import torch
 import edgeplug
 from edgeplug.examples import EXAMPLES, load_model
 from edgeplug._quantization import schemes
-from edgeplug._quantized import quantization_info
 
 #: norms per example (two per block, and the final one)
 NORMS = {"llama": 5, "gemma-block": 3, "mlp": 0}
@@ -43,8 +42,8 @@ def test_examples_are_finite_everywhere():
 def test_example_quantizes(exported_examples, example, backend, scheme):
     ep, inputs, reference = exported_examples[example]
     gm = edgeplug.quantize(ep, inputs, backend, scheme)
-    info = quantization_info(gm)
-    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    info = gm.quantization
+    targets = [str(n.target) for n in gm.program.graph.nodes if n.op == "call_function"]
     weight_only = info.activation_bits is None
     if weight_only:  # linear weights only: dequantized per channel, activations stay float
         assert any("dequantize_per_channel" in t for t in targets)

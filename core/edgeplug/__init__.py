@@ -12,7 +12,8 @@ Lowering:
 - ``transform``: ``transform(ep, backend) -> ExportedProgram``, the export stage ``lower`` runs.
 - ``fuse``: ``fuse(ep, backend) -> (ExportedProgram, list[FusionRecord])``, the core's fusions on an edge program.
 - ``lower``: ``lower(model_or_ep, args, backend, *, verify=False, dry_run=False, ...) -> LoweringResult``.
-- ``quantize``: ``quantize(model, args, backend, scheme, calibration=None) -> GraphModule``, the backend's PT2E quantizer; ``lower`` takes the result.
+- ``quantize``: ``quantize(model, args, backend, scheme, calibration=None) -> QuantizedModel``, the backend's quantizer; ``lower`` takes the result.
+- ``QuantizedModel``: what ``quantize`` returns: the quantized program (``program``) and what was done (``quantization``).
 - ``verify``: ``verify(result, backend) -> Verification``, the lowered program run and compared with eager.
 - ``LoweringResult``: what ``lower`` returns: the report, the programs, ``save`` for the .pte.
 - ``LoweringReport``: partitions, ops on the CPU and why, fusions, transforms, timings, verification.
@@ -89,6 +90,7 @@ _LAZY = {
     "LoweringReport": ("edgeplug._report", "LoweringReport"),
     "Verification": ("edgeplug._report", "Verification"),
     "quantize": ("edgeplug._quantization", "quantize"),
+    "QuantizedModel": ("edgeplug._quantized", "QuantizedModel"),
     "verify": ("edgeplug._verify", "verify"),
     "register_plugin": ("edgeplug._plugins", "register"),
     "unregister_plugin": ("edgeplug._plugins", "unregister"),

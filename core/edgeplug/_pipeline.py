@@ -35,7 +35,7 @@ from edgeplug._errors import EdgeplugError, LoweringError
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
-from edgeplug._quantized import quantization_info
+from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
 from edgeplug._report import CpuNode, GraphNode, LoweringReport, StageTiming, annotate_graph, graph_of
 from edgeplug._result import LoweringResult
 from edgeplug._stages import export_stage_passes, fuse, resolve_backend
@@ -85,6 +85,8 @@ class Lowering:
     verify: bool = False
     tolerance: Optional[float] = None
     label: str = ""
+    #: what ``quantize`` did, where the source is its ``QuantizedModel`` (the report's and verification's)
+    quantization: Optional[QuantizationInfo] = None
     #: the weights go into a .ptd beside the .pte (``edgeplug._weights``)
     external_weights: bool = False
     #: ``torch.export``'s dynamic_shapes for a module source
@@ -371,7 +373,7 @@ def _describe(job: Lowering) -> LoweringReport:
         report.notes.append(p.stranded_message())
     job.result = LoweringResult(
         report=report, exported_program=job.ep, edge=job.edge, args=job.inputs.args, kwargs=job.inputs.kwargs,
-        reference=job.reference, quantization=quantization_info(job.source),
+        reference=job.reference, quantization=job.quantization,
     )
     return report
 
@@ -421,6 +423,9 @@ def lower(
     others refuse). With ``profile_memory`` each stage's peak resident
     memory is in ``report.stages`` (``edgeplug._memory``: Linux only).
     """
+    quantization = model_or_ep.quantization if isinstance(model_or_ep, QuantizedModel) else None
+    if isinstance(model_or_ep, QuantizedModel):  # what quantize did rides in its result; its program is lowered
+        model_or_ep = model_or_ep.program
     given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
     b = resolve_backend(backend)
     if verify and not dry_run:
@@ -442,6 +447,7 @@ def lower(
         verify=verify,
         tolerance=check_tolerance(tolerance),
         label=model_name or type(model_or_ep).__name__,
+        quantization=quantization,
     )
     with torch.no_grad():  # lowering never needs grad, and grad mode must not change the program
         for stage in STAGES:
@@ -450,9 +456,7 @@ def lower(
     if verify and dry_run:
         job.report.notes.append("verification skipped: a dry run produces no program to run")
     job.report.stages = job.clock.timings
-    from edgeplug._quantized import describe_quantization
-
-    describe_quantization(job.report, job.source, b)  # scheme, norms, quantize timings
+    describe_quantization(job.report, job.quantization, is_quantized(job.source), b)  # scheme, norms, quantize timings
     return job.result
 
 

@@ -16,9 +16,10 @@ scheme's factory returns: 8da4w, int4 weight-only) instead transforms a deep
 copy of the model, then exports it and runs the export-stage passes; there is
 no calibration. Either way the lowering verifies against the quantized model.
 
-The result is the converted ``torch.fx.GraphModule``; ``quantization_info(gm)``
-returns what was done (backend, scheme, timings, the recomposed norms), which
-``edgeplug.lower`` puts in its report.
+The result is a ``QuantizedModel``: the converted ``torch.fx.GraphModule``
+(``program``) and what was done (``quantization``: backend, scheme, timings,
+the recomposed norms), which ``edgeplug.lower`` reads from it for its report
+and its verification.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from edgeplug._errors import EdgeplugError, QuantizationError
-from edgeplug._quantized import META_KEY, QuantizationInfo, is_quantized, quantization_info
+from edgeplug._quantized import QuantizationInfo, QuantizedModel, is_quantized
 from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
 
 Progress = Callable[[str], None]
@@ -134,8 +135,8 @@ def quantize(
     dynamic_shapes: Any = None,
     progress: Optional[Progress] = None,
     calibration_batches: int = DEFAULT_CALIBRATION_BATCHES,
-) -> Any:
-    """Quantize ``model`` with ``backend``'s quantizer for ``scheme``; returns the converted GraphModule.
+) -> QuantizedModel:
+    """Quantize ``model`` with ``backend``'s quantizer for ``scheme``; returns a ``QuantizedModel``.
 
     ``args`` and ``kwargs`` are the example inputs as ``edgeplug.lower`` takes
     them (``edgeplug._inputs``); ``dynamic_shapes`` is passed to ``torch.export``
@@ -172,10 +173,8 @@ def quantize(
     if rec.kind == "source_transform":
         _check_source_transform(model, rec, b, calibration)
         ep = _source_transform(model, given, b, rec, timed, dynamic_shapes)
-        converted = ep.module()
         info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
-        converted.meta[META_KEY] = info
-        return converted
+        return QuantizedModel(ep.module(), info)
     if isinstance(model, ExportedProgram):
         ep = model
     else:
@@ -188,8 +187,7 @@ def quantize(
     timed("calibrate", lambda: _calibrate(prepared, calibration, given, info))
     converted = timed("convert", lambda: convert_pt2e(prepared))
     info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
-    converted.meta[META_KEY] = info
-    return converted
+    return QuantizedModel(converted, info)
 
 
 def _check_source_transform(model: Any, rec: QuantScheme, backend: Any, calibration: Any) -> None:
@@ -272,7 +270,7 @@ def _refuse_second_quantization(model: Any) -> None:
     """A model ``quantize`` made, or one holding quantize/dequantize ops, is not quantized again."""
     if not is_quantized(model):
         return
-    done = quantization_info(model)
+    done = model.quantization if isinstance(model, QuantizedModel) else None
     by = f"by {done.backend}'s quantizer, scheme {done.scheme!r}" if done is not None else "it holds quantize/dequantize ops"
     raise QuantizationError(
         f"the model is already quantized ({by}): quantizing it again would observe and round its "

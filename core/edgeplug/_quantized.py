@@ -1,6 +1,7 @@
-"""What a quantized program is, apart from how ``quantize`` makes one: the record of what
-``quantize`` did (``QuantizationInfo``), how to tell a quantized program (``is_quantized``), the
-scale of each output (``output_steps``), and the report's account of it (``describe_quantization``).
+"""What a quantized program is, apart from how ``quantize`` makes one: what ``quantize`` returns
+(``QuantizedModel``: the converted program with a ``QuantizationInfo`` of what was done, handed to
+``lower`` explicitly), how to tell a quantized program (``is_quantized``), the scale of each output
+(``output_steps``), and the report's account of it (``describe_quantization``).
 
 Below the pipeline, quantization and verification: each of them imports this module, it imports
 none of them.
@@ -11,17 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import torch
+
 from edgeplug._records import FusionRecord, TransformRecord
 from edgeplug._report import QuantizationSummary, StageTiming
 
 
-#: key of ``GraphModule.meta`` under which ``quantize`` leaves its ``QuantizationInfo``
-META_KEY = "edgeplug_quantization"
-
-
 @dataclass
 class QuantizationInfo:
-    """What ``quantize`` did; ``quantization_info(gm)`` returns it."""
+    """What ``quantize`` did: ``QuantizedModel.quantization``."""
 
     backend: str
     scheme: str
@@ -57,21 +56,31 @@ class QuantizationInfo:
         )
 
 
-def quantization_info(model: Any) -> Optional[QuantizationInfo]:
-    """What ``quantize`` did to ``model`` (its result), or None for any other model."""
-    meta = getattr(model, "meta", None)
-    return meta.get(META_KEY) if isinstance(meta, dict) else None
+class QuantizedModel(torch.nn.Module):
+    """What ``edgeplug.quantize`` returns: the quantized program (``program``, a ``GraphModule``) and what
+    was done to make it (``quantization``). Call it, export it or lower it as the model it stands for;
+    ``lower`` takes ``quantization`` from here for its report and its verification."""
+
+    def __init__(self, program: torch.fx.GraphModule, quantization: QuantizationInfo) -> None:
+        super().__init__()
+        self.program = program
+        self.quantization = quantization
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.program(*args, **kwargs)
 
 
 def _graph_module(model: Any) -> Any:
     from torch.export import ExportedProgram
 
+    if isinstance(model, QuantizedModel):
+        return model.program
     return model.graph_module if isinstance(model, ExportedProgram) else model
 
 
 def is_quantized(model: Any) -> bool:
     """Whether ``model`` (a module or program) holds quantize/dequantize ops or came from ``quantize``."""
-    if quantization_info(model) is not None:
+    if isinstance(model, QuantizedModel):
         return True
     gm = _graph_module(model)
     graph = getattr(gm, "graph", None)
@@ -120,12 +129,12 @@ def _attr(gm: Any, target: str) -> Any:
     return value
 
 
-def describe_quantization(report: Any, model: Any, backend: Any) -> None:
-    """Put what ``quantize`` did to ``model`` into a lowering ``report``: scheme, norms, timings, and
-    a note when ``model`` was quantized with another backend's quantizer."""
-    info = quantization_info(model)
+def describe_quantization(report: Any, info: Optional[QuantizationInfo], quantized: bool, backend: Any) -> None:
+    """Put what ``quantize`` did (``info``) into a lowering ``report``: scheme, norms, timings, and a note
+    when the program was quantized with another backend's quantizer, or (``quantized`` with no ``info``)
+    by a quantizer edgeplug did not run."""
     if info is None:
-        if is_quantized(model) and report.quantization is None:
+        if quantized and report.quantization is None:
             report.notes.append(
                 "the program holds quantize/dequantize ops from a quantizer edgeplug did not run; "
                 "its norms were not recomposed before annotation (use edgeplug.quantize or --quantize)"

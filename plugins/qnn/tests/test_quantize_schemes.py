@@ -31,7 +31,7 @@ def test_16a4w_quantizes_with_16_bit_activations_and_4_bit_weights_and_dry_runs(
     quantized = edgeplug.quantize(model, (x,), "qnn", "16a4w")
     # the converted program holds what the scheme says: 16-bit activation ranges, 4-bit weight ranges
     ranges = set()
-    for n in quantized.graph.nodes:
+    for n in quantized.program.graph.nodes:
         if n.op == "call_function" and "quantize_per" in str(n.target):  # quantize and dequantize nodes
             qmin, qmax = n.args[-3], n.args[-2]
             ranges.add((qmin, qmax))
