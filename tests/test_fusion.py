@@ -1,4 +1,8 @@
-"""edgeplug.fuse under each backend's policy, on real edge programs.
+"""edgeplug.fuse under each kind of policy, on real edge programs.
+
+The policies are the fixture backends' (tests/fixtures/backends): ``aten.rms_norm``
+kept whole (fixture-keep), a backend's own op accumulating in fp32
+(fixture-fused) and the same op without fp32 accumulation (fixture-fused-narrow).
 
 Every accepted spelling becomes exactly one fused op whose eps, weight and
 input are checked, and the fused program computes what eager computes; every
@@ -21,8 +25,15 @@ from edgeplug._graph.constants import constant_value
 from edgeplug._patterns.base import is_op
 from edgeplug.testing.rms_norm_cases import ACCEPTED, D, REJECTED, ROUNDED, UNRELATED, WHOLE, Bundle
 
-BACKENDS = ["qnn", "samsung", "vulkan", "webgpu"]
-TARGET = {"aten.rms_norm": "aten::rms_norm", "et_vk.rms_norm": "et_vk::rms_norm"}
+KEEP, FUSED, NARROW, TABLE = "fixture-keep", "fixture-fused", "fixture-fused-narrow", "fixture-table"
+BACKENDS = [KEEP, FUSED, NARROW]
+OWN_OP = "edgeplug_fixture.rms_norm"
+TARGET = {"aten.rms_norm": "aten::rms_norm", OWN_OP: "edgeplug_fixture::rms_norm"}
+
+
+@pytest.fixture(autouse=True)
+def _backends(fixture_backends):
+    """Every test here fuses for the fixture backends."""
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +212,7 @@ def test_fuse_leaves_its_input_program_unchanged(programs):
     ep = bundle.edge_program()
     graph, signature = str(ep.graph_module.graph), str(ep.graph_signature)
     state, constants = _tensors(ep.state_dict), _tensors(ep.constants)
-    fused_ep, records = edgeplug.fuse(ep, "vulkan")
+    fused_ep, records = edgeplug.fuse(ep, NARROW)
     assert fused_ep is not ep
     # folding wrote new constants (folded weights, unit weights) and dropped the parameters they replaced
     assert {r.outcome for r in records} == {"fused", "folded_weight", "fused_unit_weight"}
@@ -213,13 +224,13 @@ def test_fuse_leaves_its_input_program_unchanged(programs):
         for want, got in zip(bundle(*bundle.inputs()), ep.module()(*bundle.inputs())):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # fusing again finds nothing left to fuse
-    again, more = edgeplug.fuse(fused_ep, "vulkan")
+    again, more = edgeplug.fuse(fused_ep, NARROW)
     assert more == []
 
 
 def test_backend_without_a_policy_gets_the_program_back(programs):
-    _, ep, _, _ = programs("decomposed", "vulkan")
-    same, records = edgeplug.fuse(ep, "xnnpack")
+    _, ep, _, _ = programs("decomposed", NARROW)
+    same, records = edgeplug.fuse(ep, TABLE)
     assert same is ep and records == []
 
 
@@ -230,8 +241,8 @@ def _with_policy(backend: str, **changes):
 
 
 def test_policy_that_neither_folds_nor_falls_back_refuses_with_a_reason(programs):
-    bundle, ep, _, _ = programs("decomposed", "vulkan")
-    strict = _with_policy("vulkan", fold_computed_constants=False, unit_weight_fallback=False)
+    bundle, ep, _, _ = programs("decomposed", NARROW)
+    strict = _with_policy(NARROW, fold_computed_constants=False, unit_weight_fallback=False)
     fused_ep, records = edgeplug.fuse(ep, strict)
     by_case = {c.name: _records_of(bundle, ep, records, c) for c in bundle.cases}
     for name in ("gemma_one_plus_w", "runtime_scale", "graph_input_gamma"):
@@ -244,27 +255,27 @@ def test_policy_that_neither_folds_nor_falls_back_refuses_with_a_reason(programs
 
 
 def test_policy_without_folding_keeps_the_computed_weight_multiply(programs):
-    bundle, ep, _, _ = programs("decomposed", "vulkan")
-    fused_ep, records = edgeplug.fuse(ep, _with_policy("vulkan", fold_computed_constants=False))
+    bundle, ep, _, _ = programs("decomposed", NARROW)
+    fused_ep, records = edgeplug.fuse(ep, _with_policy(NARROW, fold_computed_constants=False))
     (r,) = _records_of(bundle, ep, records, next(c for c in ACCEPTED if c.name == "gemma_one_plus_w"))
     assert r.outcome == "fused_unit_weight" and "does not fold" in r.reason
 
 
 def test_policy_naming_an_unknown_op_is_an_error(programs):
-    _, ep, _, _ = programs("decomposed", "vulkan")
-    with pytest.raises(EdgeplugError, match=r"backend 'vulkan' names target 'mylib.rms_norm'.*edgeplug_fusion_policies"):
-        edgeplug.fuse(ep, _with_policy("vulkan", target="mylib.rms_norm"))
+    _, ep, _, _ = programs("decomposed", NARROW)
+    with pytest.raises(EdgeplugError, match=r"backend 'fixture-fused-narrow' names target 'mylib.rms_norm'.*edgeplug_fusion_policies"):
+        edgeplug.fuse(ep, _with_policy(NARROW, target="mylib.rms_norm"))
 
 
 def test_policy_records_are_valid_for_every_backend():
     for backend in BACKENDS:
         policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
-        assert isinstance(policy, FusionPolicy) and policy.target in ("aten.rms_norm", "et_vk.rms_norm")
+        assert isinstance(policy, FusionPolicy) and policy.target in ("aten.rms_norm", OWN_OP)
 
 
 @pytest.mark.parametrize("example,count,outcome", [("llama", 5, "fused"), ("gemma-block", 3, "folded_weight")])
 def test_example_lowering_reports_every_fusion(edgeplug_lowering, example, count, outcome):
-    result = edgeplug_lowering(example, "qnn", dry_run=True)
+    result = edgeplug_lowering(example, KEEP, dry_run=True)
     fusions = result.report.fusions
     assert [f.outcome for f in fusions] == [outcome] * count
     table = result.report.to_table()
@@ -276,7 +287,7 @@ def test_example_lowering_reports_every_fusion(edgeplug_lowering, example, count
 def test_lowering_report_gives_each_refusal_its_reason():
     cases = tuple(c for c in ACCEPTED + REJECTED if c.name in ("rsqrt", "gemma_one_plus_w", "relu_between", "weight_of_shape_1"))
     bundle = Bundle(cases)
-    result = edgeplug.lower(bundle, bundle.inputs(), "qnn", dry_run=True, model_name="near-misses")
+    result = edgeplug.lower(bundle, bundle.inputs(), KEEP, dry_run=True, model_name="near-misses")
     outcomes = sorted(f.outcome for f in result.report.fusions)
     assert outcomes == ["folded_weight", "fused", "fused_unit_weight", "rejected"]
     table = result.report.to_table()
@@ -328,7 +339,7 @@ class _SharedGemmaWeight(torch.nn.Module):
         return norm(x) * scale, norm(y) * scale
 
 
-@pytest.mark.parametrize("backend", ["qnn", "vulkan"])
+@pytest.mark.parametrize("backend", [KEEP, NARROW])
 def test_two_norms_sharing_a_computed_weight_share_one_folded_constant(backend):
     from executorch.exir import to_edge
 
@@ -396,7 +407,7 @@ def test_a_fused_op_the_backend_would_not_delegate_is_not_created(backend):
     assert in_bf16.outcome == "rejected", in_bf16
     assert f"the {backend} backend would not delegate {policy.target} in bfloat16" in in_bf16.reason
     assert "so it is not created" in in_bf16.reason
-    # the fp32 math of the upcast norm is fused in fp32 (webgpu: outside the casts, not absorbed)
+    # the fp32 math of the upcast norm is fused in fp32 (with fp32 accumulation too: outside the casts, not absorbed)
     assert upcast.outcome in ("fused", "folded_weight"), upcast
     (node,) = [n for n in fused_ep.graph_module.graph.nodes if is_op(n, TARGET[policy.target])]
     assert node.meta["val"].dtype == torch.float32
@@ -413,9 +424,9 @@ def test_a_fused_op_the_backend_would_not_delegate_is_not_created(backend):
 def test_policy_check_names_what_to_fix():
     from edgeplug._fusion import PolicyTargetError, check_policy
 
-    good = edgeplug.get_backend("vulkan").fusion_policy("rms_norm")
+    good = edgeplug.get_backend(NARROW).fusion_policy("rms_norm")
     check_policy(good)
-    assert good.emits == "et_vk.rms_norm(input, weight, eps)"
+    assert good.emits == "edgeplug_fixture.rms_norm(input, weight, eps)"
     with pytest.raises(PolicyTargetError, match=r"not a registered operator.*give load_target"):
         check_policy(good.model_copy(update={"target": "mylib.rms_norm", "load_target": None}))
     aten_layout = good.model_copy(update={"arguments": ("input", "normalized_shape", "weight", "eps")})
@@ -425,12 +436,12 @@ def test_policy_check_names_what_to_fix():
     with pytest.raises(PolicyTargetError, match=r"'weight' .* is Tensor, but the policy passes the eps.*FusionPolicy.arguments"):
         check_policy(swapped)
     with pytest.raises(ValueError, match="must name input, weight and eps once each"):
-        FusionPolicy(backend="vulkan", target="aten.rms_norm", arguments=("input", "eps"))
+        FusionPolicy(backend=NARROW, target="aten.rms_norm", arguments=("input", "eps"))
 
 
 @pytest.mark.slow
-def test_bf16_norm_lowers_and_serializes_for_webgpu():
-    """Issue 15: a bf16 et_vk.rms_norm the partitioner refuses used to die at serialization."""
+def test_bf16_norm_lowers_and_serializes():
+    """Issue 15: a bf16 fused op the partitioner refuses used to die at serialization."""
 
     class Norm(nn.Module):
         def __init__(self) -> None:
@@ -441,13 +452,13 @@ def test_bf16_norm_lowers_and_serializes_for_webgpu():
             h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
             return h * self.norm.weight
 
-    result = edgeplug.lower(Norm().eval(), (torch.randn(2, 8, D).to(torch.bfloat16),), "webgpu")
+    result = edgeplug.lower(Norm().eval(), (torch.randn(2, 8, D).to(torch.bfloat16),), FUSED)
     (record,) = result.report.fusions
-    assert record.outcome == "rejected" and "would not delegate et_vk.rms_norm in bfloat16" in record.reason
-    assert "et_vk" not in str(result.edge.exported_program().graph_module.code)
+    assert record.outcome == "rejected" and f"would not delegate {OWN_OP} in bfloat16" in record.reason
+    assert "edgeplug_fixture" not in str(result.edge.exported_program().graph_module.code)
 
 
-@pytest.mark.parametrize("backend", ["qnn", "vulkan"])
+@pytest.mark.parametrize("backend", [KEEP, NARROW])
 def test_fuse_program_runs_on_the_aten_program(backend):
     """What quantization does before prepare_pt2e: the policy-level fuser on torch.export's program."""
     from edgeplug._fusion import fuse_program

@@ -51,7 +51,6 @@ PENDING: dict[str, str] = {
     "test_conformance.py": "the suite over every installed backend and the suite itself: run the suite's self-tests on the fixture backends",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_fusion_quantized.py": "fusion on programs quantized by QnnQuantizer / VulkanQuantizer: to plugins/qnn and plugins/vulkan tests",
-    "test_fusion.py": "fusion policies via qnn/samsung/vulkan/webgpu: run on fixture-keep / fixture-fused; et_vk specifics to plugins/vulkan",
     "test_hostile_inputs.py": "user mistakes lowered on xnnpack/vulkan: lower to fixture backends; runtime (.pte) cases to plugins/xnnpack",
     "test_lower.py": "lower/transform/verify through xnnpack/qnn/vulkan/webgpu: fixture backends; .pte runtime cases to plugins/xnnpack",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
