@@ -62,7 +62,8 @@ that needs them is first used.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional
+import threading
+from typing import TYPE_CHECKING, Any, Optional
 
 from edgeplug._errors import KernelError
 from edgeplug._hookspecs import hookimpl
@@ -79,6 +80,9 @@ from edgeplug._records import (
     QuantScheme,
     TransformRecord,
 )
+
+if TYPE_CHECKING:
+    from edgeplug._runtime.device import GpuDevice
 
 # name -> (module, attribute); attribute None: the module itself
 _LAZY: dict[str, tuple[str, Any]] = {
@@ -109,9 +113,10 @@ _LAZY: dict[str, tuple[str, Any]] = {
 
 #: the process's GPU devices (edgeplug._runtime.device.DeviceCache), made on the first gpu_device call
 _gpu_devices: Any = None
+_gpu_devices_made = threading.Lock()
 
 
-def gpu_device(adapter: Optional[str] = None) -> Any:
+def gpu_device(adapter: Optional[str] = None) -> GpuDevice:
     """The process's ``GpuDevice`` on ``adapter`` (None: ``EDGEPLUG_WGPU_ADAPTER``), opened on first use, then shared.
 
     The one process-wide cache of a device: kernels and host verification take
@@ -120,10 +125,11 @@ def gpu_device(adapter: Optional[str] = None) -> Any:
     failure, is kept per adapter choice, so setting the variable reaches another device.
     """
     global _gpu_devices
-    if _gpu_devices is None:
-        from edgeplug._runtime.device import DeviceCache
+    with _gpu_devices_made:
+        if _gpu_devices is None:
+            from edgeplug._runtime.device import DeviceCache
 
-        _gpu_devices = DeviceCache()
+            _gpu_devices = DeviceCache()
     return _gpu_devices.get(adapter)
 
 
