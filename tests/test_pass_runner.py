@@ -12,6 +12,9 @@ from edgeplug._errors import PassError
 from edgeplug._graph import run_passes
 from edgeplug._graph.passes import core_pass
 
+#: the fixture backends (tests/fixtures/backends): one with an export pass of its own, one fusing aten.rms_norm
+TABLE, KEEP = "fixture-table", "fixture-keep"
+
 
 class Small(nn.Module):
     def __init__(self):
@@ -69,16 +72,16 @@ def explode(ep):
 
 
 class CorruptingPlugin:
-    """A third-party plugin that adds passes to the existing qnn backend."""
+    """A third-party plugin that adds passes to an existing backend (fixture-table, which has its own)."""
 
     @edgeplug.hookimpl
     def edgeplug_passes(self):
-        yield PassSpec(backend="qnn", stage="export", name="triple", fn=double_output, order=30)
-        yield PassSpec(backend="qnn", stage="export", name="rename_duplicate", fn=rename_duplicate, order=40)
+        yield PassSpec(backend=TABLE, stage="export", name="triple", fn=double_output, order=30)
+        yield PassSpec(backend=TABLE, stage="export", name="rename_duplicate", fn=rename_duplicate, order=40)
 
 
 @pytest.fixture
-def corrupting_plugin():
+def corrupting_plugin(fixture_backends):
     from edgeplug import _plugins as plugins
 
     plugins.register(CorruptingPlugin(), name="corrupting")
@@ -108,15 +111,15 @@ def test_a_plugin_pass_that_corrupts_the_graph_is_named(corrupting_plugin):
     ep = _export()
     model_in = torch.randn(2, 4)
     with pytest.raises(PassError) as info:
-        edgeplug.transform(ep, "qnn")
+        edgeplug.transform(ep, TABLE)
     err = info.value
     message = str(err)
     assert "'rename_duplicate'" in message and "plugin 'corrupting'" in message
-    assert "backend 'qnn'" in message and "export-stage" in message
-    assert "Passes run before it in this stage: 'decompose_autocast', 'decompose_sdpa', 'triple'" in message
+    assert f"backend '{TABLE}'" in message and "export-stage" in message
+    assert "Passes run before it in this stage: 'div_by_two_as_mul', 'triple'" in message
     assert "redefined name" in message  # the cause
     assert err.pass_name == "rename_duplicate" and err.plugin.name == "corrupting"
-    assert err.passes_before == ("decompose_autocast", "decompose_sdpa", "triple")
+    assert err.passes_before == ("div_by_two_as_mul", "triple")
     assert isinstance(err.__cause__, Exception) and "redefined name" in str(err.__cause__)
     del model_in
 
@@ -130,13 +133,13 @@ def test_transform_runs_the_backends_export_passes(corrupting_plugin):
     class OnlyTriple:
         @edgeplug.hookimpl
         def edgeplug_passes(self):
-            yield PassSpec(backend="qnn", stage="export", name="triple", fn=double_output, order=30)
+            yield PassSpec(backend=TABLE, stage="export", name="triple", fn=double_output, order=30)
 
     plugins.register(OnlyTriple(), name="only-triple")
     try:
         model = Small().eval()
         x = torch.randn(2, 4)
-        ep = edgeplug.transform(torch.export.export(model, (x,)), "qnn")
+        ep = edgeplug.transform(torch.export.export(model, (x,)), TABLE)
         torch.testing.assert_close(ep.module()(x), model(x) * 3)
         # the pass did not recompile; the runner did, so the module's code is current
         assert "mul_tensor" in ep.graph_module.code
@@ -192,8 +195,8 @@ def test_names_are_reserved_before_each_pass():
     torch.testing.assert_close(ep.module()(x), x * 2)
 
 
-def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
-    # a fusion that corrupts the graph is reported as the core's pass (qnn's aten.rms_norm: export stage)
+def test_the_cores_fusion_runs_through_the_runner(monkeypatch, fixture_backends):
+    # a fusion that corrupts the graph is reported as the core's pass (an aten.rms_norm target: export stage)
     import importlib
 
     pipeline = importlib.import_module("edgeplug._pipeline")
@@ -205,9 +208,9 @@ def test_the_cores_fusion_runs_through_the_runner(monkeypatch):
 
     monkeypatch.setattr(pipeline, "fuse", corrupting_fuse)
     with pytest.raises(PassError) as info:
-        lower(Small(), (torch.randn(2, 4),), "qnn", dry_run=True)
+        lower(Small(), (torch.randn(2, 4),), KEEP, dry_run=True)
     message = str(info.value)
-    assert "export-stage pass 'fuse' of the edgeplug core (lowering for backend 'qnn')" in message
+    assert f"export-stage pass 'fuse' of the edgeplug core (lowering for backend '{KEEP}')" in message
     assert "redefined name" in message
 
 
@@ -220,10 +223,10 @@ class _Norm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 
 
-@pytest.mark.parametrize("backend, edge_sees_it_fused", [("vulkan", False), ("qnn", True)])
-def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend, edge_sees_it_fused):
-    """Stage "edge" runs before an edge-stage fusion (vulkan's et_vk.rms_norm), "pre_partition" after
-    it; an aten-namespace target (qnn's aten.rms_norm) is fused on the aten program, before both."""
+@pytest.mark.parametrize("backend, edge_sees_it_fused", [("fixture-fused", False), (KEEP, True)])
+def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend, edge_sees_it_fused, fixture_backends):
+    """Stage "edge" runs before an edge-stage fusion (a backend's own op), "pre_partition" after
+    it; an aten-namespace target (aten.rms_norm) is fused on the aten program, before both."""
     from edgeplug import _plugins as plugins
 
     seen: dict[str, set] = {}
@@ -253,18 +256,18 @@ def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend,
     assert any("rms_norm" in t for t in seen["pre_partition"]) and not any("rsqrt" in t for t in seen["pre_partition"])
 
 
-def test_a_constraint_across_stages_is_refused():
+def test_a_constraint_across_stages_is_refused(fixture_backends):
     from edgeplug import _plugins as plugins
 
     class Crossing:
         @edgeplug.hookimpl
         def edgeplug_passes(self):
-            yield PassSpec(backend="qnn", stage="edge", name="early-x", fn=lambda ep: None)
-            yield PassSpec(backend="qnn", stage="pre_partition", name="late-x", fn=lambda ep: None, after="early-x")
+            yield PassSpec(backend=TABLE, stage="edge", name="early-x", fn=lambda ep: None)
+            yield PassSpec(backend=TABLE, stage="pre_partition", name="late-x", fn=lambda ep: None, after="early-x")
 
     plugins.register(Crossing(), name="crossing")
     try:
         with pytest.raises(Exception, match="constraints order passes of one stage"):
-            edgeplug.get_backend("qnn").passes_for("pre_partition")
+            edgeplug.get_backend(TABLE).passes_for("pre_partition")
     finally:
         plugins.unregister("crossing")
