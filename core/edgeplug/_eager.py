@@ -18,6 +18,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from edgeplug._errors import LoweringError
+from edgeplug._failures import first_line
 from edgeplug._inputs import ExampleInputs
 
 
@@ -130,8 +131,6 @@ def run_eager(eager: EagerModel, inputs: ExampleInputs) -> Reference:
     try:
         return eager(inputs)
     except Exception as exc:
-        from edgeplug._failures import first_line
-
         cause = first_line(exc)
         why = "edgeplug runs it once before lowering: its outputs are what --verify compares with"
         frame = raised_in_user_code(exc)

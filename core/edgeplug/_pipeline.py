@@ -32,6 +32,13 @@ from torch.export import ExportedProgram
 from edgeplug._backend import Backend
 from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, LoweringError
+from edgeplug._failures import edgeplug_cause, name_the_plugin, stage_failure
+from edgeplug._fusion import fusion_stage, resolve_target
+from edgeplug._graph import PassResult, run_passes
+from edgeplug._graph.fold import fold_constant_subgraphs
+from edgeplug._graph.names import copy_exported_program
+from edgeplug._graph.ops import op_name
+from edgeplug._graph.passes import core_pass
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
@@ -156,8 +163,6 @@ def _in_program_order(job: Lowering) -> None:
 
 
 def _program_reference(job: Lowering) -> None:
-    from edgeplug._graph.names import copy_exported_program
-
     job.ep = copy_exported_program(job.source)
     for t in job.ep.state_dict.values():
         t.requires_grad_(False)
@@ -168,12 +173,7 @@ def _program_reference(job: Lowering) -> None:
 def _fusion_pass(job: Lowering, stage: str) -> PassSpec:
     """The core's fusion as a pass of ``stage``: its records go to the report, and the ops it
     creates are remembered so that a later check refusing one names the fusion, not executorch."""
-    from edgeplug._graph.passes import core_pass
-
     def fusion(ep: ExportedProgram) -> ExportedProgram:
-        from edgeplug._fusion import resolve_target
-        from edgeplug._graph.ops import op_name
-
         out, job.fusions = fuse(ep, job.backend)
         if any(r.outcome != "rejected" for r in job.fusions):
             policy = job.backend.fusion_policy("rms_norm")
@@ -193,9 +193,6 @@ def _policy_origin(backend: Backend, policy: Any) -> str:
 
 
 def _export_passes(job: Lowering) -> None:
-    from edgeplug._fusion import fusion_stage
-    from edgeplug._graph import run_passes
-
     passes = export_stage_passes(job.ep, job.backend)
     if fusion_stage(job.backend.fusion_policy("rms_norm")) == "export":
         passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
@@ -207,11 +204,6 @@ def _edge_stage(job: Lowering) -> Any:
     """The pass executorch runs between to_edge and partitioning: constant folding, the backend's
     edge passes, fusion, then the backend's pre-partition passes (the core's rewrites it chose)."""
     from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
-
-    from edgeplug._fusion import fusion_stage
-    from edgeplug._graph import PassResult, run_passes
-    from edgeplug._graph.fold import fold_constant_subgraphs
-    from edgeplug._graph.passes import core_pass
 
     def constant_fold(ep: ExportedProgram) -> PassResult:
         return PassResult(ep, tuple(fold_constant_subgraphs(ep, budget=job.backend.spec.constant_fold_budget)))
@@ -327,8 +319,6 @@ STAGES: tuple[Stage, ...] = (
 
 
 def _run_stage(job: Lowering, stage: Stage) -> None:
-    from edgeplug._failures import edgeplug_cause, name_the_plugin, stage_failure
-
     job.clock.enter(stage.name)
     try:
         stage.run(job)

@@ -25,11 +25,13 @@ and its verification.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from edgeplug._errors import EdgeplugError, QuantizationError
-from edgeplug._quantized import QuantizationInfo, QuantizedModel, is_quantized
 from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
+
+if TYPE_CHECKING:  # the module stays light (the CLI imports it): torch loads with quantize's first call
+    from edgeplug._quantized import QuantizedModel
 
 Progress = Callable[[str], None]
 
@@ -152,6 +154,7 @@ def quantize(
 
     from edgeplug._plugins import get_backend
     from edgeplug._inputs import inputs_for
+    from edgeplug._quantized import QuantizationInfo, QuantizedModel
     from edgeplug._stages import transform
 
     if backend is None or scheme is None:
@@ -268,6 +271,8 @@ def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRe
 
 def _refuse_second_quantization(model: Any) -> None:
     """A model ``quantize`` made, or one holding quantize/dequantize ops, is not quantized again."""
+    from edgeplug._quantized import QuantizedModel, is_quantized
+
     if not is_quantized(model):
         return
     done = model.quantization if isinstance(model, QuantizedModel) else None

@@ -3,9 +3,10 @@
 A decoder's weights are most of its memory, so a lowering that copies them once
 needs twice the model. Two places copy them unless told not to:
 
-- ``shared_weights_in_preprocess``: executorch's ``to_backend`` deep-copies each
-  partition's program before the delegate's preprocess (1x the partition's
-  weights, alive during preprocess beside the serialized blob). Inside it, a deep
+- ``shared_weights_in_preprocess``: executorch deep-copies every partition's
+  program before the delegates' preprocess runs
+  (``BackendDetails.copy_exported_program_for_preprocess``: 1x the delegated
+  weights, all alive while the first partition is preprocessed). Inside it, a deep
   copy of an ExportedProgram shares the program's parameters and constants
   (the graph, signature and buffers are still copied). A preprocess reads
   weights and writes what it makes into its own blob; one that wrote a weight
@@ -66,9 +67,11 @@ def external_constants(node: Any) -> str:
 @contextlib.contextmanager
 def shared_weights_in_preprocess() -> Iterator[None]:
     """Inside: executorch's ``to_backend`` deep-copies a partition's program without copying its weights."""
-    from executorch.exir.backend import backend_api
+    from executorch.exir.backend import backend_api, backend_details
 
-    original = backend_api.copy
+    # backend_details: BackendDetails.copy_exported_program_for_preprocess (every partition's copy is made
+    # before the first preprocess runs); backend_api: to_backend of one program
+    modules = (backend_api, backend_details)
 
     class _SharingCopy:
         """``copy`` as backend_api uses it, with ``deepcopy`` sharing an ExportedProgram's weights."""
@@ -85,11 +88,14 @@ def shared_weights_in_preprocess() -> Iterator[None]:
                         memo.setdefault(id(t), t)
             return copy.deepcopy(x, memo)
 
-    backend_api.copy = _SharingCopy()
+    originals = [m.copy for m in modules]
+    for m in modules:
+        m.copy = _SharingCopy()
     try:
         yield
     finally:
-        backend_api.copy = original
+        for m, original in zip(modules, originals):
+            m.copy = original
 
 
 def data_files(program: Any) -> dict[str, Any]:

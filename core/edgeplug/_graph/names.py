@@ -97,9 +97,23 @@ def name_signature_as_graph(signature: Any, graph: torch.fx.Graph) -> None:
 
 
 def copy_exported_program(ep: Any) -> Any:
-    """``copy.deepcopy(ep)`` whose graph signature names the copy's nodes (``name_signature_as_graph``)."""
+    """``copy.deepcopy(ep)`` whose graph signature names the copy's nodes (``name_signature_as_graph``).
+
+    Weights are shared, not copied (a model's weights are most of its memory): each parameter
+    becomes a new Parameter on the same storage (its flags can change without changing ``ep``'s),
+    and constants the program does not write are the same tensors; buffers are copied."""
     import copy
 
-    out = copy.deepcopy(ep)
+    import torch
+
+    written = set(ep.graph_signature.buffers_to_mutate.values())
+    memo: dict[int, Any] = {}
+    for name, t in ep.state_dict.items():
+        if isinstance(t, torch.nn.Parameter):
+            memo[id(t)] = torch.nn.Parameter(t.detach(), requires_grad=t.requires_grad)
+    for name, t in ep.constants.items():
+        if name not in written and isinstance(t, torch.Tensor):
+            memo.setdefault(id(t), t)
+    out = copy.deepcopy(ep, memo)
     name_signature_as_graph(out.graph_signature, out.graph_module.graph)
     return out

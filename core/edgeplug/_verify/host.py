@@ -46,6 +46,7 @@ import torch.utils._pytree as pytree
 from torch.fx import Interpreter, Node
 
 from edgeplug._errors import EdgeplugError, KernelError, VerificationError
+from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._runtime.device import GpuDevice, NoAdapterError
 from edgeplug.plugin import gpu_device  # the process's device, cached at the façade
 
@@ -407,8 +408,6 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
         raise VerificationError("the lowering result holds no edge program to run")
     ep = result.edge.exported_program()
     session = _Session(backend)
-    from edgeplug._inputs import ExampleInputs, runtime_inputs
-
     # every leaf, None and scalars included, in the program's input order (keywords by its in-spec)
     user_inputs = runtime_inputs(ep, ExampleInputs(result.args, result.kwargs))
     values: list[Any] = []

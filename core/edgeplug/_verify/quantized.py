@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
+from edgeplug._failures import first_line
 from edgeplug._quantized import QuantizationInfo, output_steps
 from edgeplug._registry import manager
 from edgeplug._report import QuantizationSummary, Verification
@@ -44,8 +45,6 @@ def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) ->
 
 def _refused(exc: BaseException, info: Any, backend: Any) -> VerificationError:
     """The runtime refused a quantized program: say whose quantizer made it and what to do."""
-    from edgeplug._failures import first_line
-
     if info is not None and info.backend != backend.name:
         why = (
             f"the program was quantized with {info.backend}'s quantizer (scheme {info.scheme!r}), whose "

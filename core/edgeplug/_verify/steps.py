@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import torch
 from torch.export import ExportedProgram
 
+from edgeplug._failures import first_line
 from edgeplug._inputs import ExampleInputs, decode_inputs
 from edgeplug._result import LoweringResult
 from edgeplug._verify.compare import compare_outputs
@@ -52,8 +53,6 @@ def decode_steps(result: LoweringResult, count: int = DECODE_STEPS) -> tuple[lis
     calls = decode_inputs(ep, ExampleInputs(result.args, result.kwargs), count, sizes_from=result.exported_program)
     if not calls:
         return [], "decode steps not run: the program's inputs do not match the example inputs' leaves"
-    from edgeplug._failures import first_line
-
     steps: list[_Step] = []
     eager = ref.model
     eager.reset()

@@ -1,4 +1,4 @@
-"""External weights (issue 27): ``lower(..., external_weights=True)`` writes the weights once into a
+"""Lowering at model scale (issue 27): the weights are shared, never copied. External weights (issue 27): ``lower(..., external_weights=True)`` writes the weights once into a
 ``.ptd`` beside the ``.pte`` through executorch's named data, and the pair runs in executorch's runtime.
 Also the per-stage memory profile (``profile_memory``) and the refusals."""
 
@@ -87,3 +87,15 @@ def test_external_weights_cannot_stream_to_stdout(external):
     result, _ = external
     with pytest.raises(edgeplug.EdgeplugError, match="two files"):
         result.save("-")
+
+
+def test_an_exported_programs_weights_are_shared_and_its_flags_left_alone(decoder):
+    model, args = decoder
+    ep = torch.export.export(model, args)
+    flags = {n: t.requires_grad for n, t in ep.state_dict.items()}
+    result = edgeplug.lower(ep, args, "xnnpack", dry_run=True)
+    mine = {ep.state_dict[n].untyped_storage().data_ptr() for n in ep.graph_signature.parameters}
+    lowered = result.exported_program
+    theirs = {lowered.state_dict[n].untyped_storage().data_ptr() for n in lowered.graph_signature.parameters}
+    assert theirs and theirs <= mine, "the lowering copied the program's weights"
+    assert {n: t.requires_grad for n, t in ep.state_dict.items()} == flags
