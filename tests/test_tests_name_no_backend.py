@@ -54,7 +54,6 @@ PENDING: dict[str, str] = {
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_fusion_quantized.py": "fusion on programs quantized by QnnQuantizer / VulkanQuantizer: to plugins/qnn and plugins/vulkan tests",
     "test_hostile_inputs.py": "user mistakes lowered on xnnpack/vulkan: lower to fixture backends; runtime (.pte) cases to plugins/xnnpack",
-    "test_lower.py": "lower/transform/verify through xnnpack/qnn/vulkan/webgpu: fixture backends; .pte runtime cases to plugins/xnnpack",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
     "test_quantize_schemes.py": "each first-party backend's scheme table: to each plugin's tests (plugins/*/tests/test_backend.py)",
     "test_faults.py": "fault injection in first-party lowerings: inject into fixture backends",
