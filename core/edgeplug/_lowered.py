@@ -27,7 +27,7 @@ def count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) 
         ops: Counter = Counter()
         for n in lowered.original_module.graph_module.graph.nodes:
             if n.op == "call_function" and n.target is not operator.getitem:
-                ops[op_name(n.target)] += 1
+                ops[op_name(n)] += 1
         total.update(ops)
         real_id = backend_id if lowered.backend_id == STAND_IN_ID and backend_id else lowered.backend_id
         parts.append(PartitionSummary(tag=name, backend_id=real_id, nodes=sum(ops.values()), ops=dict(ops)))
@@ -44,7 +44,7 @@ def cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, t
             continue
         if "executorch_call_delegate" in str(n.target) or n.name in tagged:
             continue
-        out.append(CpuNode(node=n.name, op=op_name(n.target), reason=reasons.get(n.name, default)))
+        out.append(CpuNode(node=n.name, op=op_name(n), reason=reasons.get(n.name, default)))
     return out
 
 

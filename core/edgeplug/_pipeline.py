@@ -44,6 +44,7 @@ from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
 from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
 from edgeplug._report import CpuNode, GraphNode, LoweringReport, StageTiming, annotate_graph, graph_of
+from edgeplug._shape_env import kept_shape_envs
 from edgeplug._result import LoweringResult
 from edgeplug._stages import export_stage_passes, fuse, resolve_backend
 from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
@@ -439,7 +440,9 @@ def lower(
         label=model_name or type(model_or_ep).__name__,
         quantization=quantization,
     )
-    with torch.no_grad():  # lowering never needs grad, and grad mode must not change the program
+    # no grad: lowering never needs it, and grad mode must not change the program; the caller's
+    # program keeps its ShapeEnv as it was (a second lowering of it must still trace)
+    with torch.no_grad(), kept_shape_envs(model_or_ep):
         for stage in STAGES:
             if stage.applies(job):
                 _run_stage(job, stage)

@@ -164,7 +164,10 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
                 p.requires_grad_(False)
             with torch.no_grad():
                 ep = torch.export.export(model, copy.deepcopy(tuple(example_inputs)))
-        edge = to_edge_transform_and_lower(ep, transform_passes=ExportedProgramPassManager([_Snapshot()]), partitioner=[inner])
+        from edgeplug._shape_env import kept_shape_envs
+
+        with kept_shape_envs(model_or_ep):  # stock's trace leaves symbols pending in the caller's ShapeEnv
+            edge = to_edge_transform_and_lower(ep, transform_passes=ExportedProgramPassManager([_Snapshot()]), partitioner=[inner])
         edge_ep = edge.exported_program()
     except Exception as exc:
         return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")

@@ -54,7 +54,10 @@ def op_name(target: Any) -> str:
     if isinstance(target, torch.fx.Node):
         if target.op != "call_function":
             return target.op
-        target = target.target
+        node, target = target, target.target
+        if str(getattr(target, "__name__", "")).startswith("auto_functionalized") and node.args:
+            # a functionalized in-place custom op (``llama::update_cache``): name the op it runs
+            return f"{target.__name__}({op_name(node.args[0])})"
     schema = op_schema(target)
     if schema is None:
         return getattr(target, "__name__", None) or str(target)

@@ -23,6 +23,7 @@ __all__ = [
     "test_unavailable_backend_refuses_with_what_to_install",
     "test_kept_whole_ops_are_not_left_on_cpu",
     "test_verification_matches_eager",
+    "test_llm_custom_ops_are_delegated_or_named",
 ]
 
 #: The example every backend must lower.
@@ -275,3 +276,26 @@ def test_verification_matches_eager(edgeplug_backend, edgeplug_lowering):
     report = edgeplug_lowering(EXAMPLE, edgeplug_backend.name, verify=True).report
     assert report.verification.method == edgeplug_backend.spec.verify_method
     assert report.verification.max_abs_diff < TOLERANCE, report.to_table()
+
+
+def test_llm_custom_ops_are_delegated_or_named(edgeplug_backend):
+    """ExecuTorch's LLM custom ops (``llama::update_cache``, ``llama::custom_sdpa``) in a program with a
+    dynamic sequence length pass every stage: each is delegated or left on the CPU with a reason, and
+    the caller's program can be lowered again afterwards."""
+    import edgeplug
+    from edgeplug.testing.programs import CUSTOM_OPS, cached_attention
+
+    ep, args = cached_attention()
+    code = ep.graph_module.code
+    dry_run = not edgeplug_backend.availability().ok
+    report = edgeplug.lower(ep, args, edgeplug_backend, dry_run=dry_run).report
+    on_cpu = {c.op: c.reason for c in report.cpu_nodes}
+    delegated = set(report.delegated_ops)
+    for op in CUSTOM_OPS:
+        assert op in on_cpu or op in delegated, (
+            f"{edgeplug_backend.name}: {op} is neither delegated nor on the CPU: {report.to_table()}"
+        )
+        assert op not in on_cpu or on_cpu[op].strip(), f"{edgeplug_backend.name}: {op} is on the CPU with no reason"
+    assert ep.graph_module.code == code, "the lowering changed the caller's program"
+    again = edgeplug.lower(ep, args, edgeplug_backend, dry_run=True).report
+    assert again.cpu_ops == report.cpu_ops, "a second lowering of the same program partitioned it differently"

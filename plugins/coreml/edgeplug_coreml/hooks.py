@@ -30,6 +30,7 @@ def edgeplug_keep_whole():
 @edgeplug.hookimpl
 def edgeplug_partitioner_filters():
     yield PartitionerFilter(backend="coreml", name=support.DTYPE_FILTER, fn=support.refuse_dtypes_coreml_lacks)
+    yield PartitionerFilter(backend="coreml", name=support.SYMBOLIC_FILTER, fn=support.refuse_data_dependent_scalars)
 
 
 @edgeplug.hookimpl

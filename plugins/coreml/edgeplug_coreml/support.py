@@ -25,6 +25,7 @@ INSTALL = f"pip install {COREMLTOOLS}"
 #: executorch's name for the delegate (the id a .pte's delegate carries)
 BACKEND_ID = "CoreMLBackend"
 DTYPE_FILTER = "coreml-dtypes"
+SYMBOLIC_FILTER = "coreml-tensor-inputs"
 
 
 def _coremltools_missing() -> Optional[str]:
@@ -187,6 +188,39 @@ def refuse_dtypes_coreml_lacks(node: Any, ctx: "FilterContext") -> Any:
         dtype = str(value.dtype).removeprefix("torch.")
         if dtype in LACKS:
             return refuse(f"Core ML has no {dtype} tensors ({what} is {dtype}); cast the model to float32 to delegate it")
+    return None
+
+
+def _data_dependent_int(value: Any) -> bool:
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and bool(free_unbacked_symbols(value))
+
+
+def refuse_data_dependent_scalars(node: Any, ctx: "FilterContext") -> Any:
+    """Refuse a node that makes a data-dependent integer (``input_pos[0].item()``) or reads a symbolic one.
+
+    A Core ML program takes tensors only: a partition whose input is a symbolic
+    integer (a dynamic size, a ``.item()``) fails in the delegate's preprocess
+    ("Placeholder val must be a tensor"), so the node stays on the CPU with the
+    integer it needs.
+    """
+    if node.op != "call_function":
+        return None
+    from edgeplug.plugin import refuse
+
+    if _data_dependent_int(node.meta.get("val")):
+        return refuse(f"Core ML programs take and give tensors only; {node.name} computes the data-dependent integer {node.meta['val']}")
+    import torch
+
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return refuse(
+                f"Core ML programs take tensors only; its input {arg.name} is the symbolic integer {val} "
+                "computed on the CPU (a dynamic size or a .item())"
+            )
     return None
 
 

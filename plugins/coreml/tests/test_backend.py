@@ -114,7 +114,7 @@ def test_float64_nodes_stay_on_the_cpu_with_the_reason():
 def test_the_dtype_filter_refuses_complex_and_float64_and_lets_float32_through():
     from edgeplug.plugin import FilterContext
 
-    (record,) = edgeplug.get_backend("coreml").records(edgeplug.PartitionerFilter)
+    (record,) = [f for f in edgeplug.get_backend("coreml").records(edgeplug.PartitionerFilter) if f.name == "coreml-dtypes"]
 
     def node_of(dtype: torch.dtype) -> torch.fx.Node:
         graph = torch.fx.Graph()
@@ -131,6 +131,26 @@ def test_the_dtype_filter_refuses_complex_and_float64_and_lets_float32_through()
         assert f"Core ML has no {str(dtype).removeprefix('torch.')} tensors" in verdict.reason
     assert record.fn(node_of(torch.float32), ctx) is None
     assert record.fn(node_of(torch.float16), ctx) is None
+
+
+def test_symbolic_integers_stay_on_the_cpu_with_their_readers():
+    """Core ML programs take tensors only: the .item() of a KV-cache position and the nodes that read a
+    symbolic size are refused (a partition taking one failed in Core ML's preprocess); tensor-only nodes pass."""
+    from edgeplug.plugin import FilterContext
+    from edgeplug.testing.programs import cached_attention
+
+    (record,) = [f for f in edgeplug.get_backend("coreml").records(edgeplug.PartitionerFilter) if f.name == "coreml-tensor-inputs"]
+    ep, _ = cached_attention()
+    ctx = FilterContext(stage="partition", backend="coreml")
+    verdicts = {n.name: record.fn(n, ctx) for n in ep.graph.nodes if n.op == "call_function"}
+    item = next(n for n in ep.graph.nodes if str(n.target) in ("aten.item.default", "aten._local_scalar_dense.default"))
+    assert verdicts[item.name] is not None and not verdicts[item.name]
+    assert "data-dependent integer" in verdicts[item.name].reason
+    readers = [n for n in item.users if n.op == "call_function"]
+    assert readers and all(verdicts[n.name] is not None and not verdicts[n.name] for n in readers)
+    assert any("symbolic integer" in verdicts[n.name].reason for n in readers)
+    linears = [n for n in ep.graph.nodes if "linear" in str(n.target)]
+    assert linears and all(verdicts[n.name] is None for n in linears)
 
 
 def test_keep_whole_table_agrees_with_the_partitioners_own_ops_to_not_decompose():
