@@ -55,7 +55,24 @@ def build(layers: int, hidden: int, dtype: str, vocab: int) -> Any:
     previous = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, DTYPES[dtype]))
     try:
-        model = LlamaForCausalLM(config).eval()
+        if not wide:
+            model = LlamaForCausalLM(config).eval()
+        else:  # billions of weights: transformers' initialisation takes minutes; random normal ones take seconds
+            with torch.device("meta"):
+                model = LlamaForCausalLM(config).eval()
+            model.to_empty(device="cpu")
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if p.dim() == 1:
+                        p.fill_(1.0)
+                        continue
+                    # each tensor its own random block, tiled (copies, not draws): no two tensors alike,
+                    # so a delegate that stores constants by content hash deduplicates none of them
+                    flat, block = p.view(-1), torch.randn(1 << 20) * 0.02
+                    for i in range(0, flat.numel(), block.numel()):
+                        flat[i:i + block.numel()].copy_(block[: flat.numel() - i])
+            model.model.rotary_emb = type(model.model.rotary_emb)(config)  # its buffers, computed again
+            model.tie_weights()
     finally:
         torch.set_default_dtype(previous)
     for p in model.parameters():

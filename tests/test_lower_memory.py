@@ -99,3 +99,28 @@ def test_an_exported_programs_weights_are_shared_and_its_flags_left_alone(decode
     theirs = {lowered.state_dict[n].untyped_storage().data_ptr() for n in lowered.graph_signature.parameters}
     assert theirs and theirs <= mine, "the lowering copied the program's weights"
     assert {n: t.requires_grad for n, t in ep.state_dict.items()} == flags
+
+
+@pytest.mark.slow
+def test_cli_writes_the_pte_and_its_ptd_and_profiles_memory(cli, tmp_path):
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+    out = tmp_path / "mlp.pte"
+    code, stdout, stderr = cli(
+        "lower", "mlp", "-b", "xnnpack", "--external-weights", "--profile-memory", "--verify", "-o", out
+    )
+    assert code == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.ptd", "mlp.pte"]
+    assert "MiB peak" in stdout
+    from edgeplug.examples import load_model
+
+    model, args, _, _ = load_model("mlp")
+    got = _load_for_executorch(str(out), data_path=str(tmp_path / "mlp.ptd")).forward(list(args))[0]
+    assert torch.allclose(got, model(*args), atol=1e-5)
+
+
+def test_cli_refuses_external_weights_for_a_backend_without_them(cli, tmp_path):
+    code, _, stderr = cli("lower", "mlp", "-b", "vulkan", "--external-weights", "-o", tmp_path / "m.pte")
+    assert code != 0
+    assert "cannot put its weights into a .ptd" in stderr
+    assert not list(tmp_path.iterdir())

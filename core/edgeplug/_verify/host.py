@@ -416,6 +416,8 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
             if not user_inputs:
                 raise VerificationError("the lowered program takes more inputs than the example inputs give")
             values.append(user_inputs.pop(0))
+        elif spec.kind.name == "BUFFER":  # a copy: the program may write it (to_executorch's write-back copy_)
+            values.append(_program_constant(ep, spec).clone())
         else:
             values.append(_program_constant(ep, spec))
     try:
