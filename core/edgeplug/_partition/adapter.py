@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
+from edgeplug._backend import Backend
 from edgeplug._errors import LoweringError
 from edgeplug._graph import constant_only_nodes
 from edgeplug._graph.ops import aten_overload, is_qdq
@@ -28,8 +29,6 @@ from edgeplug._partition.standin import STAND_IN_ID
 from edgeplug._partition.support import SupportCheck, capture_why, support_check, unstated_reason
 from edgeplug._partition.verdict import TAKEN, FilterContext, Verdict
 
-if TYPE_CHECKING:
-    from edgeplug._backend import Backend
 
 
 def _fused_ops(backend: Backend) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from edgeplug._backend import Backend
 from edgeplug._graph.ops import op_name
 from edgeplug._partition.verdict import Verdict, support_answer
 
@@ -65,7 +66,7 @@ def _guarded(raw: Callable[[torch.fx.Node], Any], who: str) -> SupportCheck:
 
 
 def support_check(
-    backend: Any, gm: Optional[torch.fx.GraphModule] = None, *, partitioner: Any = None
+    backend: Backend | Any, gm: Optional[torch.fx.GraphModule] = None, *, partitioner: Any = None
 ) -> Optional[SupportCheck]:
     """The backend's per-node support check: ``check(node) -> Verdict`` with a reason.
 
@@ -82,13 +83,12 @@ def support_check(
     None when the backend states neither: the core then knows support only
     from what the partitioner tags.
     """
-    spec = getattr(backend, "spec", None)
-    if spec is None:  # a partitioner alone
+    if not isinstance(backend, Backend):  # a partitioner alone
         backend, partitioner = None, backend
     elif partitioner is None:
         partitioner = backend.make_partitioner()
     who = type(partitioner).__name__
-    factory = spec.support_check if spec is not None else None
+    factory = backend.spec.support_check if backend is not None else None
     if factory is not None:
         return _guarded(factory(partitioner, gm), who)
     if callable(getattr(partitioner, "verdict", None)):
