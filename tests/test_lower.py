@@ -202,13 +202,8 @@ class _ScalesItsInput(torch.nn.Module):
 
 #: found moving this test to host kernels: a buffer updated outside the delegates keeps the first
 #: verification's update, so verifying again starts from count = 1 (max_abs_diff 1.2e-7, then 1.0)
-_HOST_RUN_KEEPS_BUFFER_UPDATE = pytest.mark.xfail(
-    strict=True, reason="host verification: a buffer mutated on the CPU keeps the first run's update (a second verify differs)"
-)
-
-
 @pytest.mark.parametrize(
-    "make", [pytest.param(_CountsCalls, marks=_HOST_RUN_KEEPS_BUFFER_UPDATE), _ScalesItsInput], ids=["buffer", "input"]
+    "make", [_CountsCalls, _ScalesItsInput], ids=["buffer", "input"]
 )
 def test_lower_leaves_a_stateful_models_state_and_inputs_as_they_were(make):
     """On host kernels; what the runtime returns from a .pte is tested with the plugin that runs it."""
