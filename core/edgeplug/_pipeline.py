@@ -254,7 +254,7 @@ def _to_edge(job: Lowering) -> None:
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
     from executorch.exir.pass_manager import ExportedProgramPassManager
 
-    from edgeplug._weights import shared_weights_in_preprocess, tag_external
+    from edgeplug._weights import shared_weights_in_preprocess, spilled_weights, tag_external
 
     b = job.backend
     job.partitioner = _make_partitioner(job)
@@ -263,7 +263,8 @@ def _to_edge(job: Lowering) -> None:
     # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
     scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
     try:
-        with scope, shared_weights_in_preprocess():
+        spill = spilled_weights() if job.external_weights else contextlib.nullcontext()
+        with scope, shared_weights_in_preprocess(), spill:
             job.edge = to_edge_transform_and_lower(
                 job.ep,
                 transform_passes=ExportedProgramPassManager([_edge_stage(job)]),
@@ -290,9 +291,12 @@ class _Size:
 
 
 def _serialize(job: Lowering) -> None:
-    program = job.edge.to_executorch(_executorch_config(job.edge.exported_program(), job.external_weights))
-    size = _Size()
-    program.write_to_file(size)  # serialized here, its pieces kept (not joined); save streams them to disk
+    from edgeplug._weights import spilled_weights
+
+    with spilled_weights() if job.external_weights else contextlib.nullcontext():
+        program = job.edge.to_executorch(_executorch_config(job.edge.exported_program(), job.external_weights))
+        size = _Size()
+        program.write_to_file(size)  # serialized here, its pieces kept (not joined); save streams them to disk
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
         job.result.program, job.result.pte_bytes = program, size.bytes
 

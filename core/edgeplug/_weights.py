@@ -20,7 +20,8 @@ which a delegate that supports it (``BackendSpec.external_weights``) reads to pu
 the weight into executorch's named data under that tag, and ``to_executorch``
 moves the parameters left on the CPU there too (``ExecutorchBackendConfig.external_constants``).
 The ``.pte`` then holds no weight; ``LoweringResult.save`` writes them once, into
-``<name>.ptd`` beside ``<name>.pte``.
+``<name>.ptd`` beside ``<name>.pte``. Until then each weight waits in a temporary
+file (``spilled_weights``), not in memory.
 """
 
 from __future__ import annotations
@@ -96,6 +97,42 @@ def shared_weights_in_preprocess() -> Iterator[None]:
     finally:
         for m, original in zip(modules, originals):
             m.copy = original
+
+
+#: named data this large or larger, under ``DATA_TAG``, waits on disk for the .ptd (``spilled_weights``)
+SPILL_BYTES = 1 << 16
+
+
+@contextlib.contextmanager
+def spilled_weights() -> Iterator[None]:
+    """Inside: weights a delegate's preprocess (or ``to_executorch``) puts into named data under ``DATA_TAG``
+    go to a temporary file at once, as executorch's own ``FileBackedData``, instead of staying in memory
+    as bytes until the .ptd is written; each file is removed when the program holding it is released."""
+    import os
+    import tempfile
+
+    from executorch.exir._serialize._cord import FileBackedData
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+
+    original = NamedDataStore.add_named_data
+
+    def add_named_data(self: Any, key: str, data: Any, alignment: Any = 1, external_tag: Any = None, **kw: Any) -> None:
+        if external_tag == DATA_TAG and isinstance(data, (bytes, bytearray)) and len(data) >= SPILL_BYTES:
+            fd, path = tempfile.mkstemp(prefix="edgeplug-weight-", suffix=".bin")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            except BaseException:
+                os.remove(path)
+                raise
+            data = FileBackedData(path, cleanup=True)
+        original(self, key, data, alignment, external_tag, **kw)
+
+    NamedDataStore.add_named_data = add_named_data
+    try:
+        yield
+    finally:
+        NamedDataStore.add_named_data = original
 
 
 def data_files(program: Any) -> dict[str, Any]:
