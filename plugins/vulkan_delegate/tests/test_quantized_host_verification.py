@@ -49,12 +49,17 @@ def _lowered(name: str, backend: str, scheme: str):
     return quantized, result
 
 
-def _attr(module: torch.nn.Module, dotted: str):
-    return functools.reduce(getattr, dotted.split("."), module)
+def _graph_module(quantized) -> torch.fx.GraphModule:
+    """The quantized program ``edgeplug.quantize`` returned, or the one it wraps."""
+    return quantized if isinstance(quantized, torch.fx.GraphModule) else quantized.program
+
+
+def _attr(quantized, dotted: str):
+    return functools.reduce(getattr, dotted.split("."), _graph_module(quantized))
 
 
 def _norm_weight(quantized) -> str:
-    names = [n.target for n in quantized.graph.nodes if n.op == "get_attr" and "norm" in str(n.target)]
+    names = [n.target for n in _graph_module(quantized).graph.nodes if n.op == "get_attr" and "norm" in str(n.target)]
     assert names, "the quantized model has no norm weight constant"
     return names[-1]  # the final norm: every logit reads it
 
@@ -66,7 +71,7 @@ def _edits(quantized, scheme: str):
     edits = [("a norm weight", lambda m: _attr(m, norm)[3].add_(0.5))]
     if scheme == "w8":  # PT2E: dequantize_per_channel(int8 weight, scales, zero points), constant operands
         deq = [  # the head's: every logit reads it
-            n for n in quantized.graph.nodes
+            n for n in _graph_module(quantized).graph.nodes
             if n.op == "call_function" and "dequantize_per_channel" in str(n.target)
         ][-1]
         scale, zero_point = deq.args[1].target, deq.args[2].target
@@ -75,7 +80,10 @@ def _edits(quantized, scheme: str):
             ("a zero point", lambda m: _attr(m, zero_point)[7:8].add_(8)),
         ]
     else:  # torchao: int4 data, scales and zero points inside the head's weight tensor, a group of 32 each
-        head = next(n.target for n in quantized.graph.nodes if n.op == "get_attr" and str(n.target).endswith("lm_head.weight"))
+        head = next(
+            n.target for n in _graph_module(quantized).graph.nodes
+            if n.op == "get_attr" and str(n.target).endswith("lm_head.weight")
+        )
         edits += [
             ("a scale", lambda m: _attr(m, head).scale[5, 1:2].mul_(1.5)),
             ("a zero point", lambda m: _attr(m, head).zero_point[7, 0:1].add_(4)),
