@@ -51,6 +51,10 @@ def edgeplug_passes():
     yield PassSpec(backend=BACKEND, stage="export", name=passes.NAME, fn=passes.div_by_power_of_two_to_mul)
     # the core's exact rewrites into forms XNNPACK's partitioner takes (fp32 / fp16 ops)
     yield rewrite_pass("drop_identity_copies", backend=BACKEND)
+    # a dynamic sequence length (KV-cache decoders): its slices refuse a symbolic input size, and it has no
+    # eq / logical_not / any / where config; both rewrites make ops it takes (mm, clamp, add, mul)
+    yield rewrite_pass("rotate_half_as_matmul", backend=BACKEND, symbolic_only=True, dtypes=FLOATS)
+    yield rewrite_pass("safe_softmax_as_floats", backend=BACKEND, dtypes=FLOATS, before="scalar_to_tensor")
     yield rewrite_pass("scalar_to_tensor", backend=BACKEND, dtypes=FLOATS)  # no mul.Scalar config
     yield rewrite_pass("mean_at_rank", backend=BACKEND, rank=4, dims=(2, 3), dtypes=FLOATS)  # 4-d means only
     yield rewrite_pass("unsqueeze_as_view", backend=BACKEND, except_trailing=True, dtypes=FLOATS)

@@ -27,7 +27,9 @@ what each of its rewrites does and why it is exact:
   at a lower rank;
 - ``reductions``: the rank, dims, keepdim and dtype a reduction runs in;
 - ``masks``: constant masks and fills as slices and pads;
-- ``scans``: short cumulative sums (a state-space layer's) as adds.
+- ``scans``: short cumulative sums (a state-space layer's) as adds;
+- ``attention``: rotary embedding's ``rotate_half`` as a matmul and the safe
+  softmax's bool guards as float ops, at symbolic sizes.
 
 ``table`` holds the one literal table of them by name (``REWRITES``),
 ``rewrite_pass`` (the ``PassSpec`` a backend yields) and ``apply_rewrite``

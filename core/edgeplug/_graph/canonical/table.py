@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence, Union
 
 from torch.export import ExportedProgram
 
-from edgeplug._graph.canonical import elementwise, masks, reductions, scans, shape
+from edgeplug._graph.canonical import attention, elementwise, masks, reductions, scans, shape
 from edgeplug._graph.names import reserve_node_names
 from edgeplug._graph.passes import PassResult
 from edgeplug._records import PassSpec, TransformRecord
@@ -59,6 +59,9 @@ REWRITES: dict[str, Rewrite] = {
     # masks
     "cat_fill_as_pad": Rewrite("cat_fill_as_pad", masks.cat_fill_as_pad),
     "where_static_mask": Rewrite("where_static_mask", masks.where_static_mask),
+    # attention at symbolic sizes (a KV-cache decoder's dynamic sequence length)
+    "rotate_half_as_matmul": Rewrite("rotate_half_as_matmul", attention.rotate_half_as_matmul),
+    "safe_softmax_as_floats": Rewrite("safe_softmax_as_floats", attention.safe_softmax_as_floats),
     # scans (state-space layers)
     "short_cumsum_as_adds": Rewrite("short_cumsum_as_adds", scans.short_cumsum_as_adds),
 }
