@@ -50,7 +50,6 @@ PENDING: dict[str, str] = {
     "test_quantize_examples.py": "PT2E schemes x examples: the per-backend schemes to each plugin's tests, the core's part on a fixture scheme",
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_quantize.py": "edgeplug.quantize through xnnpack/qnn quantizers: a fixture QuantScheme for the core's part, the rest to plugins",
-    "test_conformance.py": "the suite over every installed backend and the suite itself: run the suite's self-tests on the fixture backends",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_fusion_quantized.py": "fusion on programs quantized by QnnQuantizer / VulkanQuantizer: to plugins/qnn and plugins/vulkan tests",
     "test_hostile_inputs.py": "user mistakes lowered on xnnpack/vulkan: lower to fixture backends; runtime (.pte) cases to plugins/xnnpack",

@@ -233,3 +233,16 @@ def test_the_lowering_context_quiets_core_ml_and_restores_everything_even_on_err
             assert torch_frontend._tqdm is tqdm.tqdm
     finally:
         executorch_logger.setLevel(before[0])
+
+
+def test_fusion_policy_follows_the_design_table():
+    """DESIGN.md's fusion-policy table: aten.rms_norm kept whole, a leaf [D] weight, computed weights folded,
+    a runtime scale after a unit-weight norm, no fp32 accumulation (moved from tests/test_conformance.py)."""
+    import edgeplug
+
+    policy = edgeplug.get_backend("coreml").fusion_policy("rms_norm")
+    assert policy is not None, "coreml declares no rms_norm fusion policy"
+    assert policy.target == "aten.rms_norm"
+    assert policy.weight_sources == frozenset({"leaf"})
+    assert policy.fold_computed_constants and policy.unit_weight_fallback
+    assert policy.fp32_accumulation is False

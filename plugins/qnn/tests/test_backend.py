@@ -48,3 +48,16 @@ def test_availability_names_what_is_missing_in_the_sdk(monkeypatch, tmp_path):
 def test_htp_keeps_its_native_ops_whole():
     aten = __import__("torch").ops.aten
     assert {aten.linear.default, aten.rms_norm.default, aten.hardswish.default} <= set(edgeplug.get_backend("qnn").keep_whole)
+
+
+def test_fusion_policy_follows_the_design_table():
+    """DESIGN.md's fusion-policy table: aten.rms_norm kept whole, a leaf [D] weight, computed weights folded,
+    a runtime scale after a unit-weight norm, no fp32 accumulation (moved from tests/test_conformance.py)."""
+    import edgeplug
+
+    policy = edgeplug.get_backend("qnn").fusion_policy("rms_norm")
+    assert policy is not None, "qnn declares no rms_norm fusion policy"
+    assert policy.target == "aten.rms_norm"
+    assert policy.weight_sources == frozenset({"leaf"})
+    assert policy.fold_computed_constants and policy.unit_weight_fallback
+    assert policy.fp32_accumulation is False

@@ -36,3 +36,16 @@ def test_availability_says_what_is_missing(monkeypatch, tmp_path):
     a = samsung.availability()  # an SDK folder, but executorch was built without the ENN wrapper
     assert not a.ok and a.reason.startswith("executorch's ENN wrapper is not built")
     assert "Samsung backend" in a.hint
+
+
+def test_fusion_policy_follows_the_design_table():
+    """DESIGN.md's fusion-policy table: aten.rms_norm kept whole, a leaf [D] weight, computed weights folded,
+    a runtime scale after a unit-weight norm, no fp32 accumulation (moved from tests/test_conformance.py)."""
+    import edgeplug
+
+    policy = edgeplug.get_backend("samsung").fusion_policy("rms_norm")
+    assert policy is not None, "samsung declares no rms_norm fusion policy"
+    assert policy.target == "aten.rms_norm"
+    assert policy.weight_sources == frozenset({"leaf"})
+    assert policy.fold_computed_constants and policy.unit_weight_fallback
+    assert policy.fp32_accumulation is False
