@@ -370,10 +370,17 @@ def quantized_targets(cells: list[Cell]) -> list[str]:
     """Issue 22's "done when" on the quantized cells, one line each: met or not, with the figures."""
     cells = [_settled(c) for c in cells if c.scheme != FLOAT]
     out: list[str] = []
+    borrowed = [c for c in cells if "@" in c.scheme]  # a scheme the backend does not offer, tried
+    cells = [c for c in cells if "@" not in c.scheme]
     ok = [c for c in cells if not c.error and c.edgeplug.ok]
     fails = [f"{c.label} {c.backend} {c.scheme} ({c.edgeplug.stage or 'cell'})" for c in cells if c not in ok]
-    out.append(f"every quantized cell lowers with edgeplug: {len(ok)} of {len(cells)}"
+    out.append(f"every cell of a scheme its backend offers lowers with edgeplug: {len(ok)} of {len(cells)}"
                + (f"; fails: {', '.join(fails)}" if fails else "") + f" — {'met' if not fails else 'not met'}")
+    for c in borrowed:
+        owner = c.scheme.partition("@")[2]
+        out.append(f"{c.backend} does not offer {owner}'s {c.scheme.partition('@')[0]}; tried on {c.label}: edgeplug "
+                   + ("lowers" if c.edgeplug.ok else f"fails at {c.edgeplug.stage or 'lower'} ({_esc(c.edgeplug.error or c.error)[:200]})")
+                   + ", stock " + (c.stock_absent or ("lowers" if c.stock.ok else f"fails at {c.stock.stage or 'lower'} ({_esc(c.stock.error)[:200]})")))
     stock_fails = [c for c in cells if not c.stock_absent and not c.stock.ok and c.stock.error]
     if stock_fails:
         by_stage: dict[str, list[str]] = {}
