@@ -54,7 +54,7 @@ zoo: setup
 	rm -f out/zoo-quantized.jsonl
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/edgeplug zoo --models $(ZOO_DECODERS) --schemes $(ZOO_SCHEMES) \
 	  --compare-stock --jobs 2 --layers 1 --out out/zoo-quantized.jsonl --markdown docs/zoo.md
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py plugins/vulkan_delegate/tests/test_bf16_rms_norm.py tests/test_quantize_verify.py \
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_zoo.py tests/test_quantize_examples.py plugins/vulkan_delegate/tests/test_bf16_rms_norm.py tests/test_quantize_verify.py \
 	  plugins/vulkan_delegate/tests/test_quantized_host_verification.py
 
 clean:
