@@ -54,7 +54,6 @@ PENDING: dict[str, str] = {
     "test_fusion_quantized.py": "fusion on programs quantized by QnnQuantizer / VulkanQuantizer: to plugins/qnn and plugins/vulkan tests",
     "test_hostile_inputs.py": "user mistakes lowered on xnnpack/vulkan: lower to fixture backends; runtime (.pte) cases to plugins/xnnpack",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
-    "test_quantize_schemes.py": "each first-party backend's scheme table: to each plugin's tests (plugins/*/tests/test_backend.py)",
     "test_faults.py": "fault injection in first-party lowerings: inject into fixture backends",
     "test_quantize_verify.py": "quantized verification through vulkan's preprocess mirror: to plugins/vulkan_delegate tests; the generic part on fixture-fused",
     "test_canonical.py": "the core's rewrites checked on what xnnpack/vulkan/qnn take: on fixture-table; per-backend outcomes to plugins",

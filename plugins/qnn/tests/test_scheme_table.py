@@ -1,0 +1,66 @@
+"""QNN's quantization schemes: the scheme table the plugin declares and the quantizer each scheme builds, offline.
+
+Moved from the core's tests (issue 23): the core's part of the quantizer hook is tested in
+tests/test_quantize_schemes.py on backends the test registers.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from edgeplug._quantization import make_quantizer, schemes
+
+#: PT2E scheme -> (activation bits, weight bits, per channel); torchao source transforms are tested elsewhere
+EXPECTED = {"8a8w": (8, 8, True), "16a8w": (16, 8, True), "8a4w": (8, 4, True), "16a4w": (16, 4, True)}
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Every connection or name lookup is refused and recorded; QNN_SDK_ROOT is unset."""
+    attempts: list[str] = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(repr(args[1:] or args)[:120])
+        raise OSError("networking is disabled in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+    # executorch sets up the SDK once per process: make this test see the first time
+    from executorch.backends.qualcomm.utils import qnn_sdk_setup
+
+    monkeypatch.setattr(qnn_sdk_setup, "_sdk_ready", False)
+    return attempts
+
+
+def test_the_plugin_declares_its_schemes():
+    got = {s.scheme: (s.activation_bits, s.weight_bits, s.per_channel) for s in schemes("qnn") if s.kind == "pt2e"}
+    assert got == EXPECTED
+    assert all(s.backend == "qnn" and s.description for s in schemes("qnn"))
+
+
+@pytest.mark.parametrize("scheme", sorted(EXPECTED))
+def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, no_network):
+    import os
+
+    from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
+
+    quantizer = make_quantizer("qnn", scheme)
+    assert type(quantizer) is QnnQuantizer
+    assert no_network == [], f"building {scheme} tried to reach the network: {no_network}"
+    assert "QNN_SDK_ROOT" not in os.environ  # the variable is restored, not left empty
+    config = quantizer.default_quant_config
+    assert config.quant_dtype == getattr(QuantDtype, f"use_{scheme}")
+    assert config.is_linear_per_channel and config.is_conv_per_channel
+
+
+def test_a_qnn_sdk_root_the_user_set_is_left_alone(monkeypatch, tmp_path):
+    import os
+
+    monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path))
+    make_quantizer("qnn", "8a8w")
+    assert os.environ["QNN_SDK_ROOT"] == str(tmp_path)
