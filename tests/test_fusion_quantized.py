@@ -1,16 +1,14 @@
-"""Fusion on PT2E-quantized programs, quantized by executorch's own quantizers through torchao.
+"""Fusion on quantized programs, on the fixture backends (what executorch's own quantizers leave is
+tested with the plugins: plugins/qnn/tests/test_fusion_quantized.py).
 
-* QnnQuantizer (8a8w) leaves each norm whole in float and its weight as
-  ``dequantize(constant)``: vulkan and webgpu fold it into a float constant
-  (exact: a function of constants), qnn and samsung keep it as it is;
-* XNNPACKQuantizer and EnnQuantizer put quantize/dequantize inside the norm:
-  the norm is refused with a reason that says what to do;
+* a norm left whole in float with its weight ``dequantize(constant)``: a backend whose policy folds
+  dequantized weights (fixture-fused) gets a float constant (exact: a function of constants), one that
+  keeps them (fixture-keep) reads the quantized weight through its dequantize;
+* a norm with quantize/dequantize inside it is refused with a reason that says what to do;
 * whenever a norm is fused with a unit weight, the weight multiply stays.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -22,65 +20,60 @@ from edgeplug._graph.ops import is_dequantize
 from edgeplug._patterns.base import is_op
 
 D = 16
-BACKENDS = ["qnn", "samsung", "vulkan", "webgpu"]
-FUSED_OP = {"aten.rms_norm": "aten::rms_norm", "et_vk.rms_norm": "et_vk::rms_norm"}
+BACKENDS = ["fixture-keep", "fixture-fused"]
+FUSED_OP = {"aten.rms_norm": "aten::rms_norm", "edgeplug_fixture.rms_norm": "edgeplug_fixture::rms_norm"}
+_QD = torch.ops.quantized_decomposed
+SCALE = 0.02
 
 
-class NormLinear(nn.Module):
+@pytest.fixture(scope="module", autouse=True)
+def fb():
+    import edgeplug_fixture_backends
+
+    with edgeplug_fixture_backends.registered() as module:
+        yield module
+
+
+def _norm(x, weight):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+
+class DequantizedWeightNorm(nn.Module):
+    """A norm in float whose weight is ``dequantize(int8 constant)``, then a float linear."""
+
     def __init__(self) -> None:
         super().__init__()
         g = torch.Generator().manual_seed(0)
-        self.norm = nn.RMSNorm(D, eps=1e-6)
+        w = 1 + 0.3 * torch.randn(D, generator=g)
+        self.register_buffer("qweight", torch.clamp(torch.round(w / SCALE), -128, 127).to(torch.int8))
         self.proj = nn.Linear(D, D)
-        with torch.no_grad():
-            self.norm.weight.copy_(1 + 0.3 * torch.randn(D, generator=g))
 
     def forward(self, x):
-        return self.proj(self.norm(x))
+        weight = _QD.dequantize_per_tensor.default(self.qweight, SCALE, 0, -128, 127, torch.int8)
+        return self.proj(_norm(x, weight))
 
 
-def _quantizer(name: str):
-    if name == "qnn":
-        os.environ["QNN_SDK_ROOT"] = ""  # unset, constructing QnnQuantizer tries to download the SDK
-        from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer
+class QuantizedInsideNorm(nn.Module):
+    """A norm whose mean square is quantized and dequantized on its way to rsqrt, as op-by-op quantizers do."""
 
-        return QnnQuantizer()
-    if name == "xnnpack":
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-            XNNPACKQuantizer,
-            get_symmetric_quantization_config,
-        )
-
-        return XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
-    from executorch.backends.samsung.quantizer.quantizer import EnnQuantizer
-
-    return EnnQuantizer()
-
-
-@pytest.fixture(scope="module")
-def quantized(request):
-    """(quantizer name, the quantized model, its edge program, example input)."""
-    from executorch.exir import to_edge
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    x = torch.randn(1, 8, D, generator=torch.Generator().manual_seed(1))
-    # a norm decomposed as models write it, so the quantizer sees pow/mean/rsqrt/mul
-    model = NormLinear().eval()
-    model.norm = _DecomposedNorm(model.norm)
-    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), _quantizer(request.param))
-    prepared(x)
-    converted = convert_pt2e(prepared)
-    ep = to_edge(torch.export.export(converted, (x,))).exported_program()
-    return request.param, converted, ep, x
-
-
-class _DecomposedNorm(nn.Module):
-    def __init__(self, norm: nn.RMSNorm) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.weight = norm.weight
+        self.weight = nn.Parameter(1 + 0.3 * torch.randn(D, generator=torch.Generator().manual_seed(3)))
 
     def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        ms = x.pow(2).mean(-1, keepdim=True)
+        ms = _QD.dequantize_per_tensor.default(
+            _QD.quantize_per_tensor.default(ms, 0.01, -128, -128, 127, torch.int8), 0.01, -128, -128, 127, torch.int8
+        )
+        return x * torch.rsqrt(ms + 1e-6) * self.weight
+
+
+def _edge(model, x):
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    return to_edge(
+        torch.export.export(model, (x,)), compile_config=EdgeCompileConfig(_check_ir_validity=False)
+    ).exported_program()
 
 
 def _fused_nodes(ep, backend):
@@ -88,11 +81,10 @@ def _fused_nodes(ep, backend):
     return [n for n in ep.graph_module.graph.nodes if is_op(n, target)]
 
 
-# QnnQuantizer leaves the norm in float, its weight dequantize(constant)
-@pytest.mark.parametrize("quantized", ["qnn"], indirect=True)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_dequantized_weight_is_folded_or_kept_as_the_policy_says(quantized, backend):
-    _, converted, ep, x = quantized
+def test_dequantized_weight_is_folded_or_kept_as_the_policy_says(backend):
+    model, x = DequantizedWeightNorm().eval(), torch.randn(1, 8, D, generator=torch.Generator().manual_seed(1))
+    ep = _edge(model, x)
     policy = edgeplug.get_backend(backend).fusion_policy("rms_norm")
     fused_ep, records = edgeplug.fuse(ep, backend)
     (node,) = _fused_nodes(fused_ep, backend)
@@ -105,15 +97,20 @@ def test_dequantized_weight_is_folded_or_kept_as_the_policy_says(quantized, back
     else:
         # the backend reads the static quantized weight: dequantize(constant) stays
         assert record.outcome == "fused" and is_dequantize(weight) and weight.args[0].op == "placeholder", record
-        assert constant_value(fused_ep, weight.args[0]).dtype in (torch.int8, torch.uint8)
+        assert constant_value(fused_ep, weight.args[0]).dtype == torch.int8
     with torch.no_grad():
-        torch.testing.assert_close(fused_ep.module()(x), converted(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fused_ep.module()(x), model(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("quantized", ["xnnpack", "enn"], indirect=True)
+def test_both_policies_are_exercised():
+    policies = {edgeplug.get_backend(b).fusion_policy("rms_norm").dequantized_weights for b in BACKENDS}
+    assert policies == {"fold", "keep"}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_norm_quantized_op_by_op_is_refused_saying_what_to_do(quantized, backend):
-    _, _, ep, _ = quantized
+def test_norm_quantized_op_by_op_is_refused_saying_what_to_do(backend):
+    x = torch.randn(1, 8, D, generator=torch.Generator().manual_seed(1))
+    ep = _edge(QuantizedInsideNorm().eval(), x)
     fused_ep, records = edgeplug.fuse(ep, backend)
     (record,) = records
     assert record.outcome == "rejected"
@@ -127,7 +124,7 @@ def test_norm_quantized_op_by_op_is_refused_saying_what_to_do(quantized, backend
 _AOT = {"fails": False}
 
 
-@torch.library.custom_op("edgeplug_test::offset_weight", mutates_args=())
+@torch.library.custom_op("edgeplug_test::offset_weight_core", mutates_args=())
 def offset_weight(w: torch.Tensor) -> torch.Tensor:
     if _AOT["fails"]:
         raise RuntimeError("this op only runs on the device")
@@ -145,17 +142,13 @@ class OffsetWeightNorm(nn.Module):
         self.dw = nn.Parameter(0.3 * torch.randn(D, generator=torch.Generator().manual_seed(2)))
 
     def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * offset_weight(self.dw)
+        return _norm(x, offset_weight(self.dw))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_weight_whose_fold_fails_keeps_its_multiply(backend):
-    from executorch.exir import EdgeCompileConfig, to_edge
-
     model, x = OffsetWeightNorm().eval(), torch.randn(2, 4, D)
-    ep = to_edge(
-        torch.export.export(model, (x,)), compile_config=EdgeCompileConfig(_check_ir_validity=False)
-    ).exported_program()
+    ep = _edge(model, x)
     _AOT["fails"] = True
     try:
         fused_ep, records = edgeplug.fuse(ep, backend)
@@ -167,6 +160,6 @@ def test_weight_whose_fold_fails_keeps_its_multiply(backend):
     (node,) = _fused_nodes(fused_ep, backend)
     # the multiply by the weight reads the fused norm: dropping it would drop the weight
     (mul,) = node.users
-    assert is_op(mul, "aten::mul.Tensor") and any(is_op(a, "edgeplug_test::offset_weight") for a in mul.args)
+    assert is_op(mul, "aten::mul.Tensor") and any(is_op(a, "edgeplug_test::offset_weight_core") for a in mul.args)
     with torch.no_grad():
         torch.testing.assert_close(fused_ep.module()(x), model(x), rtol=1e-5, atol=1e-5)

@@ -51,7 +51,6 @@ PENDING: dict[str, str] = {
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_quantize.py": "edgeplug.quantize through xnnpack/qnn quantizers: a fixture QuantScheme for the core's part, the rest to plugins",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
-    "test_fusion_quantized.py": "fusion on programs quantized by QnnQuantizer / VulkanQuantizer: to plugins/qnn and plugins/vulkan tests",
     "test_hostile_inputs.py": "user mistakes lowered on xnnpack/vulkan: lower to fixture backends; runtime (.pte) cases to plugins/xnnpack",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
     "test_faults.py": "fault injection in first-party lowerings: inject into fixture backends",
