@@ -1,5 +1,5 @@
 """Fusion on quantized programs, on the fixture backends (what executorch's own quantizers leave is
-tested with the plugins: plugins/qnn/tests/test_fusion_quantized.py).
+tested with the plugins that own those quantizers).
 
 * a norm left whole in float with its weight ``dequantize(constant)``: a backend whose policy folds
   dequantized weights (fixture-fused) gets a float constant (exact: a function of constants), one that
