@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections import Counter
 import textwrap
 
 import numpy as np
@@ -304,6 +305,27 @@ def test_optimum_program_verifies_prefill_and_decode_on_xnnpack(deployed_on_xnnp
     # the dynamic length's views, norms, unsqueezes and rotary cat are delegated (before: 22 partitions, 81 CPU nodes)
     assert not {"aten.view_copy.default", "aten.mean.dim", "aten.cat.default"} & set(report.cpu_ops)
     assert len(report.partitions) <= 7 and report.cpu_node_count <= 53
+
+
+@pytest.mark.slow
+def test_rotary_and_safe_softmax_at_the_dynamic_length_are_delegated(deployed_on_xnnpack):
+    """rotate_half's slices and _safe_softmax's bool guards were CPU nodes in every layer (the sequence
+    length is symbolic); the core's attention rewrites make them ops XNNPACK takes, recorded per layer."""
+    report = deployed_on_xnnpack[False].report
+    guards = {"aten.slice_copy.Tensor", "aten.neg.default", "aten.eq.Scalar", "aten.logical_not.default", "aten.any.dim",
+              "aten.full_like.default"}
+    assert not guards & set(report.cpu_ops), report.cpu_ops
+    done = Counter(t.transform for t in report.transforms)
+    assert done["rotate_half_as_matmul"] == 4 and done["safe_softmax_as_floats"] == 2  # q and k, per layer of 2
+    # what stays on the CPU: the embedding and int64 position / cache bookkeeping, each with its reason
+    assert report.cpu_ops["aten.index_put.default"] == 4  # the cache writes, k and v per layer
+    assert all(c.reason for c in report.cpu_nodes)
+    assert set(report.cpu_ops) <= {
+        "aten.index_put.default", "aten.embedding.default", "aten.select_copy.int", "aten.copy.default",
+        "aten.arange.start_step", "aten.add.Tensor", "aten.unsqueeze_copy.default", "aten.le.Tensor", "aten.where.self",
+        "aten.scalar_tensor.default", "aten.sym_size.int", "dim_order_ops._to_dim_order_copy.default",
+    }, report.cpu_ops
+    assert len(report.partitions) <= 3 and report.cpu_node_count <= 33
 
 
 @pytest.mark.slow
