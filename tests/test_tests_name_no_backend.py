@@ -46,7 +46,6 @@ _FIXTURE_DISTS = (
 )
 PENDING: dict[str, str] = {
     "test_lower_memory.py": "new this session (memory, issue 27): the .ptd run in executorch's runtime is XNNPACK's (to plugins/xnnpack/tests); the refusal of a backend without external weights can use fixture-table",
-    "test_canonical_attention.py": "new this session (graph, issue 21): 'only ops XNNPACK's partitioner configs take' is the xnnpack plugin's check (to plugins/xnnpack/tests); exactness and negatives stay here",
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_quantize.py": "edgeplug.quantize through xnnpack/qnn quantizers: a fixture QuantScheme for the core's part, the rest to plugins",
