@@ -45,7 +45,6 @@ _FIXTURE_DISTS = (
     "fixture distributions of the discovery/conflict/battery tests: their records target a first-party backend name; retarget them to a fixture-* backend together with tests/test_plugins.py and test_plugin_battery.py"
 )
 PENDING: dict[str, str] = {
-    "test_lower_memory.py": "new this session (memory, issue 27): the .ptd run in executorch's runtime is XNNPACK's (to plugins/xnnpack/tests); the refusal of a backend without external weights can use fixture-table",
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_quantize.py": "edgeplug.quantize through xnnpack/qnn quantizers: a fixture QuantScheme for the core's part, the rest to plugins",
