@@ -52,7 +52,6 @@ PENDING: dict[str, str] = {
     "test_hostile_inputs.py": "user mistakes lowered on xnnpack/vulkan: lower to fixture backends; runtime (.pte) cases to plugins/xnnpack",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
     "test_faults.py": "fault injection in first-party lowerings: inject into fixture backends",
-    "test_quantize_verify.py": "quantized verification through vulkan's preprocess mirror: to plugins/vulkan_delegate tests; the generic part on fixture-fused",
     "test_canonical.py": "the core's rewrites checked on what xnnpack/vulkan/qnn take: on fixture-table; per-backend outcomes to plugins",
     "test_cli.py": "the CLI on xnnpack/vulkan/qnn lowerings: on fixture backends (the CLI sees registered plugins)",
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
