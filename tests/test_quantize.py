@@ -1,38 +1,101 @@
-"""edgeplug.quantize and `lower --quantize`: the backend's own quantizer, norms recomposed first."""
+"""edgeplug.quantize and `lower --quantize`: the backend's own quantizer, norms recomposed first.
+
+The backend is fixture-keep (an RMSNorm policy that keeps aten.rms_norm); its scheme ``8a8w`` is
+registered here: a small torchao PT2E quantizer that annotates linears (8-bit activations, 8-bit
+per-channel weights) and each aten.rms_norm whole, as a backend that runs norms natively would.
+"""
 
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 import torch
 
 import edgeplug
-from edgeplug.examples import load_model
 from edgeplug._quantization import QuantizationError
 from edgeplug._quantized import output_steps
+from edgeplug.examples import load_model
 
 aten = torch.ops.aten
+BACKEND = "fixture-keep"
+
+
+def _quantizer():
+    from torchao.quantization.pt2e import MinMaxObserver, PerChannelMinMaxObserver
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec, Quantizer
+
+    act = QuantizationSpec(
+        dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine,
+        observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12),
+    )
+    weight = QuantizationSpec(
+        dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric, ch_axis=0,
+        observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=2**-12),
+    )
+
+    class LinearsAndNorms(Quantizer):
+        def annotate(self, model):
+            for n in model.graph.nodes:
+                if n.target == aten.linear.default:
+                    qmap = {n.args[0]: act, n.args[1]: weight}
+                elif n.target == aten.rms_norm.default:
+                    qmap = {n.args[0]: act}
+                else:
+                    continue
+                n.meta["quantization_annotation"] = QuantizationAnnotation(
+                    input_qspec_map=qmap, output_qspec=act, _annotated=True
+                )
+            return model
+
+        def validate(self, model):
+            pass
+
+    return LinearsAndNorms()
+
+
+def edgeplug_quantizers():
+    yield edgeplug.QuantScheme(
+        backend=BACKEND, scheme="8a8w", factory=_quantizer, activation_bits=8, weight_bits=8, per_channel=True,
+        description="linears and whole norms, 8-bit (a test scheme)",
+    )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scheme():
+    import edgeplug_fixture_backends
+    # fixture-keep delegates no quantize/dequantize: the .pte runs them on the CPU, with executorch's
+    # quantized kernels (their out variants are registered on import)
+    import executorch.kernels.quantized  # noqa: F401
+
+    plugin = types.SimpleNamespace(edgeplug_quantizers=edgeplug.hookimpl(edgeplug_quantizers))
+    with edgeplug_fixture_backends.registered():
+        edgeplug.register_plugin(plugin, "test-quantize-scheme")
+        try:
+            yield
+        finally:
+            edgeplug.unregister_plugin(plugin)
 
 
 def _targets(gm) -> list:
     return [n.target for n in gm.graph.nodes if n.op == "call_function"]
 
 
-@pytest.fixture(scope="session")
-def gemma_qnn():
+@pytest.fixture(scope="module")
+def gemma(scheme):
     model, inputs, _, _ = load_model("gemma-block")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     lines: list[str] = []
-    gm = edgeplug.quantize(model, inputs, "qnn", "8a8w", progress=lines.append)
+    gm = edgeplug.quantize(model, inputs, BACKEND, "8a8w", progress=lines.append)
     return model, inputs, before, gm, lines
 
 
-def test_quantize_recomposes_gemma_norms_before_annotation(gemma_qnn):
-    model, inputs, _, gm, _ = gemma_qnn
+def test_quantize_recomposes_gemma_norms_before_annotation(gemma):
+    model, inputs, _, gm, _ = gemma
     assert isinstance(gm, edgeplug.QuantizedModel) and isinstance(gm.program, torch.fx.GraphModule)
     info = gm.quantization
-    assert (info.backend, info.scheme, info.activation_bits, info.weight_bits) == ("qnn", "8a8w", 8, 8)
+    assert (info.backend, info.scheme, info.activation_bits, info.weight_bits) == (BACKEND, "8a8w", 8, 8)
     # Gemma's (1 + w) folded: each of the 3 norms became one aten.rms_norm the quantizer annotated whole
     assert [r.outcome for r in info.fusions] == ["folded_weight"] * 3
     targets = _targets(gm.program)
@@ -44,33 +107,35 @@ def test_quantize_recomposes_gemma_norms_before_annotation(gemma_qnn):
             assert all("quantize_per_tensor" in str(u.target) for u in n.users)
     with torch.no_grad():
         quantized, reference = gm(*inputs), model(*inputs)
-    assert (quantized - reference).abs().max() < 0.5  # 8-bit logits of magnitude ~3.5; -inf masks gave 3.5
+    assert (quantized - reference).abs().max() < 0.5  # 8-bit logits of magnitude ~3.5
 
 
-def test_quantize_leaves_the_model_as_it_was_and_says_what_it_does(gemma_qnn):
-    model, _, before, gm, lines = gemma_qnn
+def test_quantize_leaves_the_model_as_it_was_and_says_what_it_does(gemma):
+    model, _, before, gm, lines = gemma
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     stages = [s for s, _ in gm.quantization.stages]
     assert stages == ["export", "export passes", "recompose norms", "fold constants", "build quantizer", "prepare", "calibrate", "convert"]
-    assert lines[0] == "[qnn] quantize 8a8w: export ..." and len(lines) == len(stages)
+    assert lines[0] == f"[{BACKEND}] quantize 8a8w: export ..." and len(lines) == len(stages)
 
 
 def test_calibration_data_sets_the_ranges():
     model, (x,), _, _ = load_model("mlp")
-    default = edgeplug.quantize(model, (x,), "samsung", "a8w8")
-    wide = edgeplug.quantize(model, (x,), "samsung", "a8w8", calibration=[(x,), (4 * x,), [8 * x]])
+    default = edgeplug.quantize(model, (x,), BACKEND, "8a8w")
+    wide = edgeplug.quantize(model, (x,), BACKEND, "8a8w", calibration=[(x,), (4 * x,), [8 * x]])
     assert default.quantization.calibration_batches == 1
     assert wide.quantization.calibration_batches == 3
     (step,), (wide_step,) = output_steps(default), output_steps(wide)
     assert wide_step > 3 * step  # the observers saw the larger inputs
     with pytest.raises(QuantizationError, match="calibration data is empty"):
-        edgeplug.quantize(model, (x,), "samsung", "a8w8", calibration=[])
+        edgeplug.quantize(model, (x,), BACKEND, "8a8w", calibration=[])
 
 
 def test_unknown_scheme_fails_before_any_work():
     model, inputs, _, _ = load_model("mlp")
-    with pytest.raises(QuantizationError, match=r"backend 'xnnpack' has no quantization scheme '16a8w'.*8a8w"):
-        edgeplug.quantize(model, inputs, "xnnpack", "16a8w")
+    lines: list[str] = []
+    with pytest.raises(QuantizationError, match=rf"backend '{BACKEND}' has no quantization scheme '16a8w'.*8a8w"):
+        edgeplug.quantize(model, inputs, BACKEND, "16a8w", progress=lines.append)
+    assert lines == []  # not even the export started
 
 
 # -- the command line ---------------------------------------------------------------------
@@ -78,12 +143,12 @@ def test_unknown_scheme_fails_before_any_work():
 
 def test_cli_quantizes_before_lowering_and_reports_it(cli, tmp_path):
     report = tmp_path / "r.json"
-    code, out, err = cli("lower", "mlp", "--backend", "qnn", "--quantize", "8a8w", "--dry-run", "--report", report)
+    code, out, err = cli("lower", "mlp", "--backend", BACKEND, "--quantize", "8a8w", "--dry-run", "--report", report)
     assert code == 0, err
-    assert "[qnn] quantize 8a8w: prepare ..." in err  # progress, like the other stages
-    assert "quantization: qnn 8a8w (8-bit activations, 8-bit per-channel weights; 1 calibration batch)" in out
+    assert f"[{BACKEND}] quantize 8a8w: prepare ..." in err  # progress, like the other stages
+    assert f"quantization: {BACKEND} 8a8w (8-bit activations, 8-bit per-channel weights; 1 calibration batch)" in out
     data = json.loads(report.read_text())
-    assert data["quantization"]["quantizer_backend"] == "qnn" and data["quantization"]["scheme"] == "8a8w"
+    assert data["quantization"]["quantizer_backend"] == BACKEND and data["quantization"]["scheme"] == "8a8w"
     stages = [s["stage"] for s in data["stages"]]
     assert stages[:2] == ["quantize: export", "quantize: export passes"] and "quantize: convert" in stages
     assert stages.index("quantize: convert") < stages.index("to_edge")
@@ -100,18 +165,18 @@ def test_cli_calibration_file(cli, tmp_path):
     )
     report = tmp_path / "r.json"
     code, _, err = cli(
-        "lower", "mlp", "-b", "samsung", "--quantize", "a8w8", "--calibration", f"{calib}:batches", "--dry-run",
+        "lower", "mlp", "-b", BACKEND, "--quantize", "8a8w", "--calibration", f"{calib}:batches", "--dry-run",
         "--report", report,
     )
     assert code == 0, err
     assert json.loads(report.read_text())["quantization"]["calibration_batches"] == 3
-    code, _, err = cli("lower", "mlp", "-b", "samsung", "--quantize", "a8w8", "--calibration", f"{calib}:nothing", "--dry-run")
+    code, _, err = cli("lower", "mlp", "-b", BACKEND, "--quantize", "8a8w", "--calibration", f"{calib}:nothing", "--dry-run")
     assert code == 2 and "has no 'nothing'" in err
 
 
 def test_cli_quantize_errors_are_clear(cli):
-    code, _, err = cli("lower", "mlp", "-b", "qnn", "--quantize", "w4", "--dry-run")
+    code, _, err = cli("lower", "mlp", "-b", BACKEND, "--quantize", "w4", "--dry-run")
     assert code == 2
-    assert "backend 'qnn' has no quantization scheme 'w4'" in err and "8a8w" in err and "16a8w" in err
-    code, _, err = cli("lower", "mlp", "-b", "qnn", "--calibration", "x.py:y", "--dry-run")
+    assert f"backend '{BACKEND}' has no quantization scheme 'w4'" in err and "8a8w" in err
+    code, _, err = cli("lower", "mlp", "-b", BACKEND, "--calibration", "x.py:y", "--dry-run")
     assert code == 2 and "--calibration needs --quantize" in err

@@ -47,7 +47,6 @@ _FIXTURE_DISTS = (
 PENDING: dict[str, str] = {
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
-    "test_quantize.py": "edgeplug.quantize through xnnpack/qnn quantizers: a fixture QuantScheme for the core's part, the rest to plugins",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_hostile_inputs.py": "user mistakes lowered on xnnpack/vulkan: lower to fixture backends; runtime (.pte) cases to plugins/xnnpack",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
