@@ -66,7 +66,7 @@ def _slice_range(node: torch.fx.Node) -> Optional[tuple[torch.fx.Node, int, int,
 
 
 def _rotate_half_source(cat: torch.fx.Node) -> Optional[tuple[torch.fx.Node, list[torch.fx.Node]]]:
-    """``x`` and the nodes that only fed ``cat`` when ``cat`` is ``cat([neg(x[..., h:2h]), x[..., :h]], -1)``."""
+    """``x`` and the neg and slices feeding ``cat`` when ``cat`` is ``cat([neg(x[..., h:2h]), x[..., :h]], -1)``."""
     parts = cat.args[0]
     out = tensor_of(cat)
     if not isinstance(parts, (list, tuple)) or len(parts) != 2 or out is None:
@@ -82,8 +82,7 @@ def _rotate_half_source(cat: torch.fx.Node) -> Optional[tuple[torch.fx.Node, lis
     size = tensor_of(x).shape[dim]
     if type(size) is not int or size % 2 or lo[2:] != (0, size // 2) or hi[2:] != (size // 2, size):
         return None
-    fed = [n for n in (neg, neg.args[0], first) if len(n.users) == 1]
-    return x, fed
+    return x, [neg, neg.args[0], first]  # each erased once nothing reads it
 
 
 def rotate_half_as_matmul(
@@ -114,13 +113,16 @@ def rotate_half_as_matmul(
         product = build.call(node, "mm", (flat, matrices[key]))
         result = build.view(node, product, list(xv.shape))
         build.replace(node, result)
+        erased = 0
         for n in fed:
-            build.graph.erase_node(n)
+            if not n.users:  # a slice or neg something else reads stays
+                build.graph.erase_node(n)
+                erased += 1
         records.append(note_rewrite(
             "rotate_half_as_matmul", node, 3 + fresh,
             f"rotate_half of {x.name} (last dim {width}) as a matmul with a constant {width}x{width} sign permutation"
             + ("" if fresh else " (shared)"),
-            bytes_added=r.numel() * r.element_size() if fresh else 0, removed=1 + len(fed),
+            bytes_added=width * width * xv.element_size() if fresh else 0, removed=1 + erased,
         ))
     return records
 
