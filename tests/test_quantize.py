@@ -1,14 +1,13 @@
 """edgeplug.quantize and `lower --quantize`: the backend's own quantizer, norms recomposed first.
 
-The backend is fixture-keep (an RMSNorm policy that keeps aten.rms_norm); its scheme ``8a8w`` is
-registered here: a small torchao PT2E quantizer that annotates linears (8-bit activations, 8-bit
-per-channel weights) and each aten.rms_norm whole, as a backend that runs norms natively would.
+The backend is fixture-keep (an RMSNorm policy that keeps aten.rms_norm); its scheme ``8a8w`` is the
+test scheme of tests/fixtures/backends/edgeplug_fixture_quant.py: a small torchao PT2E quantizer that
+annotates linears and each aten.rms_norm whole, as a backend that runs norms natively would.
 """
 
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
 import torch
@@ -22,60 +21,12 @@ aten = torch.ops.aten
 BACKEND = "fixture-keep"
 
 
-def _quantizer():
-    from torchao.quantization.pt2e import MinMaxObserver, PerChannelMinMaxObserver
-    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec, Quantizer
-
-    act = QuantizationSpec(
-        dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine,
-        observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12),
-    )
-    weight = QuantizationSpec(
-        dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric, ch_axis=0,
-        observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=2**-12),
-    )
-
-    class LinearsAndNorms(Quantizer):
-        def annotate(self, model):
-            for n in model.graph.nodes:
-                if n.target == aten.linear.default:
-                    qmap = {n.args[0]: act, n.args[1]: weight}
-                elif n.target == aten.rms_norm.default:
-                    qmap = {n.args[0]: act}
-                else:
-                    continue
-                n.meta["quantization_annotation"] = QuantizationAnnotation(
-                    input_qspec_map=qmap, output_qspec=act, _annotated=True
-                )
-            return model
-
-        def validate(self, model):
-            pass
-
-    return LinearsAndNorms()
-
-
-def edgeplug_quantizers():
-    yield edgeplug.QuantScheme(
-        backend=BACKEND, scheme="8a8w", factory=_quantizer, activation_bits=8, weight_bits=8, per_channel=True,
-        description="linears and whole norms, 8-bit (a test scheme)",
-    )
-
-
 @pytest.fixture(scope="module", autouse=True)
 def scheme():
-    import edgeplug_fixture_backends
-    # fixture-keep delegates no quantize/dequantize: the .pte runs them on the CPU, with executorch's
-    # quantized kernels (their out variants are registered on import)
-    import executorch.kernels.quantized  # noqa: F401
+    import edgeplug_fixture_quant
 
-    plugin = types.SimpleNamespace(edgeplug_quantizers=edgeplug.hookimpl(edgeplug_quantizers))
-    with edgeplug_fixture_backends.registered():
-        edgeplug.register_plugin(plugin, "test-quantize-scheme")
-        try:
-            yield
-        finally:
-            edgeplug.unregister_plugin(plugin)
+    with edgeplug_fixture_quant.registered():
+        yield
 
 
 def _targets(gm) -> list:
