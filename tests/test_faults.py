@@ -364,12 +364,27 @@ def test_nan_in_eager_at_the_same_positions_matches_and_hides_nothing(edgeplug_r
     assert check.max_abs_diff > 1e-4 and "max |difference|" in check.problems[0]
 
 
-def test_a_pass_that_changes_weights_in_place_never_reaches_the_callers_model(edgeplug_register):
+def test_a_pass_that_writes_a_weight_in_place_is_stopped_at_that_pass(edgeplug_register):
+    """The program shares the caller's weights (no copy: issue 27), so a pass that writes into one
+    (here through ``.data``, which no version counter sees) is refused at that pass, by name, before
+    anything is lowered or verified against a reference it changed."""
+    from edgeplug.examples import load_model
+
+    model, inputs, _, _ = load_model("mlp")
+    edgeplug_register(CorruptWeight(("xnnpack",), "inplace"), name="inplace-plugin")
+    with pytest.raises(edgeplug.PassError) as err:
+        edgeplug.lower(model, inputs, "xnnpack", verify=True)
+    message = str(err.value)
+    assert "'corrupt-inplace'" in message and "inplace-plugin" in message
+    assert "fc1.weight" in message and "in place" in message and "new tensor" in message
+
+
+def test_a_pass_that_replaces_a_weight_leaves_the_callers_model_as_it_was(edgeplug_register):
     from edgeplug.examples import load_model
 
     model, inputs, _, _ = load_model("mlp")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    edgeplug_register(CorruptWeight(("xnnpack",), "inplace"), name="inplace-plugin")
+    edgeplug_register(CorruptWeight(("xnnpack",), "replace"), name="replace-plugin")
     result = edgeplug.lower(model, inputs, "xnnpack", verify=True)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not result.report.verification.passed  # the reference is the caller's model, unchanged

@@ -135,6 +135,7 @@ def run_passes(
     for spec in passes:
         reserve_node_names(ep)
         before = _snapshot(ep)
+        marks = _weight_marks(ep)
         ops_before = _ops(ep) if created is not None else frozenset()
         try:
             out = spec.fn(ep)
@@ -156,6 +157,16 @@ def run_passes(
                 )
                 raise _fail(spec, backend, done, "returned the wrong type", cause)
             ep = out
+        written = _written_in_place(marks)
+        if written:
+            cause = RuntimeError(
+                f"changed the weight {written[0]!r} in place"
+                + (f" (and {len(written) - 1} more)" if len(written) > 1 else "")
+                + "; the program shares its weights with the caller's model (edgeplug never copies them), so "
+                "the caller's tensor changed too: a pass must put a new tensor in the program "
+                "(ep.state_dict[name] = new) instead of writing into the one it holds"
+            )
+            raise _fail(spec, backend, done, "wrote into a weight", cause)
         try:
             check_program(ep)
             for gm in graph_modules(ep.graph_module):
@@ -195,6 +206,43 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # e.g. a tensor literal among the args: assume changed
         return False
+
+
+#: elements of each weight a pass's in-place write is checked on (besides its version counter)
+_SAMPLE = 64
+
+
+def _sample(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """Up to ``_SAMPLE`` elements spread over ``t`` (first and last included), as bytes; None if unreadable."""
+    try:
+        flat = t.detach().reshape(-1) if t.is_contiguous() else None
+        if flat is None or flat.numel() == 0 or flat.is_meta:
+            return None
+        idx = torch.linspace(0, flat.numel() - 1, steps=min(flat.numel(), _SAMPLE)).long()
+        return flat[idx].contiguous().view(torch.uint8).clone()
+    except (RuntimeError, TypeError):
+        return None
+
+
+def _weight_marks(ep: ExportedProgram) -> list[tuple[str, torch.Tensor, int, Optional[torch.Tensor]]]:
+    """Each weight and constant of ``ep``: its name, the tensor, its version counter and a sample of it.
+
+    A write through ``.data`` leaves the version counter as it was, hence the sample: a pass that
+    writes a weight in place changes the caller's model, whose tensors the program shares."""
+    marks = []
+    for name, t in [*ep.state_dict.items(), *ep.constants.items()]:
+        if isinstance(t, torch.Tensor) and not isinstance(t, torch._subclasses.FakeTensor):
+            marks.append((name, t, t._version, _sample(t)))
+    return marks
+
+
+def _written_in_place(marks: list[tuple[str, torch.Tensor, int, Optional[torch.Tensor]]]) -> list[str]:
+    out = []
+    for name, t, version, sample in marks:
+        now = _sample(t) if sample is not None else None
+        if t._version != version or (sample is not None and (now is None or not torch.equal(now, sample))):
+            out.append(name)
+    return out
 
 
 def _snapshot(ep: ExportedProgram) -> dict[int, tuple]:
