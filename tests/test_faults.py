@@ -23,17 +23,25 @@ import pytest
 import torch
 
 import edgeplug
+import edgeplug_fixture_backends
 from edgeplug import _plugins as plugins
 
 PREVIOUS = b"the previous program"
 
 
+#: the fixture backends the cases lower to: one with a support table, one whose programs verify here
+BACKEND, VERIFYING = "fixture-table", "fixture-fused"
+
+
 @pytest.fixture(autouse=True)
 def _clean(clean_plugin_env, monkeypatch, tmp_path):
-    for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT", "EDGEPLUG_DEBUG"):
-        monkeypatch.delenv(var, raising=False)
+    import edgeplug_fixture_backends
+
+    monkeypatch.delenv("EDGEPLUG_DEBUG", raising=False)
     monkeypatch.chdir(tmp_path)
     plugins.reset()
+    with edgeplug_fixture_backends.registered():
+        yield
 
 
 def _files(folder: Path) -> list[str]:
@@ -53,14 +61,8 @@ def _first_line(stderr: str) -> str:
 # -- test plugins ---------------------------------------------------------------------
 
 
-def _xnnpack_partitioner():
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    return XnnpackPartitioner()
-
-
 class FaultyBackend:
-    """Registers backend "faulty" (XNNPACK under another name); ``raise_in`` names the hook that raises."""
+    """Registers backend "faulty" (fixture-table under another name); ``raise_in`` names the hook that raises."""
 
     def __init__(self, raise_in: str = "") -> None:
         self.raise_in = raise_in
@@ -74,11 +76,10 @@ class FaultyBackend:
         self._maybe("edgeplug_backends")
         yield edgeplug.BackendSpec(
             backend="faulty",
-            description="XNNPACK under another name, with faults on demand",
-            backend_id="XnnpackBackend",
+            description="fixture-table under another name, with faults on demand",
+            backend_id=edgeplug_fixture_backends.BACKEND_IDS[BACKEND],
             partitioner=self.partitioner,
             availability=self.availability,
-            verify_method="pte",
         )
 
     def availability(self):
@@ -88,8 +89,8 @@ class FaultyBackend:
 
     def partitioner(self):
         if self.raise_in == "partitioner":
-            raise AttributeError("SM9999")  # as QNN's factory does for an unknown SoC
-        return _xnnpack_partitioner()
+            raise AttributeError("SM9999")  # as a vendor's factory does for a chip it does not know
+        return edgeplug_fixture_backends.table_partitioner()
 
     @edgeplug.hookimpl
     def edgeplug_partitioner_filters(self):
@@ -138,18 +139,6 @@ class CorruptWeight:
             yield edgeplug.PassSpec(backend=b, stage="export", name=f"corrupt-{self.how}", fn=self.corrupt)
 
 
-class RaisingKernel:
-    """A host kernel for webgpu's gelu that raises (a plugin bug at verification)."""
-
-    @staticmethod
-    def impl(*args, **kwargs):
-        raise RuntimeError("dispatch table overflow")
-
-    @edgeplug.hookimpl
-    def edgeplug_kernels(self):
-        yield edgeplug.Kernel(backend="webgpu", op="aten.gelu.default", impl=self.impl, device="cpu")
-
-
 # -- plugins that raise -----------------------------------------------------------------
 
 
@@ -172,7 +161,7 @@ def test_plugins_that_raise_do_not_stop_other_backends(cli, edgeplug_register, f
     fixture_site("broken_import")  # fails at import
     for hook in HOOKS:
         edgeplug_register(FaultyBackend(raise_in=hook), name=f"faulty-{hook}")
-    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "--dry-run", "-q")
+    code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, "--dry-run", "-q")
     assert code == 0, stderr
     assert "partitions: 1" in stdout
     _no_traceback(stderr)
@@ -230,27 +219,15 @@ def test_a_pass_that_raises_names_its_plugin(cli, edgeplug_register, tmp_path):
             def boom(ep):
                 raise KeyError("attention.wq")
 
-            yield edgeplug.PassSpec(backend="xnnpack", stage="export", name="split-heads", fn=boom)
+            yield edgeplug.PassSpec(backend=BACKEND, stage="export", name="split-heads", fn=boom)
 
     edgeplug_register(Raises(), name="heads-plugin")
-    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", tmp_path / "m.pte")
+    code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
     first = _first_line(stderr)
-    assert first.startswith("edgeplug: error: stage 'export passes': export-stage pass 'split-heads' of backend 'xnnpack'")
+    assert first.startswith(f"edgeplug: error: stage 'export passes': export-stage pass 'split-heads' of backend '{BACKEND}'")
     assert "plugin 'heads-plugin'" in first and "KeyError" in first
     assert _files(tmp_path) == []
-    _no_traceback(stderr)
-
-
-def test_a_kernel_that_raises_names_the_stage_and_plugin(cli, edgeplug_register, tmp_path):
-    edgeplug_register(RaisingKernel(), name="linear-kernel-plugin")
-    out = tmp_path / "m.pte"
-    code, stdout, stderr = cli("lower", "mlp", "-b", "webgpu", "--verify", "-o", out)
-    assert code == 2 and stdout == ""
-    first = _first_line(stderr)
-    assert first.startswith("edgeplug: error: stage 'verify': plugin 'linear-kernel-plugin'")
-    assert "RuntimeError: dispatch table overflow" in first
-    assert not out.exists()
     _no_traceback(stderr)
 
 
@@ -266,7 +243,7 @@ def test_an_exported_program_whose_inputs_do_not_match_fails_in_the_eager_refere
             """
         )
     )
-    code, stdout, stderr = cli("lower", f"{tmp_path / 'ep.py'}:make", "-b", "xnnpack", "-o", tmp_path / "m.pte")
+    code, stdout, stderr = cli("lower", f"{tmp_path / 'ep.py'}:make", "-b", BACKEND, "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
     first = _first_line(stderr)
     assert first.startswith("edgeplug: error: stage 'eager reference': running the model eagerly on its example inputs")
@@ -290,7 +267,7 @@ def test_a_model_that_raises_in_forward_is_named_with_its_file_and_line(cli, tmp
             """
         )
     )
-    code, stdout, stderr = cli("lower", f"{tmp_path / 'boom.py'}:make", "-b", "xnnpack", "-o", tmp_path / "m.pte")
+    code, stdout, stderr = cli("lower", f"{tmp_path / 'boom.py'}:make", "-b", BACKEND, "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
     first = _first_line(stderr)
     assert "failed in forward, " in first and f"{tmp_path / 'boom.py'}:6: RuntimeError: boom in forward" in first
@@ -301,17 +278,17 @@ def test_a_model_that_raises_in_forward_is_named_with_its_file_and_line(cli, tmp
 
 def test_a_model_file_without_a_function_says_to_name_one(cli, tmp_path):
     (tmp_path / "m.py").write_text("def make():\n    pass\n")
-    code, _, stderr = cli("lower", str(tmp_path / "m.py"), "-b", "xnnpack", "--dry-run")
+    code, _, stderr = cli("lower", str(tmp_path / "m.py"), "-b", BACKEND, "--dry-run")
     assert code == 2
     assert f"use {tmp_path / 'm.py'}:FUNCTION" in _first_line(stderr)
 
 
-# -- corrupted programs fail --verify on every backend ------------------------------------
+# -- corrupted programs fail --verify (each backend's plugin tests its own) ------------------------------------
 
 
 @pytest.mark.parametrize("how", ["nan", "scale"])
-@pytest.mark.parametrize("backend", ["xnnpack", "vulkan", "webgpu"])
-def test_verify_fails_on_a_corrupted_weight(cli, edgeplug_register, tmp_path, backend, how):
+def test_verify_fails_on_a_corrupted_weight(cli, edgeplug_register, tmp_path, how):
+    backend = VERIFYING
     edgeplug_register(CorruptWeight((backend,), how), name="corrupter")
     out, rep = tmp_path / "m.pte", tmp_path / "m.json"
     code, stdout, stderr = cli("lower", "mlp", "-b", backend, "--verify", "-o", out, "--report", rep, "-q")
@@ -343,7 +320,7 @@ def test_nan_in_eager_at_the_same_positions_matches_and_hides_nothing(edgeplug_r
 
     torch.manual_seed(0)
     model, x = NanAtZero(), (torch.randn(2, 8),)
-    good = edgeplug.lower(model, x, "xnnpack", verify=True)
+    good = edgeplug.lower(model, x, VERIFYING, verify=True)
     check = good.report.verification.outputs[0]
     assert check.passed and check.nonfinite_matched == 2 and check.max_abs_diff < 1e-4
 
@@ -355,10 +332,10 @@ def test_nan_in_eager_at_the_same_positions_matches_and_hides_nothing(edgeplug_r
                 ep.state_dict[key] = torch.nn.Parameter(ep.state_dict[key].detach() * 1.01, requires_grad=False)
                 return ep
 
-            yield edgeplug.PassSpec(backend="xnnpack", stage="export", name="scale", fn=scale)
+            yield edgeplug.PassSpec(backend=VERIFYING, stage="export", name="scale", fn=scale)
 
     edgeplug_register(Scale(), name="scale-plugin")
-    bad = edgeplug.lower(model, x, "xnnpack", verify=True)
+    bad = edgeplug.lower(model, x, VERIFYING, verify=True)
     check = bad.report.verification.outputs[0]
     assert not check.passed and check.nonfinite_matched == 2
     assert check.max_abs_diff > 1e-4 and "max |difference|" in check.problems[0]
@@ -371,9 +348,9 @@ def test_a_pass_that_writes_a_weight_in_place_is_stopped_at_that_pass(edgeplug_r
     from edgeplug.examples import load_model
 
     model, inputs, _, _ = load_model("mlp")
-    edgeplug_register(CorruptWeight(("xnnpack",), "inplace"), name="inplace-plugin")
+    edgeplug_register(CorruptWeight((VERIFYING,), "inplace"), name="inplace-plugin")
     with pytest.raises(edgeplug.PassError) as err:
-        edgeplug.lower(model, inputs, "xnnpack", verify=True)
+        edgeplug.lower(model, inputs, VERIFYING, verify=True)
     message = str(err.value)
     assert "'corrupt-inplace'" in message and "inplace-plugin" in message
     assert "fc1.weight" in message and "in place" in message and "new tensor" in message
@@ -384,8 +361,8 @@ def test_a_pass_that_replaces_a_weight_leaves_the_callers_model_as_it_was(edgepl
 
     model, inputs, _, _ = load_model("mlp")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    edgeplug_register(CorruptWeight(("xnnpack",), "replace"), name="replace-plugin")
-    result = edgeplug.lower(model, inputs, "xnnpack", verify=True)
+    edgeplug_register(CorruptWeight((VERIFYING,), "replace"), name="replace-plugin")
+    result = edgeplug.lower(model, inputs, VERIFYING, verify=True)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not result.report.verification.passed  # the reference is the caller's model, unchanged
 
@@ -396,13 +373,13 @@ def test_a_pass_that_replaces_a_weight_leaves_the_callers_model_as_it_was(edgepl
 def test_the_same_path_for_pte_and_report_is_refused_before_any_work(cli, tmp_path):
     same = tmp_path / "same.pte"
     same.write_bytes(PREVIOUS)
-    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", same, "--report", same)
+    code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", same, "--report", same)
     assert code == 2 and stdout == ""
     assert _first_line(stderr) == (
         f"edgeplug: error: the .pte and the report are the same file ({same}): the second would replace the first; "
         "give them different paths"
     )
-    assert "[xnnpack] export" not in stderr  # refused before any work
+    assert f"[{BACKEND}] export" not in stderr  # refused before any work
     assert same.read_bytes() == PREVIOUS and _files(tmp_path) == ["same.pte"]
 
 
@@ -420,11 +397,11 @@ def test_unwritable_targets_are_refused_before_any_work(cli, tmp_path, which, pr
     else:
         target = Path("/proc/edgeplug-test/m.out")  # not writable, whoever runs the test
         expect = "is not writable"
-    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", which, target)
+    code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, which, target)
     assert code == 2 and stdout == ""
     first = _first_line(stderr)
     assert f"cannot write the {'.pte' if which == '-o' else 'report'} {target}: " in first and expect in first
-    assert "[xnnpack] export" not in stderr
+    assert f"[{BACKEND}] export" not in stderr
     assert [p for p in _files(tmp_path) if p != "file"] == []
     _no_traceback(stderr)
 
@@ -453,7 +430,7 @@ def test_new_files_follow_the_umask_and_overwritten_files_keep_their_mode(umask_
 
 def test_the_cli_writes_pte_and_report_with_the_umasks_mode(cli, umask_022, tmp_path):
     out, rep = tmp_path / "m.pte", tmp_path / "m.json"
-    code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "--report", rep, "-q")
+    code, _, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", out, "--report", rep, "-q")
     assert code == 0, stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o644 and stat.S_IMODE(rep.stat().st_mode) == 0o644
 
@@ -474,7 +451,7 @@ def test_a_report_that_cannot_be_written_leaves_the_pte_unwritten_too(cli, tmp_p
         return real(fd)
 
     monkeypatch.setattr(os, "fsync", second_fails)
-    code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "--report", rep, "-q")
+    code, _, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", out, "--report", rep, "-q")
     assert code == 2
     assert _first_line(stderr).endswith("No space left on device; nothing was written")
     assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
@@ -504,7 +481,7 @@ def test_a_signal_while_writing_removes_the_temporaries(cli, tmp_path, monkeypat
     signal_not_ignored(signum)
     # the data is written whole to the temporary, then the signal arrives (as `timeout` sends it)
     monkeypatch.setattr(os, "fsync", lambda fd: signal.raise_signal(signum))
-    got, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "--report", rep, "-q")
+    got, _, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", out, "--report", rep, "-q")
     assert got == code
     assert _first_line(stderr) in (
         "edgeplug: error: terminated (SIGTERM); nothing was written",
@@ -562,113 +539,3 @@ def test_concurrent_processes_writing_one_path(tmp_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert target.read_bytes() in (b"a" * (1 << 20), b"b" * (1 << 20))
     assert _files(tmp_path) == ["m.pte"]
-
-
-# -- failures inside executorch are said to be executorch's, with the pass and the stage ----------
-
-
-class _ConvBn(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3)
-        self.bn = torch.nn.BatchNorm2d(4)
-
-    def forward(self, x):
-        return self.bn(self.conv(x))
-
-
-def test_a_pass_executorchs_pass_manager_reports_is_named_as_executorchs():
-    from executorch.backends.xnnpack._passes import FuseBatchNormPass
-    from executorch.exir import EdgeCompileConfig, to_edge
-    from executorch.exir.pass_manager import ExportedProgramPassManager
-
-    from edgeplug._failures import stage_failure
-
-    ep = torch.export.export(_ConvBn().eval(), (torch.randn(1, 3, 8, 8),))
-    edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-    with pytest.raises(Exception) as info:  # the pass has no program to read the conv's weights from
-        ExportedProgramPassManager([FuseBatchNormPass(None)])(edge)
-    err = stage_failure(info.value, "partition + delegate", edgeplug.get_backend("vulkan"))
-    text = str(err)
-    assert text.startswith("stage 'partition + delegate' failed for backend 'vulkan' in executorch's pass FuseBatchNormPass: AttributeError: ")
-    assert "This error is executorch's own, not edgeplug's or a plugin's" in text
-    assert "An error occurred when running" not in text  # the wrapper's words are not the cause
-
-
-def _tiny_lfm2():
-    from executorch.examples.models.llama.llama_transformer import construct_transformer
-    from executorch.examples.models.llama.model_args import ModelArgs
-
-    torch.manual_seed(0)
-    args = ModelArgs(
-        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, vocab_size=128, hidden_dim=128, max_seq_len=32,
-        max_context_len=32, max_batch_size=1, norm_eps=1e-5, layer_types=["conv", "full_attention"],
-    )
-    return construct_transformer(args).eval(), (torch.randint(0, 128, (1, 8)),)
-
-
-@pytest.mark.slow
-def test_lfm2_on_vulkan_lowers_and_verifies_where_stock_executorch_fails(cli, tmp_path):
-    # stock to_edge_transform_and_lower with VulkanPartitioner fails on this model inside
-    # executorch ("SpecViolationError: Buffer output ... does not point to a buffer that
-    # exists": the safe softmax's any.dim split the graph, a partition returned a buffer
-    # mutation); with the delegate's any_as_amax rewrite it is one partition
-    (tmp_path / "lfm2.py").write_text(
-        "import sys\nsys.path.insert(0, %r)\nfrom test_faults import _tiny_lfm2 as make\n" % str(Path(__file__).parent)
-    )
-    out = tmp_path / "lfm2.pte"
-    code, stdout, stderr = cli("lower", f"{tmp_path / 'lfm2.py'}:make", "-b", "vulkan", "--verify", "-o", out, "-q")
-    assert code == 0, stderr
-    assert out.exists() and out.stat().st_size > 0
-
-
-def test_an_executorch_failure_names_executorch_and_the_stage_it_happens_in():
-    # the same model without the any_as_amax rewrite fails as stock does: the error is
-    # executorch's, in partitioning (not 'to_edge', the stage executorch's call belongs to)
-    import dataclasses
-
-    from edgeplug._errors import LoweringError
-
-    vulkan = edgeplug.get_backend("vulkan")
-    assert "any_as_amax" in [p.name for p in vulkan.passes]
-    without = dataclasses.replace(vulkan, passes=tuple(p for p in vulkan.passes if p.name != "any_as_amax"))
-    model, inputs = _tiny_lfm2()
-    with pytest.raises(LoweringError) as info:
-        edgeplug.lower(model, inputs, without)
-    first = str(info.value).splitlines()[0]
-    assert first.startswith("stage 'partition + delegate' failed for backend 'vulkan' in executorch's ")
-    assert "SpecViolationError: Buffer output" in first and "This error is executorch's own" in first
-    assert info.value.lowering_stage == "partition + delegate"
-
-
-def test_qnn_with_an_unknown_soc_is_one_line_naming_the_factory_and_plugin(cli, tmp_path, monkeypatch):
-    # the real QNN plugin, no SDK (a dry run), and a SoC executorch does not know
-    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
-    monkeypatch.setenv("EDGEPLUG_QNN_SOC", "SM9999")
-    code, stdout, stderr = cli("lower", "mlp", "-b", "qnn", "--dry-run", "-q")
-    assert code == 2 and stdout == ""
-    first = _first_line(stderr)
-    assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'qnn'")
-    assert "plugin 'qnn'" in first and "edgeplug-qnn" in first
-    assert "raised ValueError: EDGEPLUG_QNN_SOC=SM9999 names no Qualcomm SoC ExecuTorch knows" in first
-    _no_traceback(stderr)
-
-
-class _Sorts(torch.nn.Module):
-    """aten::sort.values has no kernel in the runtime executorch's Python package links."""
-
-    def forward(self, x):
-        return torch.sort(x, dim=-1).values * 2
-
-
-def test_a_kernel_the_runtime_lacks_is_named_as_the_runtimes_refusal(tmp_path):
-    from edgeplug._errors import VerificationError
-
-    with pytest.raises(VerificationError) as info:
-        edgeplug.lower(_Sorts(), (torch.randn(3, 5),), "xnnpack", verify=True)
-    msg = str(info.value)
-    assert "executorch's runtime could not run the .pte" in msg and "0x14" in msg and "OperatorMissing" in msg
-    assert "bug in edgeplug" not in msg
-    assert getattr(info.value, "lowering_stage", None) == "verify"
-    # the program itself lowers: only the runtime's check refused it
-    assert edgeplug.lower(_Sorts(), (torch.randn(3, 5),), "xnnpack").report.cpu_ops == {"aten.sort.default": 1}

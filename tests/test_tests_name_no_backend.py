@@ -49,7 +49,6 @@ PENDING: dict[str, str] = {
     "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
-    "test_faults.py": "fault injection in first-party lowerings: inject into fixture backends",
     "test_canonical.py": "the core's rewrites checked on what xnnpack/vulkan/qnn take: on fixture-table; per-backend outcomes to plugins",
     "test_cli.py": "the CLI on xnnpack/vulkan/qnn lowerings: on fixture backends (the CLI sees registered plugins)",
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
