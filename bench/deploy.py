@@ -26,6 +26,7 @@ Per side: partitions and nodes left on the CPU (counted alike, on the edge progr
 ``to_executorch``), lowering time (to the ``.pte`` bytes, verification excluded), median prefill
 latency, median per-token decode latency, and agreement: max |logits - eager| at each step
 (the prefill and every decode step, greedy tokens taken from eager, both sides fed the same).
+The output ends with issue 21's targets per model, met or not (``targets``).
 
 optimum-executorch 1.1.0 pins transformers 5.0.0rc1 and optimum 2.0: it is installed with
 ``pip install --no-deps optimum-executorch==1.1.0`` beside ``optimum`` and ``accelerate``
@@ -276,6 +277,28 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def targets(rows: list[dict[str, Any]], threads: list[int]) -> str:
+    """Issue 21's targets per model: met or not, with the figure (partitions and CPU nodes at most a third
+    of optimum's, decode at most 0.5x and prefill at most 0.8x its time, logits within 1e-4 of eager)."""
+    lines = []
+    for r in rows:
+        o, e = r["optimum"], r["edgeplug"]
+        if not (o["lowers"] and e["lowers"]):
+            lines.append(f"{r['model']}: not measured (a side failed to lower)")
+            continue
+        checks = [
+            (f"partitions {e['partitions']} <= {o['partitions']}/3", 3 * e["partitions"] <= o["partitions"]),
+            (f"CPU nodes {e['cpu_nodes']} <= {o['cpu_nodes']}/3", 3 * e["cpu_nodes"] <= o["cpu_nodes"]),
+            (f"max |logits - eager| {max(e['max_abs_per_step']):.1e} <= 1e-4", max(e["max_abs_per_step"]) <= 1e-4),
+        ]
+        for n in threads:
+            for what, bound in (("decode_ms", 0.5), ("prefill_ms", 0.8)):
+                ratio = e[what][str(n)] / o[what][str(n)]
+                checks.append((f"{what.split('_')[0]} {ratio:.2f}x <= {bound}x ({n}t)", ratio <= bound))
+        lines.append(f"{r['model']}: " + "; ".join(f"{text}: {'met' if ok else 'NOT met'}" for text, ok in checks))
+    return "\n".join(lines)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(ARCHS))
@@ -296,6 +319,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         rows.append(run_model(arch, args))
         print(f"{arch}: done", file=sys.stderr, flush=True)
     print(table(rows, args.threads))
+    print()
+    print(targets(rows, args.threads))
     if args.cpu_ops:
         print()
         print(cpu_table(rows))
