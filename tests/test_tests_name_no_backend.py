@@ -46,7 +46,6 @@ _FIXTURE_DISTS = (
 )
 PENDING: dict[str, str] = {
     "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
-    "test_et_examples.py": "executorch's examples x every backend: a zoo matrix (EDGEPLUG_ZOO=1); keep representatives on the fixture backends",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends",
     "test_canonical.py": "the core's rewrites checked on what xnnpack/vulkan/qnn take: on fixture-table; per-backend outcomes to plugins",
