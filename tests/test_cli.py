@@ -16,6 +16,10 @@ import pytest
 from edgeplug import _plugins as plugins
 
 
+#: the backend the cases that only need some lowering use (a fixture backend: those cases ask for fixture_backends)
+BACKEND = "fixture-table"
+
+
 @pytest.fixture(autouse=True)
 def _clean(clean_plugin_env, monkeypatch, tmp_path):
     for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT"):
@@ -277,8 +281,8 @@ def test_unknown_backend(cli):
     assert "Installed backends: coreml, qnn, samsung, vulkan, webgpu, xnnpack" in stderr
 
 
-def test_unknown_example(cli):
-    code, _, stderr = cli("lower", "lama", "--backend", "xnnpack")
+def test_unknown_example(cli, fixture_backends):
+    code, _, stderr = cli("lower", "lama", "--backend", BACKEND)
     assert code == 2
     assert "unknown example 'lama' (did you mean 'llama'?): use one of llama, gemma-block, mlp, or FILE.py:ATTR" in stderr
 
@@ -293,21 +297,21 @@ def test_unknown_example(cli):
         ("raises", "calling {path}:raises failed: FileNotFoundError: weights.bin"),
     ],
 )
-def test_model_file_attr_that_is_wrong(cli, models, attr, message):
-    code, stdout, stderr = cli("lower", f"{models}:{attr}", "--backend", "xnnpack")
+def test_model_file_attr_that_is_wrong(cli, models, attr, message, fixture_backends):
+    code, stdout, stderr = cli("lower", f"{models}:{attr}", "--backend", BACKEND)
     assert code == 2 and stdout == ""
     assert message.format(path=models) in stderr
 
 
-def test_model_file_that_does_not_exist(cli, tmp_path):
-    code, _, stderr = cli("lower", f"{tmp_path / 'nope.py'}:make", "--backend", "xnnpack")
+def test_model_file_that_does_not_exist(cli, tmp_path, fixture_backends):
+    code, _, stderr = cli("lower", f"{tmp_path / 'nope.py'}:make", "--backend", BACKEND)
     assert code == 2
     assert f"model file '{tmp_path / 'nope.py'}' does not exist" in stderr
 
 
-def test_model_file_attr_lowers(cli, models, tmp_path):
+def test_model_file_attr_lowers(cli, models, tmp_path, fixture_backends):
     rep = tmp_path / "r.json"
-    code, stdout, stderr = cli("lower", f"{models}:make", "-b", "xnnpack", "--dry-run", "--report", rep, "-q")
+    code, stdout, stderr = cli("lower", f"{models}:make", "-b", BACKEND, "--dry-run", "--report", rep, "-q")
     assert code == 0, stderr
     assert stderr == ""  # -q: no progress lines
     data = json.loads(rep.read_text())
@@ -315,8 +319,8 @@ def test_model_file_attr_lowers(cli, models, tmp_path):
     assert data["delegated_ops"] == {"aten.relu.default": 1, "aten.mul.Tensor": 1}
 
 
-def test_a_build_function_that_calls_sys_exit_is_an_error_not_a_silent_exit(cli, models):
-    code, stdout, stderr = cli("lower", f"{models}:exits", "-b", "xnnpack")
+def test_a_build_function_that_calls_sys_exit_is_an_error_not_a_silent_exit(cli, models, fixture_backends):
+    code, stdout, stderr = cli("lower", f"{models}:exits", "-b", BACKEND)
     assert code == 2 and stdout == ""
     assert stderr.splitlines()[-1] == (
         f"edgeplug: error: calling {models}:exits failed: it called sys.exit(0); "
@@ -324,14 +328,14 @@ def test_a_build_function_that_calls_sys_exit_is_an_error_not_a_silent_exit(cli,
     )
 
 
-def test_a_model_file_imports_its_siblings_and_the_cli_says_it_runs_the_file(cli, tmp_path):
+def test_a_model_file_imports_its_siblings_and_the_cli_says_it_runs_the_file(cli, tmp_path, fixture_backends):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "blocks.py").write_text("import torch\nclass Twice(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n")
     (tmp_path / "pkg" / "model.py").write_text(
         "import torch\nfrom blocks import Twice  # a sibling, as `python model.py` finds it\n"
         "def make():\n    return Twice(), (torch.randn(2, 4),)\n"
     )
-    code, _, stderr = cli("lower", f"{tmp_path / 'pkg' / 'model.py'}:make", "-b", "xnnpack", "--dry-run")
+    code, _, stderr = cli("lower", f"{tmp_path / 'pkg' / 'model.py'}:make", "-b", BACKEND, "--dry-run")
     assert code == 0, stderr
     assert f"executing {tmp_path / 'pkg' / 'model.py'} (a model file is run as Python code), then calling make()" in stderr
 
@@ -346,19 +350,19 @@ def test_an_empty_plugin_allow_list_means_unset(cli, monkeypatch):
 # -- atomic writes -----------------------------------------------------------------
 
 
-def test_failed_export_leaves_an_existing_pte_untouched(cli, models, tmp_path):
+def test_failed_export_leaves_an_existing_pte_untouched(cli, models, tmp_path, fixture_backends):
     out = tmp_path / "model.pte"
     out.write_bytes(b"the previous program")
-    code, stdout, stderr = cli("lower", f"{models}:branchy", "-b", "xnnpack", "-o", out, "--report", tmp_path / "r.json")
+    code, stdout, stderr = cli("lower", f"{models}:branchy", "-b", BACKEND, "-o", out, "--report", tmp_path / "r.json")
     assert code == 2 and stdout == ""
-    assert "edgeplug: error: stage 'export' failed for backend 'xnnpack' in the model: " in stderr
+    assert f"edgeplug: error: stage 'export' failed for backend '{BACKEND}' in the model: " in stderr
     # besides the progress lines, one line: torch.export's printout of the partial graph stays behind --debug
     assert len([l for l in stderr.splitlines() if l.strip() and not re.match(r"^\s*\d+\.\ds ", l)]) == 1
     assert out.read_bytes() == b"the previous program"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "models.py"]
 
 
-def test_failed_write_leaves_no_partial_file_and_does_not_clobber(cli, tmp_path, monkeypatch):
+def test_failed_write_leaves_no_partial_file_and_does_not_clobber(cli, tmp_path, monkeypatch, fixture_backends):
     out = tmp_path / "mlp.pte"
     out.write_bytes(b"the previous program")
 
@@ -366,17 +370,17 @@ def test_failed_write_leaves_no_partial_file_and_does_not_clobber(cli, tmp_path,
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", disk_full)  # the data is written, the flush to disk fails
-    code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", out, "-q")
+    code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", out, "-q")
     assert code == 2, stderr
     assert f"edgeplug: error: cannot write {out}: No space left on device; nothing was written" in stderr
     assert out.read_bytes() == b"the previous program"
     assert [p.name for p in tmp_path.iterdir()] == ["mlp.pte"]
 
 
-def test_output_path_that_is_a_directory_is_refused_cleanly(cli, tmp_path):
+def test_output_path_that_is_a_directory_is_refused_cleanly(cli, tmp_path, fixture_backends):
     target = tmp_path / "out"
     target.mkdir()
-    code, _, stderr = cli("lower", "mlp", "-b", "xnnpack", "-o", target, "-q")
+    code, _, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", target, "-q")
     assert code == 2
     assert stderr == f"edgeplug: error: cannot write the .pte {target}: it is a directory; name a file inside it\n"
     assert list(tmp_path.rglob("*")) == [target]
