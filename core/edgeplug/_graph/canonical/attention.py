@@ -28,7 +28,10 @@ size is static, so they hold at any value the symbolic sizes take.
   value as before when its largest element is above ``lo / 2``: a ``-inf``
   clamped to ``lo`` still has ``exp(lo - max) == 0``. Scores that reach
   ``-1.7e38`` (float32) are outside that bound; masks that write ``lo``
-  instead of ``-inf`` are too, and export's own mask writes ``-inf``.
+  instead of ``-inf`` are too, and export's own mask writes ``-inf``. A row
+  holding a ``NaN`` is ``NaN`` before and after in eager; a backend whose
+  clamp turns ``NaN`` into a bound may give ``0`` for a row of only ``NaN``
+  and ``-inf``.
 """
 
 from __future__ import annotations
