@@ -45,7 +45,6 @@ _FIXTURE_DISTS = (
     "fixture distributions of the discovery/conflict/battery tests: their records target a first-party backend name; retarget them to a fixture-* backend together with tests/test_plugins.py and test_plugin_battery.py"
 )
 PENDING: dict[str, str] = {
-    "test_packaging.py": "builds plugins/vulkan as 'a plugin' (the vulkan-family engineer owns this file this session): build every plugins/* found on disk instead",
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends; the local/ray executor cases run cells in worker processes, which do not see in-process registrations (the fixture backends need a fixture distribution or EDGEPLUG_PLUGINS there); the xnnpack/vulkan target lines to their plugins",
     "test_canonical.py": "the core's rewrites checked on what xnnpack/vulkan/qnn take: on fixture-table; per-backend outcomes to plugins",
