@@ -34,6 +34,7 @@ optimum-executorch 1.1.0 pins transformers 5.0.0rc1 and optimum 2.0: it is insta
 
     python bench/deploy.py [--models llama,qwen3,mistral] [--layers 4] [--hidden 512] [--prompt 32]
                            [--decode 16] [--rounds 5] [--threads 1,2] [--json out.json]
+    python bench/deploy.py --gemm-floor    # one token through a decode step's linear layers alone
 """
 
 from __future__ import annotations
@@ -277,6 +278,45 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+class _Linears(torch.nn.Module):
+    """A decode step's weights and nothing else: each linear layer of ``layers`` decoder layers (q, k, v, o,
+    gate, up, down) and the head, applied to one token in turn (their shapes as ``build`` makes them)."""
+
+    def __init__(self, layers: int, hidden: int, vocab: int) -> None:
+        super().__init__()
+        heads = max(hidden // 64, 2)
+        kv = max(heads // 2, 1) * (hidden // heads)
+        shapes = [(hidden, hidden), (hidden, kv), (hidden, kv), (hidden, hidden),
+                  (hidden, 2 * hidden), (hidden, 2 * hidden), (2 * hidden, hidden)] * layers + [(hidden, vocab)]
+        self.linears = torch.nn.ModuleList(torch.nn.Linear(i, o, bias=False) for i, o in shapes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outs = [lin(x if lin.in_features == x.shape[-1] else x.repeat(1, 1, 2)) for lin in self.linears]
+        return torch.cat([o.sum(-1, keepdim=True) for o in outs], -1)
+
+
+def gemm_floor(args: argparse.Namespace, threads: int) -> tuple[int, float]:
+    """(weights, median ms) of one token through a decode step's linear layers alone, lowered by edgeplug
+    on xnnpack: what a decode step costs at least, whoever removes its graph breaks."""
+    import edgeplug
+
+    torch.manual_seed(0)
+    model = _Linears(args.layers, args.hidden, args.vocab).eval()
+    x = torch.randn(1, 1, args.hidden)
+    program = _load(edgeplug.lower(model, (x,), backend="xnnpack").buffer)
+    from executorch.extension.pybindings import portable_lib
+
+    portable_lib._unsafe_reset_threadpool(threads)
+    for _ in range(20):
+        program.forward([x])
+    times = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        program.forward([x])
+        times.append(time.perf_counter() - t0)
+    return sum(p.numel() for p in model.parameters()), 1e3 * statistics.median(times)
+
+
 def targets(rows: list[dict[str, Any]], threads: list[int]) -> str:
     """Issue 21's targets per model: met or not, with the figure (partitions and CPU nodes at most a third
     of optimum's, decode at most 0.5x and prefill at most 0.8x its time, logits within 1e-4 of eager)."""
@@ -311,9 +351,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--cpu-ops", action="store_true", help="also print the CPU ops per side")
     p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--gemm-floor", action="store_true",
+                   help="only time one token through a decode step's linear layers (the weights' floor) and exit")
     args = p.parse_args(argv)
     args.threads = [int(n) for n in args.threads.split(",")]
     _quiet()
+    if args.gemm_floor:
+        for n in args.threads:
+            weights, ms = gemm_floor(args, n)
+            print(f"{args.layers} x {args.hidden}, vocabulary {args.vocab}: {weights / 1e6:.2f} M fp32 weights "
+                  f"({4 * weights / 2**20:.1f} MiB), one token through the linear layers alone: {ms:.2f} ms ({n}t)")
+        return 0
     rows = []
     for arch in args.models.split(","):
         rows.append(run_model(arch, args))
