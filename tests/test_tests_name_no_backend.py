@@ -47,7 +47,6 @@ _FIXTURE_DISTS = (
 PENDING: dict[str, str] = {
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends; the local/ray executor cases run cells in worker processes, which do not see in-process registrations (the fixture backends need a fixture distribution or EDGEPLUG_PLUGINS there); the xnnpack/vulkan target lines to their plugins",
-    "test_canonical.py": "the core's rewrites checked on what xnnpack/vulkan/qnn take: on fixture-table; per-backend outcomes to plugins",
     "test_cli.py": "the CLI on xnnpack/vulkan/qnn lowerings: on fixture backends (the in-process CLI sees registered plugins: tests/test_faults.py does it); the `backends` listing can compare with edgeplug.backends(); its conflict case goes with the fixture distributions; the SDK-variable and slow llama cases to plugins",
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
     **{f: _FIXTURE_DISTS for f in (
