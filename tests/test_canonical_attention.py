@@ -181,3 +181,34 @@ def test_what_they_must_leave_alone():
     # bf16 is not among the default dtypes
     after, records = _applied(_edge(Attention().eval().to(torch.bfloat16), tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in _inputs(5))), "rotate_half_as_matmul")
     assert records == []
+
+
+def test_repeated_pure_ops_are_computed_once_and_others_are_left():
+    """merge_duplicates: each 'layer' turns one bool mask into -inf/0 again and builds arange(0, seq) again;
+    the repeats read the first. A where on another mask and a 0.0 beside a -0.0 stay apart."""
+
+    class Layers(nn.Module):
+        def forward(self, x, pos):
+            mask = torch.arange(x.shape[-1])[None, :] <= pos[:, None]
+            out = x
+            for _ in range(3):
+                bias = torch.where(mask, 0.0, float("-inf"))
+                out = out + bias + torch.arange(x.shape[1]).to(x.dtype)[:, None]
+            other = torch.where(~mask, 0.0, float("-inf"))
+            return out + other + torch.where(mask, -0.0, float("-inf"))
+
+    seq = torch.export.Dim("seq", min=1, max=8)
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    x, pos = torch.randn(1, 4, 6), torch.tensor([0, 2, 5, 3])
+    ep = to_edge(torch.export.export(Layers(), (x, pos), dynamic_shapes=({1: seq}, {0: seq})),
+                 compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+    after, records = _applied(ep, "merge_duplicates")
+    assert records and all(r.transform == "merge_duplicates" and (r.added, r.removed) == (0, 1) for r in records)
+    assert _node_count(ep) - _node_count(after) == len(records)
+    wheres = _ops(after)["aten.where.self"]
+    assert _ops(ep)["aten.where.self"] >= 5 and wheres == 3, wheres  # the mask's, ~mask's, and the -0.0 one
+    for s in (1, 4, 8):
+        inputs = (torch.randn(1, s, 6), torch.randint(0, 6, (s,)))
+        assert torch.equal(_run(after, inputs), _run(ep, inputs))
+    assert _applied(ep, "merge_duplicates", ops=("aten.sub.Tensor",))[1] == []

@@ -55,6 +55,8 @@ def edgeplug_passes():
     # eq / logical_not / any / where config; both rewrites make ops it takes (mm, clamp, add, mul)
     yield rewrite_pass("rotate_half_as_matmul", backend=BACKEND, symbolic_only=True, dtypes=FLOATS)
     yield rewrite_pass("safe_softmax_as_floats", backend=BACKEND, dtypes=FLOATS, before="scalar_to_tensor")
+    # each layer repeats the mask's where and the position arithmetic on the CPU: computed once
+    yield rewrite_pass("merge_duplicates", backend=BACKEND)
     yield rewrite_pass("scalar_to_tensor", backend=BACKEND, dtypes=FLOATS)  # no mul.Scalar config
     yield rewrite_pass("mean_at_rank", backend=BACKEND, rank=4, dims=(2, 3), dtypes=FLOATS)  # 4-d means only
     yield rewrite_pass("unsqueeze_as_view", backend=BACKEND, except_trailing=True, dtypes=FLOATS)

@@ -29,7 +29,8 @@ what each of its rewrites does and why it is exact:
 - ``masks``: constant masks and fills as slices and pads;
 - ``scans``: short cumulative sums (a state-space layer's) as adds;
 - ``attention``: rotary embedding's ``rotate_half`` as a matmul and the safe
-  softmax's bool guards as float ops, at symbolic sizes.
+  softmax's bool guards as float ops, at symbolic sizes;
+- ``duplicates``: the same pure op on the same inputs computed once.
 
 ``table`` holds the one literal table of them by name (``REWRITES``),
 ``rewrite_pass`` (the ``PassSpec`` a backend yields) and ``apply_rewrite``

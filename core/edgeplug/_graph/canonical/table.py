@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence, Union
 
 from torch.export import ExportedProgram
 
-from edgeplug._graph.canonical import attention, elementwise, masks, reductions, scans, shape
+from edgeplug._graph.canonical import attention, duplicates, elementwise, masks, reductions, scans, shape
 from edgeplug._graph.names import reserve_node_names
 from edgeplug._graph.passes import PassResult
 from edgeplug._records import PassSpec, TransformRecord
@@ -62,6 +62,8 @@ REWRITES: dict[str, Rewrite] = {
     # attention at symbolic sizes (a KV-cache decoder's dynamic sequence length)
     "rotate_half_as_matmul": Rewrite("rotate_half_as_matmul", attention.rotate_half_as_matmul),
     "safe_softmax_as_floats": Rewrite("safe_softmax_as_floats", attention.safe_softmax_as_floats),
+    # repeated work
+    "merge_duplicates": Rewrite("merge_duplicates", duplicates.merge_duplicates),
     # scans (state-space layers)
     "short_cumsum_as_adds": Rewrite("short_cumsum_as_adds", scans.short_cumsum_as_adds),
 }
