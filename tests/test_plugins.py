@@ -300,28 +300,30 @@ def test_every_other_backend_keeps_working_when_plugins_are_broken(fixture_site)
 # -- conflicts name both distributions -------------------------------------------
 
 
-def test_two_backends_of_one_name_make_only_that_backend_unavailable(fixture_site, monkeypatch):
+def test_two_backends_of_one_name_make_only_that_backend_unavailable(fixture_site, monkeypatch, fixture_backends):
     from edgeplug.examples import load_model
 
+    fixture_site("good")
+    others = set(edgeplug.backends()) - {"tinycpu"}
+    plugins.reset()
     fixture_site("conflict_backend")
-    with pytest.warns(PluginWarning, match="backend 'vulkan' is unavailable"):
+    with pytest.warns(PluginWarning, match="backend 'tinycpu' is unavailable"):
         names = set(edgeplug.backends())
-    assert names == FIRST_PARTY - {"vulkan"}
+    assert names == others
     with pytest.raises(PluginConflictError) as err:
-        edgeplug.get_backend("vulkan")
+        edgeplug.get_backend("tinycpu")
     msg = str(err.value)
-    assert "backend 'vulkan' is registered twice" in msg
-    assert "distribution edgeplug-vulkan (plugin 'vulkan')" in msg
-    assert "distribution edgeplug-fixture-vulkan-clone (plugin 'vulkanclone')" in msg
-    assert "EDGEPLUG_DISABLE_PLUGINS=vulkanclone" in msg
-    assert [c.backend for c in plugins.conflicts()] == ["vulkan"]
-    # every other backend keeps working, webgpu (same serialization as vulkan) included
-    assert edgeplug.get_backend("webgpu").distribution == "edgeplug-webgpu"
+    assert "backend 'tinycpu' is registered twice" in msg
+    assert "distribution edgeplug-fixture-good (plugin 'tinycpu')" in msg
+    assert "distribution edgeplug-fixture-tinycpu-clone (plugin 'tinycpuclone')" in msg
+    assert "EDGEPLUG_DISABLE_PLUGINS=tinycpuclone" in msg
+    assert [c.backend for c in plugins.conflicts()] == ["tinycpu"]
+    # every other backend keeps working
     model, inputs, _, _ = load_model("mlp")
-    assert edgeplug.lower(model, inputs, "xnnpack", dry_run=True).report.delegated_nodes == 3
+    assert edgeplug.lower(model, inputs, fixture_backends.TABLE, dry_run=True).report.delegated_nodes == 5
     # following the advice resolves it
-    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "vulkanclone")
-    assert edgeplug.get_backend("vulkan").distribution == "edgeplug-vulkan"
+    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "tinycpuclone")
+    assert edgeplug.get_backend("tinycpu").distribution == "edgeplug-fixture-good"
 
 
 def test_two_kernels_for_one_op_of_one_backend_is_an_error_naming_both(fixture_site, monkeypatch):
@@ -707,14 +709,15 @@ def test_plugins_command_shows_status_and_what_each_adds_to_which_backend(cli, f
 def test_plugins_command_names_the_conflict_on_the_contested_backend_only(cli, fixture_site):
     import json
 
-    fixture_site("conflict_backend")
+    fixture_site("good", "conflict_backend")
     code, out, _ = cli("plugins", "--json")
     assert code == 0
     rows = {r["plugin"]: r for r in json.loads(out)}
-    assert rows["vulkanclone"]["status"] == "loaded" and rows["vulkanclone"]["distribution"] == "edgeplug-fixture-vulkan-clone"
-    assert "backend 'vulkan' is registered twice" in rows["vulkanclone"]["trouble"]["vulkan"]
-    assert "backend 'vulkan' is registered twice" in rows["vulkan"]["trouble"]["vulkan"]
-    assert rows["webgpu"]["trouble"] == {} and rows["webgpu"]["entry_point"] == "webgpu = edgeplug_webgpu.hooks"
+    assert rows["tinycpuclone"]["status"] == "loaded" and rows["tinycpuclone"]["distribution"] == "edgeplug-fixture-tinycpu-clone"
+    assert "backend 'tinycpu' is registered twice" in rows["tinycpuclone"]["trouble"]["tinycpu"]
+    assert "backend 'tinycpu' is registered twice" in rows["tinycpu"]["trouble"]["tinycpu"]
+    others = [r for name, r in rows.items() if name not in ("tinycpu", "tinycpuclone") and r["status"] == "loaded"]
+    assert others and all(r["trouble"] == {} for r in others)
 
 
 def test_backends_command_fails_when_every_plugin_is_skipped(cli, monkeypatch):

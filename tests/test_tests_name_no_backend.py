@@ -47,7 +47,6 @@ _FIXTURE_DISTS = (
 PENDING: dict[str, str] = {
     "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends; the local/ray executor cases run cells in worker processes, which do not see in-process registrations (the fixture backends need a fixture distribution or EDGEPLUG_PLUGINS there); the xnnpack/vulkan target lines to their plugins",
-    "test_cli.py": "the CLI on xnnpack/vulkan/qnn lowerings: on fixture backends (the in-process CLI sees registered plugins: tests/test_faults.py does it); the `backends` listing can compare with edgeplug.backends(); its conflict case goes with the fixture distributions; the SDK-variable and slow llama cases to plugins",
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
     **{f: _FIXTURE_DISTS for f in (
         "fixtures/battery/edgeplug_fixture_battery/bad_record.py",
@@ -55,9 +54,6 @@ PENDING: dict[str, str] = {
         "fixtures/battery/edgeplug_fixture_battery/lowering.py",
         "fixtures/battery_conflict/edgeplug_fixture_addon-0.1.0.dist-info/METADATA",
         "fixtures/battery_conflict/edgeplug_fixture_addon.py",
-        "fixtures/conflict_backend/edgeplug_fixture_vulkan_clone-0.5.0.dist-info/METADATA",
-        "fixtures/conflict_backend/edgeplug_fixture_vulkan_clone-0.5.0.dist-info/entry_points.txt",
-        "fixtures/conflict_backend/edgeplug_fixture_vulkan_clone.py",
         "fixtures/conflict_kernels/edgeplug_fixture_kernels_a.py",
         "fixtures/conflict_kernels/edgeplug_fixture_kernels_b.py",
         "fixtures/future_api/edgeplug_fixture_future.py",
