@@ -45,15 +45,9 @@ _FIXTURE_DISTS = (
     "fixture distributions of the discovery/conflict/battery tests: their records target a first-party backend name; retarget them to a fixture-* backend together with tests/test_plugins.py and test_plugin_battery.py"
 )
 PENDING: dict[str, str] = {
-    "test_plugin_battery.py": "the battery's records target first-party backends: retarget to fixture-* backends",
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends; the local/ray executor cases run cells in worker processes, which do not see in-process registrations (the fixture backends need a fixture distribution or EDGEPLUG_PLUGINS there); the xnnpack/vulkan target lines to their plugins",
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
     **{f: _FIXTURE_DISTS for f in (
-        "fixtures/battery/edgeplug_fixture_battery/bad_record.py",
-        "fixtures/battery/edgeplug_fixture_battery/common.py",
-        "fixtures/battery/edgeplug_fixture_battery/lowering.py",
-        "fixtures/battery_conflict/edgeplug_fixture_addon-0.1.0.dist-info/METADATA",
-        "fixtures/battery_conflict/edgeplug_fixture_addon.py",
         "fixtures/conflict_kernels/edgeplug_fixture_kernels_a.py",
         "fixtures/conflict_kernels/edgeplug_fixture_kernels_b.py",
         "fixtures/future_api/edgeplug_fixture_future.py",
