@@ -326,18 +326,19 @@ def test_two_backends_of_one_name_make_only_that_backend_unavailable(fixture_sit
     assert edgeplug.get_backend("tinycpu").distribution == "edgeplug-fixture-good"
 
 
-def test_two_kernels_for_one_op_of_one_backend_is_an_error_naming_both(fixture_site, monkeypatch):
+def test_two_kernels_for_one_op_of_one_backend_is_an_error_naming_both(fixture_site, monkeypatch, fixture_backends):
     fixture_site("conflict_kernels")
+    fused = fixture_backends.FUSED
     with pytest.raises(PluginConflictError) as err:
-        edgeplug.get_backend("xnnpack")
-    assert "xnnpack" not in edgeplug.backends() and "vulkan" in edgeplug.backends()
+        edgeplug.get_backend(fused)
+    assert fused not in edgeplug.backends() and fixture_backends.TABLE in edgeplug.backends()
     msg = str(err.value)
-    assert "two kernels for op 'aten.gelu.default' on backend 'xnnpack' (cpu)" in msg
+    assert f"two kernels for op 'aten.gelu.default' on backend '{fused}' (cpu)" in msg
     assert "distribution edgeplug-fixture-kernels-a (plugin 'kernels-a')" in msg
     assert "distribution edgeplug-fixture-kernels-b (plugin 'kernels-b')" in msg
     monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "edgeplug-fixture-kernels-b")
-    kernel = edgeplug.get_backend("xnnpack").kernel("aten.gelu.default")
-    assert edgeplug.get_backend("xnnpack").origin(kernel).distribution == "edgeplug-fixture-kernels-a"
+    kernel = edgeplug.get_backend(fused).kernel("aten.gelu.default")
+    assert edgeplug.get_backend(fused).origin(kernel).distribution == "edgeplug-fixture-kernels-a"
 
 
 # -- blocking and allow-listing ---------------------------------------------------

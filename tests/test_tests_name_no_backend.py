@@ -48,11 +48,7 @@ PENDING: dict[str, str] = {
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends; the local/ray executor cases run cells in worker processes, which do not see in-process registrations (the fixture backends need a fixture distribution or EDGEPLUG_PLUGINS there); the xnnpack/vulkan target lines to their plugins",
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
     **{f: _FIXTURE_DISTS for f in (
-        "fixtures/conflict_kernels/edgeplug_fixture_kernels_a.py",
-        "fixtures/conflict_kernels/edgeplug_fixture_kernels_b.py",
-        "fixtures/future_api/edgeplug_fixture_future.py",
         "fixtures/good/edgeplug_fixture_good/hooks.py",
-        "fixtures/hook_raises/edgeplug_fixture_raises.py",
         "fixtures/invalid/edgeplug_fixture_invalid/bad_field.py",
         "fixtures/invalid/edgeplug_fixture_invalid/bad_op.py",
         "fixtures/invalid/edgeplug_fixture_invalid/typo.py",
