@@ -49,12 +49,6 @@ PENDING: dict[str, str] = {
     "test_plugins.py": "discovery and conflicts through first-party names: retarget to fixture-* backends with the fixture distributions",
     **{f: _FIXTURE_DISTS for f in (
         "fixtures/good/edgeplug_fixture_good/hooks.py",
-        "fixtures/invalid/edgeplug_fixture_invalid/bad_field.py",
-        "fixtures/invalid/edgeplug_fixture_invalid/bad_op.py",
-        "fixtures/invalid/edgeplug_fixture_invalid/typo.py",
-        "fixtures/misuse/edgeplug_fixture_misuse/badkernel.py",
-        "fixtures/misuse/edgeplug_fixture_misuse/toyaccel.py",
-        "fixtures/misuse/edgeplug_fixture_misuse/unmarked.py",
     )},
 }
 
