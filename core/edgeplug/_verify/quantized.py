@@ -9,7 +9,7 @@ from typing import Any, Optional
 from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
 from edgeplug._failures import first_line
 from edgeplug._quantized import QuantizationInfo, output_steps
-from edgeplug._registry import manager
+from edgeplug._plugins import manager
 from edgeplug._report import QuantizationSummary, Verification
 from edgeplug._verify.compare import check_tolerance, compare_output
 from edgeplug._verify.runners import run_program
