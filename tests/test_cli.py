@@ -117,7 +117,7 @@ def test_backends_shows_a_third_party_distribution(cli, fixture_site):
     code, out, _ = cli("backends")
     assert code == 0
     row = next(r for r in out.splitlines() if r.startswith("tinycpu"))
-    assert row.split()[:4] == ["tinycpu", "edgeplug-fixture-good", "1.2.3", "pte"]
+    assert row.split()[:4] == ["tinycpu", "edgeplug-fixture-good", "1.2.3", "kernels"]
 
 
 def test_backends_reports_a_broken_plugin_and_lists_the_rest(cli, fixture_site):

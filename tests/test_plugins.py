@@ -108,7 +108,7 @@ def test_backend_names_are_case_insensitive():
 # -- a good third-party distribution ------------------------------------------------
 
 
-def test_third_party_distribution_is_discovered_with_every_hook(fixture_site):
+def test_third_party_distribution_is_discovered_with_every_hook(fixture_site, fixture_backends):
     import torch
 
     fixture_site("good")
@@ -116,7 +116,7 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site):
     b = edgeplug.get_backend("tinycpu")
     assert (b.distribution, b.version) == ("edgeplug-fixture-good", "1.2.3")
     assert b.plugin.entry_point == "tinycpu = edgeplug_fixture_good.hooks"
-    assert b.spec.backend_id == "XnnpackBackend" and b.spec.verify_method == "pte"
+    assert b.spec.backend_id == "TinyCpuBackend" and b.spec.verify_method == "kernels"
     assert b.keep_whole == (torch.ops.aten.linear.default,)
     assert [f.name for f in b.filters] == ["linear-verdict"]
     policy = b.fusion_policy("rms_norm")
@@ -136,18 +136,24 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site):
     assert plugins.problems() == [] and plugins.conflicts() == [] and plugins.unclaimed() == []
 
 
-def test_third_party_plugin_adds_to_an_existing_backend(fixture_site):
+def test_third_party_plugin_adds_to_an_existing_backend(fixture_site, fixture_backends):
     import torch
 
-    before = edgeplug.get_backend("xnnpack").keep_whole
-    assert torch.ops.aten.pixel_shuffle.default not in before
-    fixture_site("good")
-    xnnpack = edgeplug.get_backend("xnnpack")
-    assert xnnpack.distribution == "edgeplug-xnnpack"  # the backend stays its registrant's
-    assert torch.ops.aten.pixel_shuffle.default in xnnpack.keep_whole
+    before = edgeplug.get_backend(fixture_backends.TABLE)
+    assert torch.ops.aten.pixel_shuffle.default not in before.keep_whole
+    fixture_site("adds_to_table")
+    table = edgeplug.get_backend(fixture_backends.TABLE)
+    assert table.distribution == before.distribution != "edgeplug-fixture-table-addon"  # stays its registrant's
+    assert torch.ops.aten.pixel_shuffle.default in table.keep_whole
     # each record is kept with the plugin it came from
-    added = [c for c in xnnpack.contributions if c.plugin.distribution == "edgeplug-fixture-good"]
+    added = [c for c in table.contributions if c.plugin.distribution == "edgeplug-fixture-table-addon"]
     assert [type(c.record).__name__ for c in added] == ["KeepWhole"]
+
+
+def test_a_record_for_a_backend_nobody_registers_is_unclaimed(fixture_site):
+    fixture_site("adds_to_table")  # adds to fixture-table, which is not registered here
+    assert "fixture-table" not in edgeplug.backends()
+    assert [u.contribution.record.backend for u in plugins.unclaimed()] == ["fixture-table"]
 
 
 @pytest.fixture
@@ -166,7 +172,7 @@ def test_third_party_backend_lowers_and_runs_through_its_hooks(good_hooks):
     result = edgeplug.lower(model, inputs, "tinycpu", verify=True, model_name="mlp")
     report = result.report
     assert report.distribution == "edgeplug-fixture-good 1.2.3"
-    assert report.partitions and report.partitions[0].backend_id == "XnnpackBackend"
+    assert report.partitions and report.partitions[0].backend_id == "TinyCpuBackend"
     assert report.verification.max_abs_diff < 1e-4
 
     kinds = [what for what, _ in good_hooks.calls]
@@ -684,24 +690,24 @@ def _plugin_block(out: str, name: str) -> str:
     return found[0]
 
 
-def test_plugins_command_shows_status_and_what_each_adds_to_which_backend(cli, fixture_site, monkeypatch):
-    fixture_site("good", "broken_import", "misuse")
-    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "samsung")
+def test_plugins_command_shows_status_and_what_each_adds_to_which_backend(cli, fixture_site, fixture_backends, monkeypatch):
+    fixture_site("good", "broken_import", "misuse", "hook_raises", "adds_to_table")
+    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "raiser")
     code, out, _ = cli("plugins")
     assert code == 0
     good = _plugin_block(out, "tinycpu")
     assert "tinycpu: edgeplug-fixture-good 1.2.3\n  entry point  tinycpu = edgeplug_fixture_good.hooks\n  status       loaded\n" in good
-    assert "  adds to backend 'tinycpu'\n    the backend itself (delegate XnnpackBackend, verify: pte)\n" in good
+    assert "  adds to backend 'tinycpu'\n    the backend itself (delegate TinyCpuBackend, verify: kernels)\n" in good
     assert "    kernel aten.gelu.default (cpu)\n" in good and "    edge pass 'early'\n" in good
     # a record added to another plugin's backend says whose backend it is
     assert (
-        "  adds to backend 'xnnpack' (added to a backend of distribution edgeplug-xnnpack (plugin 'xnnpack'))\n"
+        "  adds to backend 'fixture-table' (added to a backend of plugin 'edgeplug-fixture-backends' (registered in code))\n"
         "    keep whole: aten.pixel_shuffle.default\n"
-    ) in good
+    ) in _plugin_block(out, "tableaddon")
     broken = _plugin_block(out, "brokenimport")
     assert "status       broken: failed at import: ModuleNotFoundError: No module named 'edgeplug_fixture_vendor_sdk'" in broken
     assert re.search(r"raised at \S*edgeplug_fixture_broken/hooks\.py:\d+ in <module>", broken), broken
-    assert "status       blocked: blocked by EDGEPLUG_DISABLE_PLUGINS=samsung" in _plugin_block(out, "samsung")
+    assert "status       blocked: blocked by EDGEPLUG_DISABLE_PLUGINS=raiser" in _plugin_block(out, "raiser")
     toy = _plugin_block(out, "toyaccel")
     assert "adds to backend 'toyacel' (ignored: " in toy and "Did you mean 'toyaccel'?" in toy
     assert "status       broken: failed at registration: function edgeplug_keep_whole is not marked" in _plugin_block(out, "unmarked")
