@@ -75,7 +75,7 @@ def test_plugins_load_once_and_again_after_reset(edgeplug_register):
         def edgeplug_backends(self):
             Counting.calls += 1
             yield edgeplug.BackendSpec(
-                backend="counted", description="counts its calls", backend_id="XnnpackBackend", partitioner=list
+                backend="counted", description="counts its calls", backend_id="CountedBackend", partitioner=list
             )
 
     edgeplug_register(Counting(), name="counting")
@@ -101,8 +101,9 @@ def test_first_party_backends_are_installed_with_their_distributions():
     assert plugins.problems() == []
 
 
-def test_backend_names_are_case_insensitive():
-    assert edgeplug.get_backend(" XNNPACK ").name == "xnnpack"
+def test_backend_names_are_case_insensitive(fixture_site):
+    fixture_site("good")
+    assert edgeplug.get_backend(" TinyCPU ").name == "tinycpu"
 
 
 # -- a good third-party distribution ------------------------------------------------
@@ -400,7 +401,7 @@ def _embedded_plugin(backend: str = "embedded"):
         def edgeplug_backends(self):
             # returning one record (not yielding) is accepted too
             return edgeplug.BackendSpec(
-                backend=backend, description="registered in code", backend_id="XnnpackBackend", partitioner=list
+                backend=backend, description="registered in code", backend_id="EmbeddedBackend", partitioner=list
             )
 
     return Embedded()
@@ -492,7 +493,7 @@ def _backend_plugin(name: str = "regtest"):
     class Registers:
         @edgeplug.hookimpl
         def edgeplug_backends(self):
-            yield edgeplug.BackendSpec(backend=name, description="d", backend_id="XnnpackBackend", partitioner=list)
+            yield edgeplug.BackendSpec(backend=name, description="d", backend_id="RegTestBackend", partitioner=list)
 
     return Registers()
 
@@ -552,7 +553,7 @@ def test_bad_pass_constraints_make_only_their_backend_unavailable(edgeplug_regis
     assert "edgeplug.unregister_plugin('p')" in str(err.value)
 
 
-def test_two_fusion_policies_for_one_pattern_make_the_backend_unavailable(fixture_site, edgeplug_register):
+def test_two_fusion_policies_for_one_pattern_make_the_backend_unavailable(fixture_site, fixture_backends, edgeplug_register):
     class SecondPolicy:
         @edgeplug.hookimpl
         def edgeplug_fusion_policies(self):
@@ -567,7 +568,7 @@ def test_two_fusion_policies_for_one_pattern_make_the_backend_unavailable(fixtur
     msg = str(err.value)
     assert "two fusion policies for pattern 'rms_norm' on backend 'tinycpu'" in msg
     assert "distribution edgeplug-fixture-good (plugin 'tinycpu')" in msg and "plugin 'second-policy'" in msg
-    assert edgeplug.get_backend("xnnpack").name == "xnnpack"
+    assert edgeplug.get_backend(fixture_backends.TABLE).name == fixture_backends.TABLE  # the others stay available
 
 
 @pytest.mark.parametrize(
@@ -577,17 +578,17 @@ def test_two_fusion_policies_for_one_pattern_make_the_backend_unavailable(fixtur
         ({"target": "aten.rms_norm", "arguments": ("input", "weight", "eps")}, "fix FusionPolicy.arguments"),
     ],
 )
-def test_a_fusion_policy_whose_target_cannot_be_emitted_is_refused_at_load(fixture_site, edgeplug_register, policy, message):
+def test_a_fusion_policy_whose_target_cannot_be_emitted_is_refused_at_load(fixture_backends, edgeplug_register, policy, message):
     class BadPolicy:
         @edgeplug.hookimpl
         def edgeplug_fusion_policies(self):
-            yield edgeplug.FusionPolicy(backend="xnnpack", **policy)
+            yield edgeplug.FusionPolicy(backend="fixture-table", **policy)
 
     edgeplug_register(BadPolicy(), name="bad-policy")
     with pytest.warns(PluginWarning):
-        assert "xnnpack" not in edgeplug.backends()
+        assert "fixture-table" not in edgeplug.backends()
     with pytest.raises(PluginConflictError) as err:
-        edgeplug.get_backend("xnnpack")
+        edgeplug.get_backend("fixture-table")
     msg = str(err.value)
     assert "the rms_norm fusion policy from plugin 'bad-policy' (registered in code) cannot be emitted" in msg
     assert message in msg and "edgeplug.unregister_plugin('bad-policy')" in msg
