@@ -64,7 +64,7 @@ def test_import_edgeplug_loads_no_plugin_and_neither_torch_nor_executorch():
     before, after = out.strip().splitlines()
     assert before == "before: []"
     # the check above can fail: listing backends does load the plugins
-    assert "edgeplug_vulkan.hooks" in after and "edgeplug_xnnpack.hooks" in after
+    assert after.startswith("after: ['edgeplug_"), after
 
 
 def test_plugins_load_once_and_again_after_reset(edgeplug_register):
@@ -203,10 +203,10 @@ def test_partitioner_filter_decides_what_stays_whole(good_hooks, monkeypatch):
 
 
 def test_import_failure_is_reported_with_entry_point_distribution_and_opt_out(fixture_site):
-    fixture_site("broken_import")
+    fixture_site("good", "broken_import")
     with pytest.warns(PluginWarning, match="brokenimport"):
         names = edgeplug.backends()
-    assert FIRST_PARTY <= set(names)
+    assert "tinycpu" in names
     msg = _problem("brokenimport")
     assert "entry point 'brokenimport = edgeplug_fixture_broken.hooks'" in msg
     assert "distribution edgeplug-fixture-broken 0.2.0" in msg
@@ -216,9 +216,9 @@ def test_import_failure_is_reported_with_entry_point_distribution_and_opt_out(fi
 
 
 def test_disabling_a_broken_plugin_silences_it(fixture_site, monkeypatch):
-    fixture_site("broken_import")
+    fixture_site("good", "broken_import")
     monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "brokenimport")
-    assert FIRST_PARTY <= set(edgeplug.backends())
+    assert "tinycpu" in edgeplug.backends()
     assert plugins.problems() == []
     assert [(i.name, why) for i, why in plugins.skipped()] == [
         ("brokenimport", "blocked by EDGEPLUG_DISABLE_PLUGINS=brokenimport")
@@ -351,45 +351,51 @@ def test_two_kernels_for_one_op_of_one_backend_is_an_error_naming_both(fixture_s
 # -- blocking and allow-listing ---------------------------------------------------
 
 
-def test_disable_blocks_by_plugin_or_distribution_name(monkeypatch):
-    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "vulkan, edgeplug_webgpu")
-    assert set(edgeplug.backends()) == FIRST_PARTY - {"vulkan", "webgpu"}
+def test_disable_blocks_by_plugin_or_distribution_name(fixture_site, monkeypatch):
+    fixture_site("good", "misuse")
+    monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "tinycpu, edgeplug_fixture_misuse")
+    names = set(edgeplug.backends())
+    assert "tinycpu" not in names and "toyaccel" not in names
+    assert {i.name for i, _ in plugins.skipped()} == {"tinycpu", "unmarked", "badkernel", "toyaccel"}
     with pytest.raises(UnknownBackendError) as err:
-        edgeplug.get_backend("vulkan")
+        edgeplug.get_backend("tinycpu")
     msg = str(err.value)
-    assert "plugin 'vulkan' (edgeplug-vulkan, blocked by EDGEPLUG_DISABLE_PLUGINS=vulkan, edgeplug_webgpu)" in msg
+    assert "plugin 'tinycpu' (edgeplug-fixture-good, blocked by EDGEPLUG_DISABLE_PLUGINS=tinycpu, edgeplug_fixture_misuse)" in msg
     assert "pip install" not in msg  # it is installed, only blocked
     monkeypatch.delenv("EDGEPLUG_DISABLE_PLUGINS")
-    assert "vulkan" in edgeplug.backends()  # the variable is read again, no reset needed
+    assert "tinycpu" in edgeplug.backends()  # the variable is read again, no reset needed
 
 
 def test_allow_list_loads_only_the_named_plugins(fixture_site, monkeypatch):
+    fixture_site("good", "adds_to_table", "misuse")
+    monkeypatch.setenv("EDGEPLUG_PLUGINS", "edgeplug-fixture-good,tableaddon")
+    assert edgeplug.backends() == ["tinycpu"]
+    assert {i.name for i in plugins.manager().plugins()} == {"tinycpu", "tableaddon"}
+    with pytest.raises(UnknownBackendError) as err:
+        edgeplug.get_backend("toyaccel")
+    assert "plugin 'toyaccel' (edgeplug-fixture-misuse, not in EDGEPLUG_PLUGINS=edgeplug-fixture-good,tableaddon)" in str(err.value)
+
+
+def test_unknown_backend_lists_installed_ones_and_suggests_the_nearest(fixture_site):
     fixture_site("good")
-    monkeypatch.setenv("EDGEPLUG_PLUGINS", "edgeplug-fixture-good,xnnpack")
-    assert edgeplug.backends() == ["tinycpu", "xnnpack"]
     with pytest.raises(UnknownBackendError) as err:
-        edgeplug.get_backend("qnn")
-    assert "plugin 'qnn' (edgeplug-qnn, not in EDGEPLUG_PLUGINS=edgeplug-fixture-good,xnnpack)" in str(err.value)
-
-
-def test_unknown_backend_lists_installed_ones_and_suggests_the_nearest():
-    with pytest.raises(UnknownBackendError) as err:
-        edgeplug.get_backend("vulkn")
+        edgeplug.get_backend("tinycpi")
     msg = str(err.value)
-    assert "no backend named 'vulkn'; did you mean 'vulkan'?" in msg
-    assert "Installed backends: coreml, qnn, samsung, vulkan, webgpu, xnnpack" in msg
+    assert "no backend named 'tinycpi'; did you mean 'tinycpu'?" in msg
+    assert re.search(r"Installed backends: (\w+, )*tinycpu\b", msg), msg
     # a name anyone could register on PyPI is never suggested
     assert "pip install" not in msg
     with pytest.raises(UnknownBackendError) as err:
-        edgeplug.get_backend("tpu")
+        edgeplug.get_backend("quux")
     assert "pip install" not in str(err.value) and "did you mean" not in str(err.value)
 
 
-def test_a_first_party_backend_that_is_not_installed_says_which_distribution(monkeypatch):
-    monkeypatch.setenv("EDGEPLUG_PLUGINS", "xnnpack")
+def test_an_installed_backend_left_out_of_the_allow_list_says_so(fixture_site, monkeypatch):
+    fixture_site("good", "misuse")
+    monkeypatch.setenv("EDGEPLUG_PLUGINS", "tinycpu")
     with pytest.raises(UnknownBackendError) as err:
-        edgeplug.get_backend("qnn")
-    assert "not in EDGEPLUG_PLUGINS=xnnpack" in str(err.value)  # installed, only not allowed
+        edgeplug.get_backend("toyaccel")
+    assert "not in EDGEPLUG_PLUGINS=tinycpu" in str(err.value)  # installed, only not allowed
 
 
 # -- programmatic registration ------------------------------------------------------
@@ -434,12 +440,13 @@ def test_registered_plugin_can_be_blocked_and_its_failures_say_how_to_remove_it(
     assert plugins.problems() == []
 
 
-def test_registered_backend_conflicting_with_an_installed_one(edgeplug_register):
-    edgeplug_register(_embedded_plugin("xnnpack"), name="my-xnnpack")
+def test_registered_backend_conflicting_with_an_installed_one(fixture_site, edgeplug_register):
+    fixture_site("good")
+    edgeplug_register(_embedded_plugin("tinycpu"), name="my-tinycpu")
     with pytest.warns(PluginWarning):
-        assert "xnnpack" not in edgeplug.backends()
-    with pytest.raises(PluginConflictError, match=r"distribution edgeplug-xnnpack .*plugin 'my-xnnpack'"):
-        edgeplug.get_backend("xnnpack")
+        assert "tinycpu" not in edgeplug.backends()
+    with pytest.raises(PluginConflictError, match=r"distribution edgeplug-fixture-good .*plugin 'my-tinycpu'"):
+        edgeplug.get_backend("tinycpu")
 
 
 # -- records on their own ----------------------------------------------------------
@@ -546,7 +553,7 @@ def test_bad_pass_constraints_make_only_their_backend_unavailable(edgeplug_regis
     edgeplug_register(_passes(*specs), name="p")
     with pytest.warns(PluginWarning, match="backend 'regtest' is unavailable"):
         names = edgeplug.backends()
-    assert "regtest" not in names and FIRST_PARTY <= set(names)
+    assert "regtest" not in names and names  # the other backends stay available
     with pytest.raises(PluginConflictError) as err:
         edgeplug.get_backend("regtest")
     assert expected in str(err.value)
@@ -666,7 +673,7 @@ def test_one_name_per_concept_old_names_are_refused(edgeplug_register):
     assert not hasattr(spec, "verify")
     with pytest.raises(AttributeError, match="SkipDecomp"):
         edgeplug.SkipDecomp  # noqa: B018
-    assert not hasattr(edgeplug.get_backend("xnnpack"), "skip_ops")
+    assert not hasattr(edgeplug.get_backend(edgeplug.backends()[0]), "skip_ops")
     assert not hasattr(plugins.manager(), "records")
 
     class OldHook:
@@ -728,9 +735,10 @@ def test_plugins_command_names_the_conflict_on_the_contested_backend_only(cli, f
     assert others and all(r["trouble"] == {} for r in others)
 
 
-def test_backends_command_fails_when_every_plugin_is_skipped(cli, monkeypatch):
+def test_backends_command_fails_when_every_plugin_is_skipped(cli, fixture_site, monkeypatch):
+    fixture_site("good")
     monkeypatch.setenv("EDGEPLUG_PLUGINS", "nothing-by-this-name")
     code, out, err = cli("backends")
     assert code == 1
     assert "no backend is available: every plugin is skipped (see above)" in err
-    assert "skipped plugin 'xnnpack' (edgeplug-xnnpack): not in EDGEPLUG_PLUGINS=nothing-by-this-name" in err
+    assert "skipped plugin 'tinycpu' (edgeplug-fixture-good): not in EDGEPLUG_PLUGINS=nothing-by-this-name" in err
