@@ -43,7 +43,6 @@ ALLOWED: dict[str, str] = {
 #: file -> where its backend-specific part belongs (strict xfail until it is clean)
 PENDING: dict[str, str] = {
     "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends; the local/ray executor cases run cells in worker processes, which do not see in-process registrations (the fixture backends need a fixture distribution or EDGEPLUG_PLUGINS there); the xnnpack/vulkan target lines to their plugins",
-    "test_plugins.py": "its conflict, kernel-conflict and invalid/misuse cases are on fixture-* and tinycpu; left: discovery and EDGEPLUG_PLUGINS/EDGEPLUG_DISABLE_PLUGINS cases that block installed first-party distributions by name (FIRST_PARTY), the case-insensitive lookup, embedded-plugin and fusion-policy conflicts on xnnpack, and tinycpu's lowering asserting XnnpackBackend: block/allow the fixture distributions (good, broken_import) instead, conflict with fixture backends",
 }
 
 
