@@ -99,12 +99,12 @@ def test_zoo_counts_cpu_nodes_like_the_report(zoo, cells):
     assert cell.stock.max_abs_diff is not None and cell.stock.max_abs_diff <= 1e-4
 
 
-def test_zoo_failing_cell_is_a_row_not_a_crash(zoo, monkeypatch):
+def test_zoo_failing_cell_is_a_row_not_a_crash(zoo, fixture_backends, monkeypatch):
     monkeypatch.setitem(zoo.MODELS, "broken", zoo.Arch("NoSuchConfig", "NoSuchModel"))
-    cell = zoo.run_cell("broken", "xnnpack", warm=False)
+    cell = zoo.run_cell("broken", fixture_backends.TABLE, warm=False)
     assert cell.error.startswith("build/export: AttributeError"), cell.error
     doc = zoo.render([cell], "edgeplug zoo --models broken", 1, 0.0)
-    assert "| broken | xnnpack | float | **fails**: build/export: AttributeError" in doc
+    assert "| broken | fixture-table | float | **fails**: build/export: AttributeError" in doc
     assert "edgeplug zoo --models broken" in doc
 
 
@@ -373,19 +373,17 @@ def test_model_entries_resolve_or_say_what_would(zoo, tmp_path):
         zoo.resolve_models("m.txt:f")
 
 
-def test_plan_makes_a_cell_per_declared_scheme_and_refuses_unknown_ones(zoo):
-    import edgeplug
+def test_plan_makes_a_cell_per_declared_scheme_and_refuses_unknown_ones(zoo, fixture_site, fixture_backends):
     from edgeplug._errors import EdgeplugError
 
-    if not {"xnnpack", "vulkan"} <= set(edgeplug.backends()):
-        pytest.skip("needs the xnnpack and vulkan backends")
-    cells, notes = zoo.plan("llama", "xnnpack,vulkan", "float,8a8w")
-    assert cells == [("llama", "xnnpack", "float"), ("llama", "xnnpack", "8a8w"), ("llama", "vulkan", "float")]
-    assert notes == ["vulkan declares no 8a8w: those cells are not made"]
+    fixture_site("good")  # tinycpu declares 8a8w, fixture-table no scheme
+    cells, notes = zoo.plan("llama", "tinycpu,fixture-table", "float,8a8w")
+    assert cells == [("llama", "tinycpu", "float"), ("llama", "tinycpu", "8a8w"), ("llama", "fixture-table", "float")]
+    assert notes == ["fixture-table declares no 8a8w: those cells are not made"]
     with pytest.raises(EdgeplugError, match="scheme\\(s\\) w9 declared by none"):
-        zoo.plan("llama", "xnnpack", "w9")
-    with pytest.raises(EdgeplugError, match="vulcan not installed"):
-        zoo.plan("llama", "vulcan")
+        zoo.plan("llama", "tinycpu", "w9")
+    with pytest.raises(EdgeplugError, match="tinycpi not installed"):
+        zoo.plan("llama", "tinycpi")
 
 
 def test_results_file_refuses_other_settings_and_skips_a_cut_line(zoo, tmp_path):
@@ -394,13 +392,13 @@ def test_results_file_refuses_other_settings_and_skips_a_cut_line(zoo, tmp_path)
 
     out = tmp_path / "cells.jsonl"
     first = Results(str(out), resume=False, settings=Settings(layers=1))
-    first.append(zoo.Cell(model="llama", backend="xnnpack"), Settings(layers=1))
+    first.append(zoo.Cell(model="llama", backend="fixture-table"), Settings(layers=1))
     first.close()
     with out.open("a") as f:
         f.write('{"model": "qwen3", "backe')  # a writer killed mid-line
     again = Results(str(out), resume=True, settings=Settings(layers=1))
-    assert list(again.recorded) == [("llama", "xnnpack", "float")]
-    again.append(zoo.Cell(model="qwen3", backend="xnnpack"), Settings(layers=1))
+    assert list(again.recorded) == [("llama", "fixture-table", "float")]
+    again.append(zoo.Cell(model="qwen3", backend="fixture-table"), Settings(layers=1))
     again.close()
     assert [c.model for c in zoo.load_cells(str(out))] == ["llama", "qwen3"]
     with pytest.raises(EdgeplugError, match="already holds results: pass --resume"):
