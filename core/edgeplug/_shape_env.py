@@ -11,8 +11,9 @@ shared env and leaves them *pending*; the next trace of the caller's program
 changed. ExecuTorch's own ``to_edge_transform_and_lower`` does the same to a
 program lowered twice.
 
-``kept_shape_envs(program)`` restores each env's pending list on exit, so a
-lowering leaves the caller's program as it found it.
+``kept_shape_envs(program)`` lowers with each env's pending list empty (a
+program stock ExecuTorch already traced once still lowers) and restores the
+list on exit, so a lowering leaves the caller's program as it found it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def kept_shape_envs(program: Any) -> Iterator[None]:
     saved = [(env, list(env.pending_fresh_unbacked_symbols)) for env in shape_envs(program)
              if isinstance(getattr(env, "pending_fresh_unbacked_symbols", None), list)]
     try:
+        # symbols another tracer left pending (stock to_edge on the same program) are not this lowering's
+        for env, _ in saved:
+            env.pending_fresh_unbacked_symbols.clear()
         yield
     finally:
         for env, pending in saved:
