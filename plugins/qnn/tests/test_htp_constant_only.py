@@ -187,7 +187,10 @@ def test_a_partition_that_splits_the_constant_branch_fails_the_check(monkeypatch
             n for n in real(ep) if n.op != "call_function" or all(a.op != "call_function" for a in n.all_input_nodes)
         )
 
+    import edgeplug._partition.adapter
+
     monkeypatch.setattr(edgeplug._graph, "constant_only_nodes", shallow)
+    monkeypatch.setattr(edgeplug._partition.adapter, "constant_only_nodes", shallow)  # it imported the name
     wrong = _lower()
     delegated, top, _ = layout(wrong)
     assert delegated.get("aten.mm.default") and top.get("aten.permute_copy.default")  # split
