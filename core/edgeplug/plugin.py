@@ -62,8 +62,7 @@ that needs them is first used.
 from __future__ import annotations
 
 import importlib
-import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from edgeplug._errors import KernelError
 from edgeplug._hookspecs import hookimpl
@@ -81,7 +80,8 @@ from edgeplug._records import (
     TransformRecord,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from edgeplug._devices import gpu_device
     from edgeplug._runtime.device import GpuDevice
 
 # name -> (module, attribute); attribute None: the module itself
@@ -108,29 +108,8 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "op_name": ("edgeplug._graph.ops", "op_name"),
     "OpCall": ("edgeplug._verify.host", "OpCall"),
     "GpuDevice": ("edgeplug._runtime.device", "GpuDevice"),
+    "gpu_device": ("edgeplug._devices", "gpu_device"),
 }
-
-
-#: the process's GPU devices (edgeplug._runtime.device.DeviceCache), made on the first gpu_device call
-_gpu_devices: Any = None
-_gpu_devices_made = threading.Lock()
-
-
-def gpu_device(adapter: Optional[str] = None) -> GpuDevice:
-    """The process's ``GpuDevice`` on ``adapter`` (None: ``EDGEPLUG_WGPU_ADAPTER``), opened on first use, then shared.
-
-    The one process-wide cache of a device: kernels and host verification take
-    the device they are given and default to this one. Raises ``NoAdapterError``
-    (a ``KernelError``) saying why there is no adapter; the answer, device or
-    failure, is kept per adapter choice, so setting the variable reaches another device.
-    """
-    global _gpu_devices
-    with _gpu_devices_made:
-        if _gpu_devices is None:
-            from edgeplug._runtime.device import DeviceCache
-
-            _gpu_devices = DeviceCache()
-    return _gpu_devices.get(adapter)
 
 
 def __getattr__(name: str) -> Any:
@@ -165,6 +144,5 @@ __all__ = [
     "TransformRecord",
     "hookimpl",
     "KernelError",
-    "gpu_device",
     *_LAZY,
 ]

@@ -33,7 +33,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
     if specs and (args.adapter or (kernels and not args.no_adapter)):
         try:
-            from edgeplug.plugin import gpu_device
+            from edgeplug._devices import gpu_device
 
             print(f"\nwgpu adapter: {gpu_device().describe()}")
         except Exception as exc:  # runtime is optional here

@@ -3,7 +3,7 @@
 - ``edgeplug._runtime.device``: the wgpu device layer (adapter choice through
   ``EDGEPLUG_WGPU_ADAPTER``, ``open_device``, pipelines and constants). It
   keeps no device of its own: the process's device is cached only at the
-  façade (``edgeplug.plugin.gpu_device``), and whoever runs a kernel passes it.
+  façade (``edgeplug._devices``, published as ``edgeplug.plugin.gpu_device``), and whoever runs a kernel passes it.
 - host verification of a lowered program with these kernels lives in
   ``edgeplug._verify.host`` (``run_lowered``, ``OpCall``; imports executorch).
 

@@ -48,7 +48,7 @@ from torch.fx import Interpreter, Node
 from edgeplug._errors import EdgeplugError, KernelError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._runtime.device import GpuDevice, NoAdapterError
-from edgeplug.plugin import gpu_device  # the process's device, cached at the façade
+from edgeplug._devices import gpu_device  # the process's device (edgeplug.plugin.gpu_device is this one)
 
 
 @dataclass(frozen=True)
