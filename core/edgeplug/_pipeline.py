@@ -263,8 +263,7 @@ def _to_edge(job: Lowering) -> None:
     # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
     scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
     try:
-        spill = spilled_weights() if job.external_weights else contextlib.nullcontext()
-        with scope, shared_weights_in_preprocess(), spill:
+        with scope, shared_weights_in_preprocess(), spilled_weights(job.external_weights):
             job.edge = to_edge_transform_and_lower(
                 job.ep,
                 transform_passes=ExportedProgramPassManager([_edge_stage(job)]),
@@ -293,7 +292,7 @@ class _Size:
 def _serialize(job: Lowering) -> None:
     from edgeplug._weights import spilled_weights
 
-    with spilled_weights() if job.external_weights else contextlib.nullcontext():
+    with spilled_weights(job.external_weights):
         program = job.edge.to_executorch(_executorch_config(job.edge.exported_program(), job.external_weights))
         size = _Size()
         program.write_to_file(size)  # serialized here, its pieces kept (not joined); save streams them to disk

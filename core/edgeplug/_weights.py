@@ -99,40 +99,82 @@ def shared_weights_in_preprocess() -> Iterator[None]:
             m.copy = original
 
 
-#: named data this large or larger, under ``DATA_TAG``, waits on disk for the .ptd (``spilled_weights``)
+#: a weight this large or larger waits on disk, not in memory, once serialized (``spilled_weights``)
 SPILL_BYTES = 1 << 16
 
+_spilled_type: Any = None
 
-@contextlib.contextmanager
-def spilled_weights() -> Iterator[None]:
-    """Inside: weights a delegate's preprocess (or ``to_executorch``) puts into named data under ``DATA_TAG``
-    go to a temporary file at once, as executorch's own ``FileBackedData``, instead of staying in memory
-    as bytes until the .ptd is written; each file is removed when the program holding it is released."""
+
+def _spill(data: bytes) -> Any:
+    """``data`` written to a temporary file at once; what stands in for it (executorch's ``FileBackedData``,
+    which serializers stream from the file) removes the file when it is released."""
     import os
     import tempfile
 
-    from executorch.exir._serialize._cord import FileBackedData
-    from executorch.exir._serialize._named_data_store import NamedDataStore
+    global _spilled_type
+    if _spilled_type is None:
+        from executorch.exir._serialize._cord import FileBackedData
 
-    original = NamedDataStore.add_named_data
+        class SpilledWeight(FileBackedData):
+            """A weight's bytes in a temporary file; never copied (the file does not change)."""
+
+            def __deepcopy__(self, memo: Any) -> Any:
+                # serialize_pte_binary deep-copies the emitted program, constants included
+                return self
+
+        _spilled_type = SpilledWeight
+    fd, path = tempfile.mkstemp(prefix="edgeplug-weight-", suffix=".bin")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        os.remove(path)
+        raise
+    return _spilled_type(path, cleanup=True)
+
+
+@contextlib.contextmanager
+def spilled_weights(external: bool = False) -> Iterator[None]:
+    """Inside: every serialized weight goes to a temporary file as soon as it is made, instead of
+    staying in memory as bytes until the .pte (or .ptd) is written. Two places make them:
+
+    - a delegate's preprocess (and ``to_executorch``, merging the delegates' stores) puts each weight
+      into executorch's named data (``NamedDataStore.add_named_data``);
+    - the emitter turns each constant left on the CPU into bytes (``_Emitter._save_new_const_tensor``).
+
+    With ``external``, named data a delegate stored in the .pte (untagged: the Vulkan delegate's
+    constants) goes under ``DATA_TAG`` too, so every weight lands in the one .ptd. Each file is removed
+    when the program holding it is released. Temporary files go where ``tempfile`` puts them (``TMPDIR``);
+    on a memory-backed file system they still take memory, outside this process's resident set.
+    """
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+    from executorch.exir.emit._emitter import _Emitter
+
+    original_add = NamedDataStore.add_named_data
+    original_save = _Emitter._save_new_const_tensor
 
     def add_named_data(self: Any, key: str, data: Any, alignment: Any = 1, external_tag: Any = None, **kw: Any) -> None:
-        if external_tag == DATA_TAG and isinstance(data, (bytes, bytearray)) and len(data) >= SPILL_BYTES:
-            fd, path = tempfile.mkstemp(prefix="edgeplug-weight-", suffix=".bin")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-            except BaseException:
-                os.remove(path)
-                raise
-            data = FileBackedData(path, cleanup=True)
-        original(self, key, data, alignment, external_tag, **kw)
+        if isinstance(data, (bytes, bytearray)) and len(data) >= SPILL_BYTES:
+            if external and external_tag is None:
+                external_tag = DATA_TAG
+            data = _spill(data)
+        original_add(self, key, data, alignment, external_tag, **kw)
+
+    def save_new_const_tensor(
+        self: Any, spec: Any, buffer_data: Any, hashed: str, allocation_info: Any = None, constant_tag: Any = None
+    ) -> Any:
+        # a mutable buffer's initial state (allocation_info) stays as it is: only constants are spilled
+        if allocation_info is None and isinstance(buffer_data, bytes) and len(buffer_data) >= SPILL_BYTES:
+            buffer_data = _spill(buffer_data)
+        return original_save(self, spec, buffer_data, hashed, allocation_info, constant_tag)
 
     NamedDataStore.add_named_data = add_named_data
+    _Emitter._save_new_const_tensor = save_new_const_tensor
     try:
         yield
     finally:
-        NamedDataStore.add_named_data = original
+        NamedDataStore.add_named_data = original_add
+        _Emitter._save_new_const_tensor = original_save
 
 
 def data_files(program: Any) -> dict[str, Any]:
