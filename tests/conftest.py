@@ -35,9 +35,10 @@ def fixture_backends() -> Iterator[Any]:
 
 @pytest.fixture
 def clean_plugin_env(monkeypatch):
-    """No EDGEPLUG_PLUGINS / EDGEPLUG_DISABLE_PLUGINS from the caller's shell."""
+    """No EDGEPLUG_PLUGINS / EDGEPLUG_DISABLE_PLUGINS / EDGEPLUG_REGISTER_PLUGINS from the caller's shell."""
     monkeypatch.delenv("EDGEPLUG_PLUGINS", raising=False)
     monkeypatch.delenv("EDGEPLUG_DISABLE_PLUGINS", raising=False)
+    monkeypatch.delenv("EDGEPLUG_REGISTER_PLUGINS", raising=False)
 
 
 @pytest.fixture

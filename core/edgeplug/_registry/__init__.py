@@ -3,12 +3,17 @@
 Plugins are found through entry points of group ``edgeplug`` (and modules
 registered with ``register``). Nothing loads at ``import edgeplug``; the first
 query of a ``PluginManager`` loads them once and caches the result, until
-``reset()`` or a change of the two environment variables:
+``reset()`` or a change of the three environment variables:
 
 - ``EDGEPLUG_DISABLE_PLUGINS``: comma-separated plugin (entry point) or
   distribution names never to load (registered plugins included);
 - ``EDGEPLUG_PLUGINS``: if set, only these entry-point plugins load (plugins
   registered with ``register`` are explicit and always load unless blocked).
+- ``EDGEPLUG_REGISTER_PLUGINS``: comma-separated ``MODULE`` or ``MODULE:OBJECT``
+  entries, each imported and registered as ``register`` would, in every process
+  that has the variable (a zoo cell's process, a Ray worker): plugins that have
+  no distribution, such as a test's backends. One that cannot be imported is
+  reported like a plugin that fails to import.
 
 Names compare case-insensitively with ``-``, ``_`` and ``.`` equivalent, as
 distribution names do (``edgeplug_qnn`` blocks ``edgeplug-qnn``).
@@ -39,6 +44,7 @@ from edgeplug._registry.info import (
     ENTRY_POINT_GROUP,
     ENV_ALLOW,
     ENV_DISABLE,
+    ENV_REGISTER,
     BackendProblem,
     Contribution,
     PluginInfo,
@@ -57,6 +63,7 @@ __all__ = [
     "ENV_ALLOW",
     "ENV_DISABLE",
     "ENV_HOOK_SECONDS",
+    "ENV_REGISTER",
     "PluginInfo",
     "PluginManager",
     "PluginProblem",

@@ -12,7 +12,11 @@ from edgeplug._records import PassSpec
 ENTRY_POINT_GROUP = "edgeplug"
 ENV_DISABLE = "EDGEPLUG_DISABLE_PLUGINS"
 ENV_ALLOW = "EDGEPLUG_PLUGINS"
+#: ``MODULE[:OBJECT],...``: plugins without an entry point, registered in every process that reads it
+ENV_REGISTER = "EDGEPLUG_REGISTER_PLUGINS"
 REGISTERED = "<registered>"
+#: the distribution of a plugin named in ``ENV_REGISTER``
+NAMED_IN_ENV = f"<{ENV_REGISTER}>"
 
 
 class PluginWarning(UserWarning):
@@ -30,10 +34,17 @@ class PluginInfo:
 
     @property
     def registered(self) -> bool:
-        """True for a plugin added with ``register()`` rather than an entry point."""
-        return self.distribution == REGISTERED
+        """True for a plugin added with ``register()`` or named in ``ENV_REGISTER``, not by an entry point."""
+        return self.distribution in (REGISTERED, NAMED_IN_ENV)
+
+    @property
+    def named_in_env(self) -> bool:
+        """True for a plugin named in ``ENV_REGISTER`` (``info.entry_point`` is its entry there)."""
+        return self.distribution == NAMED_IN_ENV
 
     def describe(self) -> str:
+        if self.named_in_env:
+            return f"plugin {self.name!r} (named in {ENV_REGISTER})"
         if self.registered:
             return f"plugin {self.name!r} (registered with edgeplug.register_plugin())"
         return (
@@ -52,7 +63,9 @@ class PluginProblem:
 
     @property
     def message(self) -> str:
-        if self.plugin.registered:
+        if self.plugin.named_in_env:
+            remedy = f"take it out of {ENV_REGISTER}"
+        elif self.plugin.registered:
             remedy = f"unregister it with edgeplug.unregister_plugin({self.plugin.name!r})"
         else:
             remedy = f"uninstall {self.plugin.distribution}"
@@ -74,6 +87,8 @@ class Contribution(NamedTuple):
 
 
 def who(info: PluginInfo) -> str:
+    if info.named_in_env:
+        return f"plugin {info.name!r} (named in {ENV_REGISTER})"
     if info.registered:
         return f"plugin {info.name!r} (registered in code)"
     return f"distribution {info.distribution} (plugin {info.name!r})"
@@ -90,7 +105,9 @@ class BackendProblem:
     @property
     def message(self) -> str:
         blame = self.newcomer
-        if blame.registered:
+        if blame.named_in_env:
+            fix = f"take {blame.name!r} out of {ENV_REGISTER}"
+        elif blame.registered:
             fix = f"unregister one with edgeplug.unregister_plugin({blame.name!r})"
         else:
             fix = f"uninstall one, or disable the newcomer with {ENV_DISABLE}={blame.name}"

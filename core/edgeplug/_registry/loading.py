@@ -23,6 +23,8 @@ from edgeplug._registry.info import (
     ENTRY_POINT_GROUP,
     ENV_ALLOW,
     ENV_DISABLE,
+    ENV_REGISTER,
+    NAMED_IN_ENV,
     Contribution,
     Loaded,
     PluginInfo,
@@ -314,10 +316,65 @@ def collect(plugin: object, info: PluginInfo) -> tuple[list[BaseModel], Optional
     return out, None
 
 
+def named_in_env(value: Optional[str]) -> list[PluginInfo]:
+    """The plugins ``ENV_REGISTER`` names (``MODULE`` or ``MODULE:OBJECT``, comma-separated), in its order."""
+    out: list[PluginInfo] = []
+    for entry in (value or "").split(","):
+        entry = entry.strip()
+        if entry and entry not in [i.name for i in out]:
+            out.append(PluginInfo(entry, NAMED_IN_ENV, "", f"{ENV_REGISTER}={entry}"))
+    return out
+
+
+class NamedNotFound(ImportError):
+    """An ``ENV_REGISTER`` entry that is malformed or names nothing importable (the message says what to fix)."""
+
+
+def import_named(info: PluginInfo) -> object:
+    """The module (or its ``OBJECT``) an ``ENV_REGISTER`` entry names; ``NamedNotFound`` saying what to fix.
+
+    An error raised by the module's own code propagates as it is (it is located in that code)."""
+    import importlib
+
+    module_name, colon, attr = info.name.partition(":")
+    if not all(p.isidentifier() for p in module_name.split(".")) or (
+        colon and not all(p.isidentifier() for p in attr.split("."))
+    ):
+        raise NamedNotFound(
+            f"{ENV_REGISTER} entry {info.name!r} is not MODULE or MODULE:OBJECT (dotted Python names, "
+            f"comma-separated): fix the variable"
+        )
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise  # the module exists; something it imports does not (located by the caller)
+        raise NamedNotFound(
+            f"{ENV_REGISTER} names module {module_name!r}, which this Python cannot find ({exc}): install it, "
+            f"or put the folder that holds it on PYTHONPATH (a process started with this environment must "
+            f"find it too)"
+        ) from None
+    for part in attr.split(".") if attr else ():
+        if not hasattr(obj, part):
+            raise NamedNotFound(
+                f"{ENV_REGISTER} entry {info.name!r}: module {module_name!r} has no attribute {attr!r}: fix the "
+                "OBJECT after the colon, or leave it out to register the module itself"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
 def load(
-    registered: list[tuple[object, PluginInfo]], disable: Optional[str], allow: Optional[str]
+    registered: list[tuple[object, PluginInfo]],
+    disable: Optional[str],
+    allow: Optional[str],
+    named: Optional[str] = None,
 ) -> Loaded:
-    """Find, filter, import and collect every plugin (not yet validated against each other)."""
+    """Find, filter, import and collect every plugin (not yet validated against each other).
+
+    ``named``: the value of ``ENV_REGISTER``. Its plugins load like registered ones (explicit:
+    ``allow`` does not filter them; ``disable`` does); one that is also registered in-process
+    (the same object) loads once."""
     blocked = name_set(disable) or set()
     allowed = name_set(allow)
     state = Loaded()
@@ -343,6 +400,24 @@ def load(
             state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
             continue
         candidates.append((module, info, False))
+    in_process = [id(module) for module, _ in registered]
+    for info in named_in_env(named):
+        module_name = info.name.partition(":")[0]
+        if {normalize_name(info.name), normalize_name(module_name)} & blocked:
+            state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
+            continue
+        try:
+            obj = import_named(info)
+        except NamedNotFound as exc:
+            state.problems.append(PluginProblem(info, "import", str(exc)))
+            continue
+        except Exception as exc:
+            state.problems.append(PluginProblem(info, "import", failure(exc, info)))
+            continue
+        if id(obj) in in_process:
+            continue  # registered in this process already: its records are collected once
+        in_process.append(id(obj))
+        candidates.append((obj, info, False))
 
     for obj, info, is_ep in candidates:
         if is_ep:

@@ -18,6 +18,7 @@ from edgeplug._records import HOOK_RECORDS, BackendSpec, FusionPolicy, Kernel, P
 from edgeplug._registry.info import (
     ENV_ALLOW,
     ENV_DISABLE,
+    ENV_REGISTER,
     REGISTERED,
     BackendProblem,
     Contribution,
@@ -40,7 +41,7 @@ class PluginManager:
         self._lock = threading.RLock()
         self._registered: list[tuple[types.ModuleType | object, PluginInfo]] = []
         self._loaded: Optional[Loaded] = None
-        self._env_key: Optional[tuple[Optional[str], Optional[str]]] = None
+        self._env_key: Optional[tuple[Optional[str], ...]] = None
 
     # -- programmatic registration (tests, embedding) -------------------------
     def register(self, plugin: object, name: Optional[str] = None) -> PluginInfo:
@@ -68,19 +69,15 @@ class PluginManager:
 
     # -- loading ---------------------------------------------------------------
     def _state(self) -> Loaded:
-        key = (os.environ.get(ENV_DISABLE), os.environ.get(ENV_ALLOW))
+        key = (os.environ.get(ENV_DISABLE), os.environ.get(ENV_ALLOW), os.environ.get(ENV_REGISTER))
         with self._lock:
             if self._loaded is None or key != self._env_key:
                 self._loaded = self._load(*key)
                 self._env_key = key
             return self._loaded
 
-
-
-
-
-    def _load(self, disable: Optional[str], allow: Optional[str]) -> Loaded:
-        state = load(self._registered, disable, allow)
+    def _load(self, disable: Optional[str], allow: Optional[str], named: Optional[str]) -> Loaded:
+        state = load(self._registered, disable, allow, named)
         check(state)
         for problem in [*state.problems, *state.conflicts.values(), *state.unclaimed]:
             warnings.warn(problem.message, PluginWarning, stacklevel=4)
