@@ -107,4 +107,46 @@ def quantized_linear_inputs_at_their_width(ep: Any) -> Any:
             f"first, so the quantized linear reads {width} input channels, not {src.shape[-1]}",
             removed=0,
         ))
+    for node in calls_to(ep, _LINEAR_ANCHORS[:3]):
+        record = _output_view_at_its_width(build, node)
+        if record is not None:
+            records.append(record)
     return PassResult(ep, records)  # the pass runner lints and recompiles what changed
+
+
+def _output_view_at_its_width(build: Any, node: Any) -> Any:
+    """A quantized linear's one output view makes the fused op's own shape, ``[*input[:-1], N]``.
+
+    The same executorch pattern takes the one ``view_copy`` after ``mm`` (when it has one user) as
+    the linear's output and gives the fused op that view's shape, though the op computes
+    ``[*input[:-1], N]``. After ``collapse_view_chains`` that view may go straight on to the heads
+    (``[S, N] -> [1, S, H, D]``, q/k/v of an 8da4w decoder): the fused node's recorded shape is
+    then 4-d, its output 2-d, and the permute after it fails in ``FusePatternsPass`` ("Dimension
+    out of range"). A view to the op's own shape is put back before it; the values do not change.
+    """
+    import torch
+
+    from edgeplug.plugin import note_rewrite, op_name, tensor_of
+
+    addmm = op_name(node) == "aten.addmm.default"
+    x, weight = (node.args[1], node.args[2]) if addmm else (node.args[0], node.args[1])
+    if not (isinstance(x, torch.fx.Node) and _dequantized(weight)) or len(node.users) != 1:
+        return None
+    (after,) = node.users
+    if op_name(after) != "aten.view_copy.default" or len(after.users) != 1:
+        return None
+    source = x.args[0] if op_name(x) == "aten.view_copy.default" else x
+    src, out, viewed = tensor_of(source), tensor_of(node), tensor_of(after)
+    if src is None or out is None or viewed is None or src.dim() == 0:
+        return None
+    own = [*src.shape[:-1], out.shape[-1]]
+    if list(viewed.shape) == own or sum(1 for d in own if type(d) is not int) > 1:
+        return None
+    inner = build.view(after, node, own)
+    after.args = (inner, *after.args[1:])
+    return note_rewrite(
+        QUANTIZED_LINEAR_INPUTS, after, 1,
+        f"{node.name}'s output view to {list(viewed.shape)}: through {own} first, so the quantized linear "
+        f"the delegate fuses has its own output shape",
+        removed=0,
+    )
