@@ -5,7 +5,8 @@
 1. ``torch.export`` (skipped for an ExportedProgram);
 2. the backend's export-stage passes (``edgeplug.transform``);
 3. RMSNorm recomposed on the aten program under the backend's fusion policy
-   (Gemma's ``1 + w`` folded into a constant), so the quantizer annotates one
+   (Gemma's ``1 + w`` folded into a constant; export's metadata asserts, which
+   compute nothing, dropped first so they do not hide a norm's weight), so the quantizer annotates one
    norm op instead of pow/mean/rsqrt/mul and quantize/dequantize never land
    inside a norm;
 4. ``prepare_pt2e`` with the scheme's quantizer (from the backend's
@@ -119,7 +120,31 @@ def recompose_norms(ep: Any, backend: Any) -> tuple[Any, list[FusionRecord]]:
     """
     from edgeplug._fusion import fuse_program
 
-    return fuse_program(ep, backend.fusion_policy("rms_norm"))
+    return fuse_program(_without_metadata_asserts(ep), backend.fusion_policy("rms_norm"))
+
+
+def _without_metadata_asserts(ep: Any) -> Any:
+    """``ep`` less its ``aten._assert_tensor_metadata`` nodes (a copy; ``ep`` itself if it has none).
+
+    ``torch.export`` adds one after each ``.to(dtype)``: it checks a dtype the trace already fixed and
+    computes nothing (``to_edge`` drops them too). Left in, it is a second user of the normalised tensor
+    between a norm and its weight multiply (``weight * x.to(dtype)``), so the norm is recomposed without
+    its weight; a quantizer that reads the weight argument (samsung's ENN annotator) then fails at
+    prepare on ``rms_norm(x, shape, None, eps)``, and the others annotate the multiply apart.
+    """
+    import torch
+
+    from edgeplug._fusion import copy_program
+
+    target = torch.ops.aten._assert_tensor_metadata.default
+    if not any(n.op == "call_function" and n.target is target for n in ep.graph.nodes):
+        return ep
+    out = copy_program(ep)
+    graph = out.graph_module.graph
+    for node in [n for n in graph.nodes if n.op == "call_function" and n.target is target and not n.users]:
+        graph.erase_node(node)
+    out.graph_module.recompile()
+    return out
 
 
 #: calibration batches read unless the caller says otherwise (``--calibration-batches``)
@@ -175,7 +200,7 @@ def quantize(
     timed = _QuantizeStages(b.name, rec.scheme, info, progress)
     if rec.kind == "source_transform":
         _check_source_transform(model, rec, b, calibration)
-        ep = _source_transform(model, given, b, rec, timed, dynamic_shapes)
+        ep = _source_transform(model, given, b, rec, timed, dynamic_shapes, info)
         info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
         return QuantizedModel(ep.module(), info)
     if isinstance(model, ExportedProgram):
@@ -211,9 +236,12 @@ def _check_source_transform(model: Any, rec: QuantScheme, backend: Any, calibrat
         )
 
 
-def _source_transform(model: Any, given: Any, backend: Any, rec: QuantScheme, timed: Any, dynamic_shapes: Any) -> Any:
+def _source_transform(
+    model: Any, given: Any, backend: Any, rec: QuantScheme, timed: Any, dynamic_shapes: Any, info: Any
+) -> Any:
     """The exported program of a deep copy of ``model`` quantized with torchao's ``quantize_`` and the
-    scheme's config; the backend's export passes applied. ``model`` is left as it was."""
+    scheme's config; the backend's export passes applied. ``model`` is left as it was. A layer whose
+    width the scheme's group size does not divide stays float, named in ``info.kept_float``."""
     import copy
 
     import torch
@@ -227,12 +255,52 @@ def _source_transform(model: Any, given: Any, backend: Any, rec: QuantScheme, ti
         with torch.no_grad():
             copied = copy.deepcopy(model)
             for config, filter_fn in steps:
-                quantize_(copied, config, filter_fn=filter_fn)
+                quantize_(copied, config, filter_fn=_whole_groups(config, filter_fn, kept_float))
         return copied
 
+    kept_float: list[str] = []
+
     copied = timed("transform", apply)
+    info.kept_float = kept_float
     ep = timed("export", lambda: torch.export.export(copied, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
     return timed("export passes", lambda: transform(ep, backend))
+
+
+def _group_size(config: Any) -> Optional[int]:
+    """The weight group size of a torchao config (``PerGroup`` granularity, or ``group_size``); None if ungrouped."""
+    for attr in ("weight_granularity", "granularity"):
+        size = getattr(getattr(config, attr, None), "group_size", None)
+        if isinstance(size, int):
+            return size
+    size = getattr(config, "group_size", None)
+    return size if isinstance(size, int) else None
+
+
+def _whole_groups(config: Any, filter_fn: Any, kept_float: list[str]) -> Any:
+    """``filter_fn`` (None: torchao's linear layers) less the modules whose weight's last dimension
+    ``config``'s group size does not divide: torchao refuses them (an assertion), so they stay float and
+    each is named in ``kept_float`` (``"fqn: why"``; the report's quantization section lists them)."""
+    group = _group_size(config)
+    if group is None:
+        return filter_fn
+    from torchao.quantization.quant_api import _is_linear
+
+    chosen = filter_fn or _is_linear
+
+    def whole(module: Any, fqn: str) -> bool:
+        if not chosen(module, fqn):
+            return False
+        weight = getattr(module, "weight", None)
+        width = weight.shape[-1] if getattr(weight, "ndim", 0) >= 1 else None
+        if width is not None and width % group:
+            kept_float.append(
+                f"{fqn or type(module).__name__} ({type(module).__name__}, weight {tuple(weight.shape)}): "
+                f"its width {width} is not a multiple of the group size {group}; kept float"
+            )
+            return False
+        return True
+
+    return whole
 
 
 def _transform_steps(made: Any, rec: QuantScheme, backend: Any) -> list[tuple[Any, Any]]:

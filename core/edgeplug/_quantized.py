@@ -42,6 +42,9 @@ class QuantizationInfo:
     fusions: list[FusionRecord] = field(default_factory=list)
     #: constant-only subgraphs folded before annotation (and folds refused, with why)
     folds: list[TransformRecord] = field(default_factory=list)
+    #: layers a source transform left float, one ``"fqn (type, weight shape): why"`` each (a group size
+    #: that does not divide the layer's width)
+    kept_float: list[str] = field(default_factory=list)
     #: the float model's outputs on ``inputs`` (``(args, kwargs)``; for |lowered - float| in reports)
     inputs: tuple = ((), {})
     float_outputs: list[Any] = field(default_factory=list)
@@ -52,7 +55,7 @@ class QuantizationInfo:
             activation_bits=self.activation_bits, weight_bits=self.weight_bits, per_channel=self.per_channel,
             distribution=self.distribution, calibration_batches=self.calibration_batches,
             calibration_limit=self.calibration_limit, calibration_cut=self.calibration_cut,
-            norms=self.fusions, folds=self.folds, kind=self.kind,
+            norms=self.fusions, folds=self.folds, kind=self.kind, kept_float=self.kept_float,
         )
 
 

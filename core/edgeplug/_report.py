@@ -154,6 +154,8 @@ class QuantizationSummary(BaseModel):
     norms: list[FusionRecord] = Field(default_factory=list)
     #: constant-only subgraphs folded before annotation (``fold`` records; refusals say why)
     folds: list[TransformRecord] = Field(default_factory=list)
+    #: layers the scheme left float, each with why (a source transform's group size does not divide its width)
+    kept_float: list[str] = Field(default_factory=list)
     #: set when the program was quantized for another backend than the one it is lowered for
     foreign: bool = False
     #: what verification compared with, and per output |lowered - quantized| and |lowered - float|
@@ -189,6 +191,9 @@ class QuantizationSummary(BaseModel):
                 + (f", {len(self.folds) - len(applied)} left as they were" if len(applied) < len(self.folds) else "")
             )
             lines.extend(f"    {r.node} ({r.op}): {r.detail}" for r in self.folds if r.outcome == "refused")
+        if self.kept_float:
+            lines.append(f"  layers kept float: {len(self.kept_float)}")
+            lines.extend(f"    {why}" for why in self.kept_float)
         if self.reference:
             lines.append(f"  verification reference: {self.reference}")
         for i, q in enumerate(self.versus_quantized):
