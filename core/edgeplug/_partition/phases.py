@@ -321,13 +321,43 @@ def drop_constant_only(tags: Mapping[torch.fx.Node, str], ctx: FilterContext) ->
     return {n: t for n, t in tags.items() if t not in dropped}, reasons
 
 
-def tag_constants(constants: Mapping[torch.fx.Node, str], tags: Mapping[torch.fx.Node, str]) -> dict[torch.fx.Node, str]:
-    """A constant the partitioner gave a delegate stays with it while every user is in one partition."""
+def buffer_writes(gm: torch.fx.GraphModule, ep: Optional[Any]) -> dict[torch.fx.Node, Optional[torch.fx.Node]]:
+    """Mutated buffer placeholder -> the node whose value the program writes back into it (``None``: not found)."""
+    if ep is None or not hasattr(ep, "graph_signature"):
+        return {}
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = ep.graph_signature
+    written = {spec.target: spec.arg.name for spec in sig.output_specs if spec.kind == OutputKind.BUFFER_MUTATION}
+    nodes = {n.name: n for n in gm.graph.nodes}
+    out: dict[torch.fx.Node, Optional[torch.fx.Node]] = {}
+    for spec in sig.input_specs:
+        if spec.kind == InputKind.BUFFER and spec.target in written and spec.arg.name in nodes:
+            out[nodes[spec.arg.name]] = nodes.get(written[spec.target])
+    return out
+
+
+def tag_constants(
+    constants: Mapping[torch.fx.Node, str],
+    tags: Mapping[torch.fx.Node, str],
+    writes: Mapping[torch.fx.Node, Optional[torch.fx.Node]] = MappingProxyType({}),
+) -> dict[torch.fx.Node, str]:
+    """A constant the partitioner gave a delegate stays with it while every user is in one partition.
+
+    A mutated buffer (``writes``: placeholder -> the node whose value is written back) stays with a
+    delegate only if that partition also computes the value written back: executorch moves a tagged
+    buffer into its delegate, so a write from elsewhere (another partition, the CPU) would name a buffer
+    the program no longer has ("Buffer output ... does not point to a buffer that exists"). Otherwise
+    the buffer stays a program input the delegate reads.
+    """
     out: dict[torch.fx.Node, str] = {}
     for node in constants:
         users = {tags.get(u) for u in node.users}
         if len(users) == 1 and None not in users:
-            out[node] = users.pop()
+            tag = users.pop()
+            if node in writes and (writes[node] is None or tags.get(writes[node]) != tag):
+                continue
+            out[node] = tag
     return out
 
 
@@ -434,7 +464,7 @@ def partition_graph(
     dropped: dict[str, str] = {}
     if constant_only_policy:
         tags, dropped = drop_constant_only(tags, ctx)
-    tags.update(tag_constants(constants, tags))
+    tags.update(tag_constants(constants, tags, buffer_writes(gm, ctx.ep)))
     tags = {n: tags[n] for n in gm.graph.nodes if n in tags}
     specs = {tag: inner_specs.get(calls.get(n) or constants.get(n)) for n, tag in tags.items()}
     reasons = cpu_reasons(gm, tags, {**refused, **dropped}, logged, explain)

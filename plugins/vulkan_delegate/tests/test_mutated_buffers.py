@@ -1,0 +1,68 @@
+"""A buffer the program writes (a KV cache, transformers' ``cumulative_length``) on the Vulkan delegate.
+
+executorch's ``tag_mutated_buffer`` gives a written buffer to the delegate that reads it, and
+``to_backend`` then moves the buffer into that delegate. When the value written back is computed
+elsewhere (another partition, past an op left on the CPU), the program's signature names a buffer
+it no longer has and executorch's verifier fails the lowering ("Buffer output getitem_N does not
+point to a buffer that exists"; seen on optimum-executorch's Llama, whose static cache counts the
+tokens in ``cumulative_length``). The core keeps such a buffer a program input instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import edgeplug
+
+
+class _ReadHereWrittenThere(torch.nn.Module):
+    """The buffer is read by one partition and its new value computed by another: the cumsum between
+    them has no Vulkan kernel, and it reads the first partition's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("c", torch.zeros(1, 8))
+
+    def forward(self, x):
+        y = self.c * 2 + x
+        gate = torch.cumsum(y, -1) > 0
+        self.c.copy_(y * gate.float() + 1)
+        return y
+
+
+class _ReadAndWrittenInOne(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("c", torch.zeros(1, 8))
+
+    def forward(self, x):
+        y = self.c * 2 + x
+        self.c.copy_(y + 1)
+        return y
+
+
+def _top_level_buffers(result) -> set:
+    return set(result.edge.exported_program().graph_signature.buffers_to_mutate.values())
+
+
+@pytest.mark.parametrize("backend", ["vulkan", "webgpu"])
+def test_a_buffer_written_by_another_partition_stays_a_program_input(backend):
+    pytest.importorskip(f"edgeplug_{backend}")
+    torch.manual_seed(0)
+    model, x = _ReadHereWrittenThere().eval(), torch.randn(1, 8)
+    result = edgeplug.lower(model, (x,), backend, verify=True)
+    report = result.report
+    assert len(report.partitions) == 2 and dict(report.cpu_ops) == {"aten.cumsum.default": 1}
+    assert report.verification.passed, report.verification.failures()
+    assert _top_level_buffers(result) == {"c"}  # written back by the program, not by a delegate
+    assert torch.count_nonzero(model.c) == 0  # the caller's buffer as it was
+
+
+def test_a_buffer_read_and_written_in_one_partition_goes_to_that_delegate():
+    pytest.importorskip("edgeplug_vulkan")
+    torch.manual_seed(0)
+    result = edgeplug.lower(_ReadAndWrittenInOne().eval(), (torch.randn(1, 8),), "vulkan", verify=True)
+    assert len(result.report.partitions) == 1 and not result.report.cpu_ops
+    assert result.report.verification.passed, result.report.verification.failures()
+    assert _top_level_buffers(result) == set()  # the delegate owns it
