@@ -56,20 +56,9 @@ def fixture_site(edgeplug_site, clean_plugin_env):
 
 
 @pytest.fixture
-def cli(capsys):
-    """Run ``edgeplug ARGS...`` in this process: returns (exit code, stdout, stderr)."""
-    from edgeplug._cli import main
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+def cli(edgeplug_cli):
+    """``edgeplug.testing``'s ``edgeplug_cli`` (run ``edgeplug ARGS...`` in this process: exit code, stdout, stderr)."""
+    return edgeplug_cli
 
 
 @pytest.fixture(scope="session")

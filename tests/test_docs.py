@@ -92,7 +92,7 @@ def test_testing_docs_name_every_fixture_and_the_command():
     import edgeplug.testing.plugin as plugin
 
     fixtures = sorted(n for n in vars(plugin) if n.startswith("edgeplug_"))
-    assert fixtures == ["edgeplug_backend", "edgeplug_lowering", "edgeplug_register", "edgeplug_site"]
+    assert fixtures == ["edgeplug_backend", "edgeplug_cli", "edgeplug_lowering", "edgeplug_no_network", "edgeplug_plain_env", "edgeplug_register", "edgeplug_site"]
     for name in fixtures:
         assert f"``{name}``" in testing.__doc__, f"fixture {name} is not documented in edgeplug.testing"
     assert "pytest --pyargs edgeplug.testing.conformance" in testing.__doc__

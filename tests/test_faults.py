@@ -9,7 +9,6 @@ only where a signal must take its default course.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
@@ -25,6 +24,8 @@ import torch
 import edgeplug
 import edgeplug_fixture_backends
 from edgeplug import _plugins as plugins
+from edgeplug.testing import assert_no_traceback, error_line, files_under
+from edgeplug.testing.faults import CorruptWeight
 
 PREVIOUS = b"the previous program"
 
@@ -42,20 +43,6 @@ def _clean(clean_plugin_env, monkeypatch, tmp_path):
     plugins.reset()
     with edgeplug_fixture_backends.registered():
         yield
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-
-
-def _no_traceback(stderr: str) -> None:
-    assert "Traceback (most recent call last)" not in stderr, stderr
-
-
-def _first_line(stderr: str) -> str:
-    lines = [l for l in stderr.splitlines() if l.startswith("edgeplug: error:")]
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 # -- test plugins ---------------------------------------------------------------------
@@ -116,29 +103,6 @@ class FaultyBackend:
 HOOKS = ["edgeplug_backends", "edgeplug_partitioner_filters", "edgeplug_fusion_policies", "edgeplug_kernels", "edgeplug_passes"]
 
 
-class CorruptWeight:
-    """An export-stage pass on ``backends`` that corrupts fc1's weight of the mlp example."""
-
-    def __init__(self, backends: tuple[str, ...], how: str) -> None:
-        self.backends, self.how = backends, how
-
-    def corrupt(self, ep):
-        key = next(k for k in ep.state_dict if k.endswith("fc1.weight"))
-        w = ep.state_dict[key].detach().clone()
-        if self.how == "nan":
-            w[0, 0] = float("nan")
-        else:
-            w = w * 1.01
-        # in place, as a careless pass would: a program that shares the caller's tensors passes it on
-        ep.state_dict[key].data.copy_(w) if self.how == "inplace" else ep.state_dict.__setitem__(key, torch.nn.Parameter(w, requires_grad=False))
-        return ep
-
-    @edgeplug.hookimpl
-    def edgeplug_passes(self):
-        for b in self.backends:
-            yield edgeplug.PassSpec(backend=b, stage="export", name=f"corrupt-{self.how}", fn=self.corrupt)
-
-
 # -- plugins that raise -----------------------------------------------------------------
 
 
@@ -149,12 +113,12 @@ def test_a_plugin_whose_hook_raises_is_named_and_its_backend_refused(cli, edgepl
     out.write_bytes(PREVIOUS)
     code, stdout, stderr = cli("lower", "mlp", "-b", "faulty", "-o", out)
     assert code == 2 and stdout == ""
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert first.startswith("edgeplug: error: no backend named 'faulty'")
     assert "plugin 'faulty-plugin'" in first and hook in first
     assert f"RuntimeError: vendor table for {hook} is missing" in first
-    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
-    _no_traceback(stderr)
+    assert out.read_bytes() == PREVIOUS and files_under(tmp_path) == ["m.pte"]
+    assert_no_traceback(stderr)
 
 
 def test_plugins_that_raise_do_not_stop_other_backends(cli, edgeplug_register, fixture_site, tmp_path):
@@ -164,17 +128,17 @@ def test_plugins_that_raise_do_not_stop_other_backends(cli, edgeplug_register, f
     code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, "--dry-run", "-q")
     assert code == 0, stderr
     assert "partitions: 1" in stdout
-    _no_traceback(stderr)
+    assert_no_traceback(stderr)
 
 
 def test_a_plugin_that_fails_at_import_is_named_when_its_backend_is_asked_for(cli, fixture_site):
     fixture_site("broken_import")
     code, _, stderr = cli("lower", "mlp", "-b", "brokenimport")
     assert code == 2
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert "no backend named 'brokenimport'" in first and "ModuleNotFoundError" in first
     assert "EDGEPLUG_DISABLE_PLUGINS" in first or "edgeplug-fixture-broken" in first
-    _no_traceback(stderr)
+    assert_no_traceback(stderr)
 
 
 def test_a_partitioner_factory_that_raises_names_the_stage_and_plugin(cli, edgeplug_register, tmp_path):
@@ -183,22 +147,22 @@ def test_a_partitioner_factory_that_raises_names_the_stage_and_plugin(cli, edgep
     out.write_bytes(PREVIOUS)
     code, stdout, stderr = cli("lower", "mlp", "-b", "faulty", "-o", out, "--report", tmp_path / "r.json")
     assert code == 2 and stdout == ""
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'faulty'")
     assert "plugin 'faulty-plugin'" in first and "raised AttributeError: SM9999" in first
-    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
-    _no_traceback(stderr)
+    assert out.read_bytes() == PREVIOUS and files_under(tmp_path) == ["m.pte"]
+    assert_no_traceback(stderr)
 
 
 def test_an_availability_check_that_raises_names_the_plugin(cli, edgeplug_register, tmp_path):
     edgeplug_register(FaultyBackend(raise_in="availability"), name="faulty-plugin")
     code, stdout, stderr = cli("lower", "mlp", "-b", "faulty", "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert first.startswith("edgeplug: error: backend 'faulty' cannot serialize its delegate here: its availability check")
     assert "plugin 'faulty-plugin'" in first and "OSError: libvendor.so: cannot open shared object file" in first
-    assert _files(tmp_path) == []
-    _no_traceback(stderr)
+    assert files_under(tmp_path) == []
+    assert_no_traceback(stderr)
 
 
 def test_debug_shows_the_traceback_and_still_ends_in_one_error_line(cli, edgeplug_register, monkeypatch):
@@ -224,11 +188,11 @@ def test_a_pass_that_raises_names_its_plugin(cli, edgeplug_register, tmp_path):
     edgeplug_register(Raises(), name="heads-plugin")
     code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert first.startswith(f"edgeplug: error: stage 'export passes': export-stage pass 'split-heads' of backend '{BACKEND}'")
     assert "plugin 'heads-plugin'" in first and "KeyError" in first
-    assert _files(tmp_path) == []
-    _no_traceback(stderr)
+    assert files_under(tmp_path) == []
+    assert_no_traceback(stderr)
 
 
 def test_an_exported_program_whose_inputs_do_not_match_fails_in_the_eager_reference(cli, tmp_path):
@@ -245,11 +209,11 @@ def test_an_exported_program_whose_inputs_do_not_match_fails_in_the_eager_refere
     )
     code, stdout, stderr = cli("lower", f"{tmp_path / 'ep.py'}:make", "-b", BACKEND, "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert first.startswith("edgeplug: error: stage 'eager reference': running the model eagerly on its example inputs")
     assert "Check that the example inputs are the ones the model (or program) takes" in first
-    assert _files(tmp_path) == ["ep.py"]
-    _no_traceback(stderr)
+    assert files_under(tmp_path) == ["ep.py"]
+    assert_no_traceback(stderr)
 
 
 def test_a_model_that_raises_in_forward_is_named_with_its_file_and_line(cli, tmp_path):
@@ -269,43 +233,32 @@ def test_a_model_that_raises_in_forward_is_named_with_its_file_and_line(cli, tmp
     )
     code, stdout, stderr = cli("lower", f"{tmp_path / 'boom.py'}:make", "-b", BACKEND, "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert "failed in forward, " in first and f"{tmp_path / 'boom.py'}:6: RuntimeError: boom in forward" in first
     assert "The model raised there" in first
-    assert _files(tmp_path) == ["boom.py"]
-    _no_traceback(stderr)
+    assert files_under(tmp_path) == ["boom.py"]
+    assert_no_traceback(stderr)
 
 
 def test_a_model_file_without_a_function_says_to_name_one(cli, tmp_path):
     (tmp_path / "m.py").write_text("def make():\n    pass\n")
     code, _, stderr = cli("lower", str(tmp_path / "m.py"), "-b", BACKEND, "--dry-run")
     assert code == 2
-    assert f"use {tmp_path / 'm.py'}:FUNCTION" in _first_line(stderr)
+    assert f"use {tmp_path / 'm.py'}:FUNCTION" in error_line(stderr)
 
 
-# -- corrupted programs fail --verify (each backend's plugin tests its own) ------------------------------------
+# -- corrupted programs fail --verify (the CLI's exit 3 and report: the conformance suite's
+# test_verification_fails_on_a_corrupted_weight, run for fixture-fused in tests/test_conformance.py) ----
 
 
-@pytest.mark.parametrize("how", ["nan", "scale"])
-def test_verify_fails_on_a_corrupted_weight(cli, edgeplug_register, tmp_path, how):
-    backend = VERIFYING
-    edgeplug_register(CorruptWeight((backend,), how), name="corrupter")
-    out, rep = tmp_path / "m.pte", tmp_path / "m.json"
-    code, stdout, stderr = cli("lower", "mlp", "-b", backend, "--verify", "-o", out, "--report", rep, "-q")
-    assert code == 3, stderr
-    first = _first_line(stderr)
-    assert first.startswith("edgeplug: error: verification failed: output 0: ")
-    if how == "nan":
-        assert "NaN where eager has none" in first
-    else:
-        assert "max |difference|" in first and "> tolerance 1.000e-04" in first
-    assert first.endswith("no .pte was written")
-    assert not out.exists() and _files(tmp_path) == ["m.json"]
-    # the report is strict JSON and says why
-    data = json.loads(rep.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the report"))
-    assert data["summary"]["verified"] is False and data["output_path"] is None
-    assert data["verification"]["outputs"][0]["problems"]
-    _no_traceback(stderr)
+def test_a_nan_weight_fails_verification_saying_nan(edgeplug_register):
+    """The NaN message (the CLI's exit 3, report and no .pte: the conformance suite's scaled-weight case)."""
+    from edgeplug.examples import load_model
+
+    model, inputs, _, _ = load_model("mlp")
+    edgeplug_register(CorruptWeight((VERIFYING,), "nan"), name="corrupter")
+    check = edgeplug.lower(model, inputs, VERIFYING, verify=True).report.verification.outputs[0]
+    assert not check.passed and "NaN where eager has none" in " | ".join(check.problems), check.problems
 
 
 def test_nan_in_eager_at_the_same_positions_matches_and_hides_nothing(edgeplug_register):
@@ -361,7 +314,7 @@ def test_a_pass_that_replaces_a_weight_leaves_the_callers_model_as_it_was(edgepl
 
     model, inputs, _, _ = load_model("mlp")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    edgeplug_register(CorruptWeight((VERIFYING,), "replace"), name="replace-plugin")
+    edgeplug_register(CorruptWeight((VERIFYING,), "scale"), name="replace-plugin")
     result = edgeplug.lower(model, inputs, VERIFYING, verify=True)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not result.report.verification.passed  # the reference is the caller's model, unchanged
@@ -375,12 +328,12 @@ def test_the_same_path_for_pte_and_report_is_refused_before_any_work(cli, tmp_pa
     same.write_bytes(PREVIOUS)
     code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", same, "--report", same)
     assert code == 2 and stdout == ""
-    assert _first_line(stderr) == (
+    assert error_line(stderr) == (
         f"edgeplug: error: the .pte and the report are the same file ({same}): the second would replace the first; "
         "give them different paths"
     )
     assert f"[{BACKEND}] export" not in stderr  # refused before any work
-    assert same.read_bytes() == PREVIOUS and _files(tmp_path) == ["same.pte"]
+    assert same.read_bytes() == PREVIOUS and files_under(tmp_path) == ["same.pte"]
 
 
 @pytest.mark.parametrize("which", ["-o", "--report"])
@@ -399,11 +352,11 @@ def test_unwritable_targets_are_refused_before_any_work(cli, tmp_path, which, pr
         expect = "is not writable"
     code, stdout, stderr = cli("lower", "mlp", "-b", BACKEND, which, target)
     assert code == 2 and stdout == ""
-    first = _first_line(stderr)
+    first = error_line(stderr)
     assert f"cannot write the {'.pte' if which == '-o' else 'report'} {target}: " in first and expect in first
     assert f"[{BACKEND}] export" not in stderr
-    assert [p for p in _files(tmp_path) if p != "file"] == []
-    _no_traceback(stderr)
+    assert [p for p in files_under(tmp_path) if p != "file"] == []
+    assert_no_traceback(stderr)
 
 
 # -- modes ----------------------------------------------------------------------------------
@@ -425,7 +378,7 @@ def test_new_files_follow_the_umask_and_overwritten_files_keep_their_mode(umask_
     write_files({new: b"program", kept: "{}"})
     assert stat.S_IMODE(new.stat().st_mode) == 0o644
     assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text() == "{}"
-    assert _files(tmp_path) == ["kept.json", "new.pte"]
+    assert files_under(tmp_path) == ["kept.json", "new.pte"]
 
 
 def test_the_cli_writes_pte_and_report_with_the_umasks_mode(cli, umask_022, tmp_path):
@@ -453,8 +406,8 @@ def test_a_report_that_cannot_be_written_leaves_the_pte_unwritten_too(cli, tmp_p
     monkeypatch.setattr(os, "fsync", second_fails)
     code, _, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", out, "--report", rep, "-q")
     assert code == 2
-    assert _first_line(stderr).endswith("No space left on device; nothing was written")
-    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
+    assert error_line(stderr).endswith("No space left on device; nothing was written")
+    assert out.read_bytes() == PREVIOUS and files_under(tmp_path) == ["m.pte"]
 
 
 @pytest.fixture
@@ -483,12 +436,12 @@ def test_a_signal_while_writing_removes_the_temporaries(cli, tmp_path, monkeypat
     monkeypatch.setattr(os, "fsync", lambda fd: signal.raise_signal(signum))
     got, _, stderr = cli("lower", "mlp", "-b", BACKEND, "-o", out, "--report", rep, "-q")
     assert got == code
-    assert _first_line(stderr) in (
+    assert error_line(stderr) in (
         "edgeplug: error: terminated (SIGTERM); nothing was written",
         "edgeplug: error: interrupted; nothing was written",
     )
-    assert out.read_bytes() == PREVIOUS and _files(tmp_path) == ["m.pte"]
-    _no_traceback(stderr)
+    assert out.read_bytes() == PREVIOUS and files_under(tmp_path) == ["m.pte"]
+    assert_no_traceback(stderr)
 
 
 def test_sigterm_with_the_default_handler_still_removes_the_temporary(tmp_path):
@@ -505,7 +458,7 @@ def test_sigterm_with_the_default_handler_still_removes_the_temporary(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGTERM, proc.stderr
     assert "not reached" not in proc.stdout
-    assert _files(tmp_path) == []
+    assert files_under(tmp_path) == []
 
 
 def test_concurrent_writers_leave_one_whole_file_and_no_temporaries(tmp_path):
@@ -529,7 +482,7 @@ def test_concurrent_writers_leave_one_whole_file_and_no_temporaries(tmp_path):
         t.join()
     assert not errors
     assert target.read_bytes() in payloads
-    assert _files(tmp_path) == ["m.pte"]
+    assert files_under(tmp_path) == ["m.pte"]
 
 
 def test_concurrent_processes_writing_one_path(tmp_path):
@@ -538,4 +491,4 @@ def test_concurrent_processes_writing_one_path(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code, str(target), c]) for c in "ab"]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert target.read_bytes() in (b"a" * (1 << 20), b"b" * (1 << 20))
-    assert _files(tmp_path) == ["m.pte"]
+    assert files_under(tmp_path) == ["m.pte"]

@@ -46,6 +46,24 @@ Fixtures the plugin provides (names start with ``edgeplug_``):
     ``write_distribution`` to test how your plugin behaves next to another.
 ``edgeplug_register``
     ``edgeplug_register(module_or_object)`` registers hookimpls for one test.
+``edgeplug_cli``
+    ``edgeplug_cli("lower", "mlp", "-b", "mybackend")`` runs the ``edgeplug``
+    command in the test's process: (exit code, stdout, stderr).
+``edgeplug_plain_env``
+    None of EDGEPLUG_PLUGINS, EDGEPLUG_DISABLE_PLUGINS, EDGEPLUG_DEBUG from the
+    caller's shell for one test; plugins are discovered again before and
+    after it, so a variable the test sets takes effect and goes with it.
+``edgeplug_no_network``
+    Refuses every connection and name lookup for one test; the list of
+    attempts it returns should stay empty.
+
+Helpers for checking what the command says and writes: ``error_line``
+(the one ``edgeplug: error:`` line), ``assert_no_traceback``,
+``backends_row`` (a row of ``edgeplug backends``), ``delegate_ids`` (of a
+``.pte``), ``files_under`` (what a command left in a folder).
+``edgeplug.testing.faults.CorruptWeight`` is a plugin whose pass corrupts a
+weight, for showing a check catches it; ``edgeplug.testing.programs`` holds
+small programs for tests.
 
 Kernel tests
 ------------
@@ -64,7 +82,45 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["write_distribution"]
+__all__ = ["assert_no_traceback", "backends_row", "delegate_ids", "error_line", "files_under", "write_distribution"]
+
+#: how every error of the ``edgeplug`` command starts
+ERROR_PREFIX = "edgeplug: error:"
+
+
+def error_line(stderr: str) -> str:
+    """The one line of ``stderr`` starting ``edgeplug: error:`` (asserts there is exactly one)."""
+    lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert len(lines) == 1, f"expected one line starting {ERROR_PREFIX!r} in stderr, found {len(lines)}:\n{stderr}"
+    return lines[0]
+
+
+def assert_no_traceback(stderr: str) -> None:
+    """Asserts no Python traceback reached the user (the command prints one only with --debug)."""
+    assert "Traceback (most recent call last)" not in stderr, stderr
+
+
+def backends_row(stdout: str, backend: str) -> str:
+    """The row of ``edgeplug backends``' table for ``backend`` (asserts there is one)."""
+    rows = [row for row in stdout.splitlines() if row.split()[:1] == [backend]]
+    assert rows, f"no row for backend {backend!r} in:\n{stdout}"
+    return rows[0]
+
+
+def delegate_ids(pte: bytes) -> set[str]:
+    """The delegate ids (``BackendDetails.id``, e.g. ``"XnnpackBackend"``) of a serialized ``.pte``, as
+    executorch reads it back."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte).program
+    return {d.id for plan in program.execution_plan for d in plan.delegates}
+
+
+def files_under(folder: str | Path) -> list[str]:
+    """Every file below ``folder``, as sorted relative paths: to show a failed command left nothing behind."""
+    folder = Path(folder)
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
 
 
 def write_distribution(

@@ -23,6 +23,7 @@ __all__ = [
     "test_unavailable_backend_refuses_with_what_to_install",
     "test_kept_whole_ops_are_not_left_on_cpu",
     "test_verification_matches_eager",
+    "test_verification_fails_on_a_corrupted_weight",
     "test_llm_custom_ops_are_delegated_or_named",
 ]
 
@@ -276,6 +277,34 @@ def test_verification_matches_eager(edgeplug_backend, edgeplug_lowering):
     report = edgeplug_lowering(EXAMPLE, edgeplug_backend.name, verify=True).report
     assert report.verification.method == edgeplug_backend.spec.verify_method
     assert report.verification.max_abs_diff < TOLERANCE, report.to_table()
+
+
+def test_verification_fails_on_a_corrupted_weight(edgeplug_backend, edgeplug_cli, edgeplug_register, tmp_path):
+    """A verification that cannot fail is a defect: ``edgeplug lower mlp --verify`` with a pass that scales a
+    weight by 1.01 (``edgeplug.testing.faults.CorruptWeight``) exits 3 with one error line naming the
+    difference, writes the report (strict JSON, saying why) and no .pte, and shows no traceback."""
+    import json
+
+    from edgeplug.testing import assert_no_traceback, error_line, files_under
+    from edgeplug.testing.faults import CorruptWeight
+
+    if edgeplug_backend.spec.verify_method == "none":
+        pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host (verify='none')")
+    if not edgeplug_backend.availability().ok:
+        pytest.skip(f"{edgeplug_backend.name!r} cannot serialize here, so there is nothing to run")
+    edgeplug_register(CorruptWeight((edgeplug_backend.name,), "scale"), name="corrupter")
+    out, rep = tmp_path / "m.pte", tmp_path / "m.json"
+    code, _, stderr = edgeplug_cli("lower", "mlp", "-b", edgeplug_backend.name, "--verify", "-o", out, "--report", rep, "-q")
+    assert code == 3, stderr
+    first = error_line(stderr)
+    assert first.startswith("edgeplug: error: verification failed: output 0: ")
+    assert "max |difference|" in first and f"> tolerance {TOLERANCE:.3e}" in first
+    assert first.endswith("no .pte was written")
+    assert not out.exists() and files_under(tmp_path) == ["m.json"]
+    data = json.loads(rep.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the report"))
+    assert data["summary"]["verified"] is False and data["output_path"] is None
+    assert data["verification"]["outputs"][0]["problems"]
+    assert_no_traceback(stderr)
 
 
 def test_llm_custom_ops_are_delegated_or_named(edgeplug_backend):

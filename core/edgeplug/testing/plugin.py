@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -145,3 +145,56 @@ def edgeplug_register() -> Callable[..., Any]:
     yield register
     for plugin in added:
         plugins.unregister(plugin)
+
+
+@pytest.fixture
+def edgeplug_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[Any, str, str]]:
+    """``edgeplug_cli("lower", "mlp", "-b", "mybackend")`` runs the ``edgeplug`` command in this process and
+    returns (exit code, stdout, stderr); an argparse usage error gives its exit code too."""
+    from edgeplug._cli import main
+
+    def run(*argv: Any) -> tuple[Any, str, str]:
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+#: the variables that change which plugins load and how errors print
+PLUGIN_VARIABLES = ("EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS", "EDGEPLUG_DEBUG")
+
+
+@pytest.fixture
+def edgeplug_plain_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """None of EDGEPLUG_PLUGINS, EDGEPLUG_DISABLE_PLUGINS, EDGEPLUG_DEBUG from the caller's shell for one
+    test; plugins are discovered again at the test's first use (so a variable the test sets is seen) and
+    again after it (so the next test does not see it)."""
+    for var in PLUGIN_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    _reset_plugins()
+    yield
+    _reset_plugins()  # lazily: discovery happens at the next use, once the variables are restored
+
+
+@pytest.fixture
+def edgeplug_no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Refuses every socket connection and name lookup for one test and returns the list of attempts
+    (empty when nothing tried the network), e.g. to show a quantizer factory builds offline."""
+    import socket
+
+    attempts: list[str] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        attempts.append(repr(args[1:] or args)[:120])
+        raise OSError("networking is disabled in this test (edgeplug_no_network)")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    return attempts

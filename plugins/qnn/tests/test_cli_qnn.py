@@ -4,67 +4,36 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("_no_sdk_variables")
+from edgeplug.testing import backends_row
+
+pytestmark = pytest.mark.usefixtures("edgeplug_plain_env", "_no_sdk_in_tmp_path")
 
 
 @pytest.fixture
-def _no_sdk_variables(monkeypatch):
-    for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT", "EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS"):
-        monkeypatch.delenv(var, raising=False)
-    from edgeplug import _plugins
-
-    _plugins.reset()
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch, tmp_path):
-    """Run ``edgeplug ARGS...`` in this process, in an empty working directory: (exit code, stdout, stderr)."""
-    from edgeplug._cli import main
-
+def _no_sdk_in_tmp_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
     monkeypatch.chdir(tmp_path)
 
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
 
-    return run
-
-
-def _delegate_ids(pte: bytes) -> set[str]:
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    program = deserialize_pte_binary(pte).program
-    return {d.id for plan in program.execution_plan for d in plan.delegates}
-
-
-def _row(out: str, backend: str) -> str:
-    return next(r for r in out.splitlines() if r.split()[:1] == [backend])
-
-def test_backends_row_says_the_sdk_is_not_configured(cli):
-    code, out, err = cli("backends", "--no-adapter")
+def test_backends_row_says_the_sdk_is_not_configured(edgeplug_cli):
+    code, out, err = edgeplug_cli("backends", "--no-adapter")
     assert code == 0, err
-    assert "no: the QNN SDK is not configured (QNN_SDK_ROOT is not set)" in _row(out, "qnn")
+    assert "no: the QNN SDK is not configured (QNN_SDK_ROOT is not set)" in backends_row(out, "qnn")
 
 
-def test_backends_says_what_is_skipped(cli, monkeypatch):
+def test_backends_says_what_is_skipped(edgeplug_cli, monkeypatch):
     monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "qnn")
-    code, out, err = cli("backends", "--no-adapter")
+    code, out, err = edgeplug_cli("backends", "--no-adapter")
     assert code == 0 and not re.search(r"^qnn\b", out, re.M)
     assert "skipped plugin 'qnn' (edgeplug-qnn): blocked by EDGEPLUG_DISABLE_PLUGINS=qnn" in err
 
 
-def test_dry_run_for_qnn_writes_the_report_and_no_pte(cli, tmp_path):
+def test_dry_run_for_qnn_writes_the_report_and_no_pte(edgeplug_cli, tmp_path):
     rep = tmp_path / "qnn.json"
-    code, stdout, stderr = cli("lower", "mlp", "-b", "qnn", "--dry-run", "-o", tmp_path / "mlp.pte", "--report", rep)
+    code, stdout, stderr = edgeplug_cli("lower", "mlp", "-b", "qnn", "--dry-run", "-o", tmp_path / "mlp.pte", "--report", rep)
     assert code == 0, stderr
     assert "(dry run: nothing serialized)" in stdout
     assert "would delegate" in stdout
@@ -78,8 +47,8 @@ def test_dry_run_for_qnn_writes_the_report_and_no_pte(cli, tmp_path):
 @pytest.mark.parametrize(
     "backend, variable", [("qnn", "QNN_SDK_ROOT")]
 )
-def test_sdk_backend_without_dry_run_names_the_sdk_variable(cli, tmp_path, backend, variable):
-    code, stdout, stderr = cli("lower", "mlp", "--backend", backend, "-o", tmp_path / "m.pte")
+def test_sdk_backend_without_dry_run_names_the_sdk_variable(edgeplug_cli, tmp_path, backend, variable):
+    code, stdout, stderr = edgeplug_cli("lower", "mlp", "--backend", backend, "-o", tmp_path / "m.pte")
     assert code != 0
     assert stdout == ""
     assert stderr.startswith(f"edgeplug: error: backend '{backend}' cannot serialize its delegate here")
@@ -88,9 +57,9 @@ def test_sdk_backend_without_dry_run_names_the_sdk_variable(cli, tmp_path, backe
     assert not list(tmp_path.rglob("*.pte"))
 
 
-def test_qnn_sdk_root_pointing_nowhere_is_named(cli, tmp_path, monkeypatch):
+def test_qnn_sdk_root_pointing_nowhere_is_named(edgeplug_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path))
-    code, _, stderr = cli("lower", "mlp", "--backend", "qnn")
+    code, _, stderr = edgeplug_cli("lower", "mlp", "--backend", "qnn")
     assert code == 2
     assert f"QNN_SDK_ROOT={tmp_path} has no lib/x86_64-linux-clang/libQnnHtp.so" in stderr
 

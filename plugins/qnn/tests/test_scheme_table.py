@@ -6,8 +6,6 @@ tests/test_quantize_schemes.py on backends the test registers.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from edgeplug._quantization import make_quantizer, schemes
@@ -17,24 +15,14 @@ EXPECTED = {"8a8w": (8, 8, True), "16a8w": (16, 8, True), "8a4w": (8, 4, True), 
 
 
 @pytest.fixture
-def no_network(monkeypatch):
-    """Every connection or name lookup is refused and recorded; QNN_SDK_ROOT is unset."""
-    attempts: list[str] = []
-
-    def refuse(*args, **kwargs):
-        attempts.append(repr(args[1:] or args)[:120])
-        raise OSError("networking is disabled in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+def no_network(edgeplug_no_network, monkeypatch):
+    """edgeplug_no_network, and QNN_SDK_ROOT unset."""
     monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
     # executorch sets up the SDK once per process: make this test see the first time
     from executorch.backends.qualcomm.utils import qnn_sdk_setup
 
     monkeypatch.setattr(qnn_sdk_setup, "_sdk_ready", False)
-    return attempts
+    return edgeplug_no_network
 
 
 def test_the_plugin_declares_its_schemes():

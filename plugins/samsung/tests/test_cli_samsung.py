@@ -2,61 +2,28 @@
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("_no_sdk_variables")
+from edgeplug.testing import backends_row
+
+pytestmark = pytest.mark.usefixtures("edgeplug_plain_env", "_no_sdk_in_tmp_path")
 
 
 @pytest.fixture
-def _no_sdk_variables(monkeypatch):
-    for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT", "EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS"):
-        monkeypatch.delenv(var, raising=False)
-    from edgeplug import _plugins
-
-    _plugins.reset()
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch, tmp_path):
-    """Run ``edgeplug ARGS...`` in this process, in an empty working directory: (exit code, stdout, stderr)."""
-    from edgeplug._cli import main
-
+def _no_sdk_in_tmp_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("EXYNOS_AI_LITECORE_ROOT", raising=False)
     monkeypatch.chdir(tmp_path)
 
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
 
-    return run
-
-
-def _delegate_ids(pte: bytes) -> set[str]:
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    program = deserialize_pte_binary(pte).program
-    return {d.id for plan in program.execution_plan for d in plan.delegates}
-
-
-def _row(out: str, backend: str) -> str:
-    return next(r for r in out.splitlines() if r.split()[:1] == [backend])
-
-def test_backends_row_says_the_sdk_is_not_configured(cli):
-    code, out, err = cli("backends", "--no-adapter")
+def test_backends_row_says_the_sdk_is_not_configured(edgeplug_cli):
+    code, out, err = edgeplug_cli("backends", "--no-adapter")
     assert code == 0, err
-    assert "EXYNOS_AI_LITECORE_ROOT is not set" in _row(out, "samsung")
+    assert "EXYNOS_AI_LITECORE_ROOT is not set" in backends_row(out, "samsung")
 
 
-def test_lowering_without_the_sdk_names_its_variable(cli, tmp_path):
-    code, stdout, stderr = cli("lower", "mlp", "--backend", "samsung", "-o", tmp_path / "m.pte")
+def test_lowering_without_the_sdk_names_its_variable(edgeplug_cli, tmp_path):
+    code, stdout, stderr = edgeplug_cli("lower", "mlp", "--backend", "samsung", "-o", tmp_path / "m.pte")
     assert code != 0 and stdout == ""
     assert stderr.startswith("edgeplug: error: backend 'samsung' cannot serialize its delegate here")
     assert "(EXYNOS_AI_LITECORE_ROOT is not set)" in stderr and "set EXYNOS_AI_LITECORE_ROOT to its root" in stderr

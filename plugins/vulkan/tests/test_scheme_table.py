@@ -6,30 +6,12 @@ tests/test_quantize_schemes.py on backends the test registers.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from edgeplug._quantization import make_quantizer, schemes
 
 #: PT2E scheme -> (activation bits, weight bits, per channel); torchao source transforms are tested elsewhere
 EXPECTED = {"w8": (None, 8, True), "w4": (None, 4, True)}
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    """Every connection or name lookup is refused and recorded."""
-    attempts: list[str] = []
-
-    def refuse(*args, **kwargs):
-        attempts.append(repr(args[1:] or args)[:120])
-        raise OSError("networking is disabled in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    return attempts
 
 
 def test_the_plugin_declares_its_schemes():
@@ -39,12 +21,12 @@ def test_the_plugin_declares_its_schemes():
 
 
 @pytest.mark.parametrize("scheme", sorted(EXPECTED))
-def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, no_network):
+def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, edgeplug_no_network):
     from executorch.backends.vulkan.quantizer.vulkan_quantizer import VulkanQuantizer
 
     quantizer = make_quantizer("vulkan", scheme)
     assert type(quantizer) is VulkanQuantizer
-    assert no_network == [], f"building {scheme} tried to reach the network: {no_network}"
+    assert edgeplug_no_network == [], f"building {scheme} tried to reach the network: {edgeplug_no_network}"
     _, weight, _ = EXPECTED[scheme]
     config = quantizer.global_config
     assert config.input_activation is None and config.output_activation is None  # weight-only

@@ -136,8 +136,8 @@ def test_without_an_adapter_verification_falls_back_to_reference_kernels(lowered
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["webgpu", "vulkan"])
-def test_cli_verifies_llama_on_the_adapter(cli, tmp_path, backend):
-    code, out, err = cli("lower", "llama", "--backend", backend, "--verify", "-q", "-o", tmp_path / "llama.pte")
+def test_cli_verifies_llama_on_the_adapter(edgeplug_cli, tmp_path, backend):
+    code, out, err = edgeplug_cli("lower", "llama", "--backend", backend, "--verify", "-q", "-o", tmp_path / "llama.pte")
     assert code == 0, err
     assert f"verification (kernels on {gpu_device().summary})" in out
     diff = float(re.search(r"max \|difference\| vs eager = (\S+)", out).group(1))

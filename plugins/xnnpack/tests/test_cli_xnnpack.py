@@ -8,50 +8,19 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("_no_sdk_variables")
+from edgeplug.testing import backends_row, delegate_ids
+
+pytestmark = pytest.mark.usefixtures("edgeplug_plain_env", "_in_tmp_path")
 
 
 @pytest.fixture
-def _no_sdk_variables(monkeypatch):
-    for var in ("QNN_SDK_ROOT", "EXYNOS_AI_LITECORE_ROOT", "EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS"):
-        monkeypatch.delenv(var, raising=False)
-    from edgeplug import _plugins
-
-    _plugins.reset()
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch, tmp_path):
-    """Run ``edgeplug ARGS...`` in this process, in an empty working directory: (exit code, stdout, stderr)."""
-    from edgeplug._cli import main
-
+def _in_tmp_path(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
 
-    return run
-
-
-def _delegate_ids(pte: bytes) -> set[str]:
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    program = deserialize_pte_binary(pte).program
-    return {d.id for plan in program.execution_plan for d in plan.delegates}
-
-
-def _row(out: str, backend: str) -> str:
-    return next(r for r in out.splitlines() if r.split()[:1] == [backend])
-
-def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(cli, tmp_path):
+def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(edgeplug_cli, tmp_path):
     out, rep = tmp_path / "out" / "mlp.pte", tmp_path / "reports" / "mlp.json"
-    code, stdout, stderr = cli("lower", "mlp", "--backend", "xnnpack", "--verify", "-o", out, "--report", rep)
+    code, stdout, stderr = edgeplug_cli("lower", "mlp", "--backend", "xnnpack", "--verify", "-o", out, "--report", rep)
     assert code == 0, stderr
     # progress, stage by stage, on stderr
     for stage in ("export", "to_edge", "serialize .pte", "verify"):
@@ -63,7 +32,7 @@ def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(cli, tmp_path)
     diff = float(re.search(r"max \|difference\| vs eager = (\S+)", stdout).group(1))
     assert diff < 1e-4
     # the .pte is real: executorch reads it back and it names the delegate
-    assert _delegate_ids(out.read_bytes()) == {"XnnpackBackend"}
+    assert delegate_ids(out.read_bytes()) == {"XnnpackBackend"}
     # the JSON report
     data = json.loads(rep.read_text())
     assert data["backend"] == "xnnpack" and data["model"] == "mlp" and data["dry_run"] is False
@@ -80,15 +49,15 @@ def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(cli, tmp_path)
 
 
 @pytest.mark.slow
-def test_llama_for_xnnpack_verifies_below_1e_4(cli):
-    code, stdout, stderr = cli("lower", "llama", "--backend", "xnnpack", "--verify", "-q")
+def test_llama_for_xnnpack_verifies_below_1e_4(edgeplug_cli):
+    code, stdout, stderr = edgeplug_cli("lower", "llama", "--backend", "xnnpack", "--verify", "-q")
     assert code == 0, stderr
     diff = float(re.search(r"max \|difference\| vs eager = (\S+)", stdout).group(1))
     assert diff < 1e-4
     assert Path("llama-xnnpack.pte").is_file()  # the default name, in the working directory
 
 
-def test_backends_row(cli):
-    code, out, err = cli("backends", "--no-adapter")
+def test_backends_row(edgeplug_cli):
+    code, out, err = edgeplug_cli("backends", "--no-adapter")
     assert code == 0, err
-    assert _row(out, "xnnpack").split()[:5] == ["xnnpack", "edgeplug-xnnpack", "0.1.0", "pte", "yes"]
+    assert backends_row(out, "xnnpack").split()[:5] == ["xnnpack", "edgeplug-xnnpack", "0.1.0", "pte", "yes"]

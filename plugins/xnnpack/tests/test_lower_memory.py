@@ -78,11 +78,11 @@ def test_external_weights_cannot_stream_to_stdout(external):
 
 
 @pytest.mark.slow
-def test_cli_writes_the_pte_and_its_ptd_and_profiles_memory(cli, tmp_path):
+def test_cli_writes_the_pte_and_its_ptd_and_profiles_memory(edgeplug_cli, tmp_path):
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
     out = tmp_path / "mlp.pte"
-    code, stdout, stderr = cli(
+    code, stdout, stderr = edgeplug_cli(
         "lower", "mlp", "-b", "xnnpack", "--external-weights", "--profile-memory", "--verify", "-o", out
     )
     assert code == 0, stderr

@@ -6,8 +6,6 @@ tests/test_quantize_schemes.py on backends the test registers.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
@@ -17,22 +15,6 @@ from edgeplug._quantization import make_quantizer, schemes
 EXPECTED = {"8a8w": (8, 8, True)}
 
 
-@pytest.fixture
-def no_network(monkeypatch):
-    """Every connection or name lookup is refused and recorded."""
-    attempts: list[str] = []
-
-    def refuse(*args, **kwargs):
-        attempts.append(repr(args[1:] or args)[:120])
-        raise OSError("networking is disabled in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    return attempts
-
-
 def test_the_plugin_declares_its_schemes():
     got = {s.scheme: (s.activation_bits, s.weight_bits, s.per_channel) for s in schemes("xnnpack") if s.kind == "pt2e"}
     assert got == EXPECTED
@@ -40,12 +22,12 @@ def test_the_plugin_declares_its_schemes():
 
 
 @pytest.mark.parametrize("scheme", sorted(EXPECTED))
-def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, no_network):
+def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, edgeplug_no_network):
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
 
     quantizer = make_quantizer("xnnpack", scheme)
     assert type(quantizer) is XNNPACKQuantizer
-    assert no_network == [], f"building {scheme} tried to reach the network: {no_network}"
+    assert edgeplug_no_network == [], f"building {scheme} tried to reach the network: {edgeplug_no_network}"
     config = quantizer.global_config
     assert config.weight.qscheme == torch.per_channel_symmetric
     assert config.input_activation.dtype == torch.int8
