@@ -13,7 +13,6 @@ plugin's test (plugins/<backend>/tests).
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 
 import pytest
@@ -23,6 +22,7 @@ from torch import nn
 import edgeplug
 from edgeplug._graph.ops import op_name
 from edgeplug.plugin import FLOATS, apply_rewrite, rewrite_pass
+from edgeplug.testing.rewrites import RewriteBlock, RewritePieces, block_inputs, edge_program, op_counts, rewritten
 
 DTYPES = [torch.float32, torch.bfloat16]
 #: each rewrite with the parameters it is tested under (every dtype: exactness is checked in bf16 too)
@@ -39,54 +39,16 @@ REWRITES = {
 }
 
 
-class Block(nn.Module):
-    """One of each op the rewrites take: an RMSNorm's rank-3 mean, key/value heads repeated the
-    way transformers does it (unsqueeze, expand, reshape), scalar ops, a squeeze."""
-
-    def __init__(self, scale: float = 0.5) -> None:
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-        heads = n.view(b, s, 2, d // 2).transpose(1, 2)
-        kv = heads[:, :, None].expand(b, 2, 3, s, d // 2).reshape(b, 6, s, d // 2)
-        kv = torch.ops.aten.mul.Scalar(kv, self.scale)
-        kv = torch.ops.aten.sub.Scalar(kv, 0.25)
-        return kv.squeeze(0)
-
-
-class Pieces(nn.Module):
-    """A fused projection split in pieces (phi3's qkv), a state-space scan's selects, a cat of one."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = x.split([8, 16, 8], dim=-1)
-        steps = [x[:, i] * 2 for i in range(3)]
-        return torch.cat([q * v], dim=-1) + k[..., :8] + sum(steps)[:, None, :8]
-
-
-def _edge(model: nn.Module, inputs: tuple, dynamic_shapes=None):
-    from executorch.exir import EdgeCompileConfig, to_edge
-
-    ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
-    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-
-
-def _block_inputs(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor]:
-    return (torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(0)).to(dtype),)
-
-
 @pytest.fixture(scope="session")
 def block_edge():
-    """dtype -> (the Block's edge program, its inputs)."""
-    return {d: (_edge(Block().to(d), _block_inputs(d)), _block_inputs(d)) for d in DTYPES}
+    """dtype -> (the RewriteBlock's edge program, its inputs)."""
+    return {d: (edge_program(RewriteBlock().to(d), block_inputs(d)), block_inputs(d)) for d in DTYPES}
 
 
 @pytest.fixture(scope="session")
 def pieces_edge():
-    """dtype -> (the Pieces module's edge program, its inputs)."""
-    return {d: (_edge(Pieces(), _block_inputs(d)), _block_inputs(d)) for d in DTYPES}
+    """dtype -> (the RewritePieces module's edge program, its inputs)."""
+    return {d: (edge_program(RewritePieces(), block_inputs(d)), block_inputs(d)) for d in DTYPES}
 
 
 @pytest.fixture(scope="session")
@@ -102,16 +64,6 @@ def decoder(zoo):
             ep = torch.export.export(model.to(dtype), inputs)
         out[dtype] = (to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program(), inputs)
     return out
-
-
-def _ops(ep) -> Counter:
-    return Counter(op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function")
-
-
-def _applied(ep, name: str, **params):
-    """(a rewritten copy of ``ep``, the records the rewrite returned)."""
-    after = copy.deepcopy(ep)
-    return after, apply_rewrite(after, name, **params)
 
 
 def _run(ep, inputs) -> torch.Tensor:
@@ -145,7 +97,7 @@ CASES = [(name, program) for name, programs in PROGRAMS.items() for program in p
 @pytest.mark.parametrize("name, program", CASES)
 def test_rewrite_is_bitwise_exact_and_its_records_match_the_graph(name, program, dtype, block_edge, decoder, pieces_edge):
     ep, inputs = {"block": block_edge, "decoder": decoder, "pieces": pieces_edge}[program][dtype]
-    after, records = _applied(ep, name, **REWRITES[name])
+    after, records = rewritten(ep, name, **REWRITES[name])
     assert records, f"{name} changed nothing in the {program}"
     assert torch.equal(_run(after, inputs), _run(ep, inputs))
     names = {n.name for n in after.graph_module.graph.nodes}
@@ -165,9 +117,9 @@ def _calls(ep, name: str) -> list:
 
 def test_scalar_ops_become_tensor_ops_on_a_0d_constant_of_the_input_dtype(block_edge, decoder):
     for ep, _ in (block_edge[torch.float32], decoder[torch.float32]):
-        assert _ops(ep)["aten.mul.Scalar"]
-        after, records = _applied(ep, "scalar_to_tensor")
-        ops = _ops(after)
+        assert op_counts(ep)["aten.mul.Scalar"]
+        after, records = rewritten(ep, "scalar_to_tensor")
+        ops = op_counts(after)
         assert not any(op.endswith(".Scalar") and op.split(".")[1] in ("mul", "add", "sub", "div") for op in ops)
         constants = {s.arg.name: after.constants[s.target] for s in after.graph_signature.input_specs if s.target in after.constants}
         for r in records:
@@ -177,7 +129,7 @@ def test_scalar_ops_become_tensor_ops_on_a_0d_constant_of_the_input_dtype(block_
                              for a in n.all_input_nodes)]
             assert users and all(op_name(n) == r.op.replace(".Scalar", ".Tensor") for n in users)
     # one constant per value and dtype: the decoder's two 0.5 scalings share theirs
-    _, records = _applied(decoder[torch.float32][0], "scalar_to_tensor")
+    _, records = rewritten(decoder[torch.float32][0], "scalar_to_tensor")
     assert [r.added for r in records] == [2, 1] and records[0].bytes_added == 4
 
 
@@ -185,7 +137,7 @@ def test_mean_is_raised_to_rank_4_over_the_innermost_dims(decoder):
     ep, _ = decoder[torch.float32]
     means = _calls(ep, "aten.mean.dim")
     assert means and all(n.args[0].meta["val"].ndim == 3 for n in means)
-    after, records = _applied(ep, "mean_at_rank", rank=4, dims=(2, 3))
+    after, records = rewritten(ep, "mean_at_rank", rank=4, dims=(2, 3))
     assert len(records) == len(means) == len(_calls(after, "aten.mean.dim"))
     for node in _calls(after, "aten.mean.dim"):
         assert node.args[0].meta["val"].shape == (1, 8, 64, 1) and list(node.args[1]) == [2, 3] and node.args[2]
@@ -208,8 +160,8 @@ def test_mean_at_rank_fits_other_ranks_into_the_backend_rank(shape, dims, keepdi
 
     for dtype in DTYPES:
         inputs = (torch.randn(shape).to(dtype),)
-        ep = _edge(Mean(), inputs)
-        after, records = _applied(ep, "mean_at_rank", dtypes=None)
+        ep = edge_program(Mean(), inputs)
+        after, records = rewritten(ep, "mean_at_rank", dtypes=None)
         assert len(records) == 1 and torch.equal(_run(after, inputs), _run(ep, inputs))
         (mean,) = _calls(after, "aten.mean.dim")
         assert list(mean.args[0].meta["val"].shape) == view
@@ -219,10 +171,10 @@ def test_unsqueeze_and_squeeze_become_views(block_edge):
     ep, _ = block_edge[torch.float32]
     (unsqueeze,) = _calls(ep, "aten.unsqueeze_copy.default")
     assert unsqueeze.args[1] != unsqueeze.meta["val"].ndim - 1  # not on the trailing dim
-    after, records = _applied(ep, "unsqueeze_as_view")
+    after, records = rewritten(ep, "unsqueeze_as_view")
     assert not _calls(after, "aten.unsqueeze_copy.default") and "[1, 2, 8, 16] -> [1, 2, 1, 8, 16]" in records[0].detail
-    after, _ = _applied(after, "squeeze_as_view")
-    assert not [op for op in _ops(after) if op.startswith("aten.squeeze_copy")]
+    after, _ = rewritten(after, "squeeze_as_view")
+    assert not [op for op in op_counts(after) if op.startswith("aten.squeeze_copy")]
 
 
 def test_unsqueeze_of_the_trailing_dim_is_left_when_asked():
@@ -230,8 +182,8 @@ def test_unsqueeze_of_the_trailing_dim_is_left_when_asked():
         def forward(self, x):
             return x.unsqueeze(-1).unsqueeze(0) + 1
 
-    ep = _edge(Trailing(), (torch.randn(3, 4),))
-    after, records = _applied(ep, "unsqueeze_as_view", except_trailing=True)
+    ep = edge_program(Trailing(), (torch.randn(3, 4),))
+    after, records = rewritten(ep, "unsqueeze_as_view", except_trailing=True)
     assert [r.detail for r in records] == ["view_copy [3, 4, 1] -> [1, 3, 4, 1]"]
     (kept,) = _calls(after, "aten.unsqueeze_copy.default")
     assert kept.meta["val"].shape == (3, 4, 1)
@@ -239,13 +191,13 @@ def test_unsqueeze_of_the_trailing_dim_is_left_when_asked():
 
 def test_key_value_heads_repeat_as_a_cat_of_distinct_inputs(block_edge, decoder):
     for ep, _ in (block_edge[torch.float32], decoder[torch.float32]):
-        after, records = _applied(ep, "expand_as_cat", distinct_inputs=True)
+        after, records = rewritten(ep, "expand_as_cat", distinct_inputs=True)
         # the decoder's mask and positions (bool, int64) are constant folding's
         assert all(not n.meta["val"].is_floating_point() for n in _calls(after, "aten.expand_copy.default"))
         cats = [n for n in _calls(after, "aten.cat.default") if n.name not in {c.name for c in _calls(ep, "aten.cat.default")}]
         assert cats and all(len(set(c.args[0])) >= 2 for c in cats)
     # without distinct inputs the cat repeats one node
-    after, _ = _applied(block_edge[torch.float32][0], "expand_as_cat")
+    after, _ = rewritten(block_edge[torch.float32][0], "expand_as_cat")
     (cat,) = _calls(after, "aten.cat.default")
     assert len(set(cat.args[0])) == 1 and len(cat.args[0]) == 3
 
@@ -258,8 +210,8 @@ def test_expand_as_cat_keeps_each_cat_within_its_input_limit(copies, max_inputs)
 
     for dtype in DTYPES:
         inputs = (torch.randn(3, 1, 1, 4).to(dtype)[:1],)
-        ep = _edge(Expand(), inputs)
-        after, records = _applied(ep, "expand_as_cat", max_inputs=max_inputs, distinct_inputs=True, dtypes=None)
+        ep = edge_program(Expand(), inputs)
+        after, records = rewritten(ep, "expand_as_cat", max_inputs=max_inputs, distinct_inputs=True, dtypes=None)
         assert len(records) == 1 and torch.equal(_run(after, inputs), _run(ep, inputs))
         cats = _calls(after, "aten.cat.default")
         assert cats and all(2 <= len(set(c.args[0])) and (max_inputs is None or len(c.args[0]) <= max_inputs) for c in cats)
@@ -267,10 +219,10 @@ def test_expand_as_cat_keeps_each_cat_within_its_input_limit(copies, max_inputs)
 
 def test_splits_and_selects_become_slices(pieces_edge):
     ep, _ = pieces_edge[torch.float32]
-    after, _ = _applied(ep, "split_as_slices")
-    after, _ = _applied(after, "select_as_slice")
-    after, records = _applied(after, "drop_identity_copies")
-    ops = _ops(after)
+    after, _ = rewritten(ep, "split_as_slices")
+    after, _ = rewritten(after, "select_as_slice")
+    after, records = rewritten(after, "drop_identity_copies")
+    ops = op_counts(after)
     assert not ops["aten.split_with_sizes_copy.default"] and not ops["aten.select_copy.int"] and not ops["getitem"]
     assert not ops["aten.cat.default"] and [r.op for r in records] == ["aten.cat.default"]  # the cat of one
     slices = _calls(after, "aten.slice_copy.Tensor")
@@ -281,16 +233,16 @@ def test_splits_and_selects_become_slices(pieces_edge):
 
 def test_identity_copies_are_dropped(decoder):
     ep, _ = decoder[torch.float32]
-    assert _ops(ep)["aten.alias_copy.default"]
-    after, records = _applied(ep, "drop_identity_copies")
-    assert not _ops(after)["aten.alias_copy.default"]
+    assert op_counts(ep)["aten.alias_copy.default"]
+    after, records = rewritten(ep, "drop_identity_copies")
+    assert not op_counts(after)["aten.alias_copy.default"]
     assert {r.op for r in records} >= {"aten.alias_copy.default", "aten.expand_copy.default"}
 
 
 def test_any_becomes_a_float_max(decoder):
     ep, _ = decoder[torch.float32]
     (any_node,) = _calls(ep, "aten.any.dim")
-    after, records = _applied(ep, "any_as_amax")
+    after, records = rewritten(ep, "any_as_amax")
     assert not _calls(after, "aten.any.dim") and records[0].bytes_added == 8
     new = [n for n in after.graph_module.graph.nodes if n.op == "call_function" and n.name not in {m.name for m in ep.graph_module.graph.nodes}]
     assert sorted(op_name(n) for n in new) == ["aten.amax.default", "aten.ne.Scalar", "aten.where.self"]
@@ -302,8 +254,8 @@ def test_any_over_a_middle_dim_without_keepdim():
             return x.gt(0.5).any(1), (x > 2).any(-1)  # the second is all False
 
     inputs = (torch.rand(2, 5, 3),)
-    ep = _edge(Any(), inputs)
-    after, records = _applied(ep, "any_as_amax")
+    ep = edge_program(Any(), inputs)
+    after, records = rewritten(ep, "any_as_amax")
     assert len(records) == 2 and "viewed as [2, 3]" in records[0].detail
     assert all(torch.equal(a, b) for a, b in zip(_run(after, inputs), _run(ep, inputs)))
     (amax, _) = _calls(after, "aten.amax.default")
@@ -314,16 +266,16 @@ def test_any_over_a_middle_dim_without_keepdim():
 
 
 def _untouched(ep, name: str, **params) -> None:
-    after, records = _applied(ep, name, **params)
+    after, records = rewritten(ep, name, **params)
     assert records == []
-    assert _ops(after) == _ops(ep)
+    assert op_counts(after) == op_counts(ep)
 
 
 @pytest.fixture(scope="session")
 def dynamic_block():
-    """The Block exported with a symbolic sequence length."""
+    """The RewriteBlock exported with a symbolic sequence length."""
     seq = torch.export.Dim("seq", min=2, max=64)
-    return _edge(Block(), _block_inputs(), dynamic_shapes={"x": {1: seq}})
+    return edge_program(RewriteBlock(), block_inputs(), dynamic_shapes={"x": {1: seq}})
 
 
 def test_symbolic_dims_are_left_alone_where_a_size_decides_the_result(dynamic_block):
@@ -332,8 +284,8 @@ def test_symbolic_dims_are_left_alone_where_a_size_decides_the_result(dynamic_bl
 
 @pytest.mark.parametrize("name", ["mean_at_rank", "unsqueeze_as_view", "squeeze_as_view"])
 def test_one_symbolic_size_is_written_minus_one_and_holds_for_any_length(name, dynamic_block):
-    after, records = _applied(dynamic_block, name)
-    assert records and _ops(after) != _ops(dynamic_block)
+    after, records = rewritten(dynamic_block, name)
+    assert records and op_counts(after) != op_counts(dynamic_block)
     before = {n.name for n in _calls(dynamic_block, "aten.view_copy.default")}
     made = [n for n in _calls(after, "aten.view_copy.default") if n.name not in before]
     assert made and all(all(type(d) is int for d in n.args[1]) and list(n.args[1]).count(-1) == 1 for n in made)
@@ -344,7 +296,7 @@ def test_one_symbolic_size_is_written_minus_one_and_holds_for_any_length(name, d
 
 def test_symbolic_view_sizes_writes_the_views_sym_size_as_minus_one(dynamic_block):
     (view,) = [n for n in _calls(dynamic_block, "aten.view_copy.default") if not all(type(d) is int for d in n.args[1])][:1]
-    after, records = _applied(dynamic_block, "symbolic_view_sizes")
+    after, records = rewritten(dynamic_block, "symbolic_view_sizes")
     assert view.name in [r.node for r in records]
     assert all(all(type(d) is int for d in n.args[1]) for n in _calls(after, "aten.view_copy.default"))
     for length in (2, 13):
@@ -358,15 +310,15 @@ def test_any_of_a_symbolic_or_non_bool_tensor_is_left_alone():
         def forward(self, x):
             return x.gt(0).any(-1), torch.ops.aten.any.dim(x, 0)
 
-    ep = _edge(Any(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: torch.export.Dim("n", min=2, max=9)}})
+    ep = edge_program(Any(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: torch.export.Dim("n", min=2, max=9)}})
     _untouched(ep, "any_as_amax")
-    _, records = _applied(_edge(Any(), (torch.randn(3, 4),)), "any_as_amax")
+    _, records = rewritten(edge_program(Any(), (torch.randn(3, 4),)), "any_as_amax")
     assert [r.node for r in records] == ["aten_any_dim"]  # the bool one; any of floats stays
 
 
 def test_scalar_to_tensor_holds_for_any_sequence_length(dynamic_block):
     inputs = (torch.randn(1, 13, 32),)
-    after, records = _applied(dynamic_block, "scalar_to_tensor")
+    after, records = rewritten(dynamic_block, "scalar_to_tensor")
     assert records and torch.equal(_run(after, inputs), _run(dynamic_block, inputs))
 
 
@@ -381,11 +333,11 @@ def test_scalars_a_dtype_cannot_hold_are_left_alone(block_edge):
             return torch.ops.aten.mul.Scalar(x, 0.1) + torch.ops.aten.add.Scalar(x, 3, 2)
 
     inputs = (torch.randn(4, 4).to(torch.bfloat16),)
-    _untouched(_edge(Scaled(), inputs), "scalar_to_tensor")  # 0.1 is no bf16 number; alpha 2
+    _untouched(edge_program(Scaled(), inputs), "scalar_to_tensor")  # 0.1 is no bf16 number; alpha 2
     inputs = (torch.randn(4, 4),)
-    ep = _edge(Scaled(), inputs)
-    after, records = _applied(ep, "scalar_to_tensor")  # fp32 holds 0.1 as eager does; alpha 2 stays
-    assert [r.op for r in records] == ["aten.mul.Scalar"] and _ops(after)["aten.add.Scalar"] == 1
+    ep = edge_program(Scaled(), inputs)
+    after, records = rewritten(ep, "scalar_to_tensor")  # fp32 holds 0.1 as eager does; alpha 2 stays
+    assert [r.op for r in records] == ["aten.mul.Scalar"] and op_counts(after)["aten.add.Scalar"] == 1
     assert torch.equal(_run(after, inputs), _run(ep, inputs))
 
 
@@ -395,7 +347,7 @@ def test_means_the_rewrite_cannot_map_are_left_alone():
             # not the trailing dims; already 4-d over (2, 3) with keepdim; an explicit dtype
             return x.mean(1, keepdim=True), y.mean((2, 3), keepdim=True), x.mean(-1, dtype=torch.float32)
 
-    _untouched(_edge(Means(), (torch.randn(2, 3, 4), torch.randn(1, 2, 3, 4))), "mean_at_rank")
+    _untouched(edge_program(Means(), (torch.randn(2, 3, 4), torch.randn(1, 2, 3, 4))), "mean_at_rank")
 
 
 def test_non_contiguous_tensors_are_left_alone():
@@ -404,7 +356,7 @@ def test_non_contiguous_tensors_are_left_alone():
             return x.unsqueeze(1), x.expand(2, 3, 4, 5).mean((2, 3), keepdim=False)
 
     x = torch.randn(1, 3, 4, 5).to(memory_format=torch.channels_last)
-    ep = _edge(Unsqueeze(), (x,))
+    ep = edge_program(Unsqueeze(), (x,))
     assert not ep.graph_module.graph.find_nodes(op="placeholder")[0].meta["val"].is_contiguous()
     for name in ("unsqueeze_as_view", "expand_as_cat"):
         _untouched(ep, name)
@@ -416,8 +368,8 @@ def test_a_copy_that_is_a_program_output_stays():
             y = x * 2
             return torch.ops.aten.alias(y), y.expand(3, 4)
 
-    ep = _edge(Outputs(), (torch.randn(3, 4),))
-    assert {"aten.alias_copy.default", "aten.expand_copy.default"} <= set(_ops(ep))
+    ep = edge_program(Outputs(), (torch.randn(3, 4),))
+    assert {"aten.alias_copy.default", "aten.expand_copy.default"} <= set(op_counts(ep))
     for name in ("drop_identity_copies", "expand_as_cat"):
         _untouched(ep, name)
 
@@ -476,7 +428,7 @@ class ItsRewrites:
 
 
 def test_a_third_party_backend_chooses_rewrites_through_the_passes_hook(edgeplug_register, fixture_backends):
-    model, inputs = Block(), _block_inputs()
+    model, inputs = RewriteBlock(), block_inputs()
     edgeplug_register(PlainTable(fixture_backends), "plain-table")
     plain = edgeplug.lower(model, inputs, "plain-table").report
     edgeplug_register(ItsRewrites(), "plain-table-rewrites")

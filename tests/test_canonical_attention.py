@@ -7,72 +7,20 @@ rewrite is exact against the program before it at several sequence lengths, reco
 
 from __future__ import annotations
 
-import copy
-from collections import Counter
-
 import pytest
 import torch
 from torch import nn
 
-from edgeplug._graph.ops import op_name
-from edgeplug.plugin import apply_rewrite
+from edgeplug.testing.rewrites import RotaryAttention, attention_inputs, attention_program, op_counts, rewritten, rotate_half
 
 LENGTHS = (1, 5, 16)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-class Attention(nn.Module):
-    """Rotary q and k (rotate_half on a symbolic-length tensor) and masked attention over a static cache
-    length: a causal mask from the positions, with rows masked entirely where ``pos`` is negative."""
-
-    def __init__(self, cache: int = 16, head: int = 8) -> None:
-        super().__init__()
-        self.register_buffer("keys", torch.randn(1, 2, cache, head))
-        self.register_buffer("values", torch.randn(1, 2, cache, head))
-
-    def forward(self, q: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        q = q * 0.5 + rotate_half(q) * 0.25
-        k = self.keys + rotate_half(self.keys)  # static: symbolic_only leaves it
-        mask = torch.arange(self.keys.shape[2])[None, :] <= pos[:, None]  # [s, cache]
-        return nn.functional.scaled_dot_product_attention(q, k, self.values, attn_mask=mask)
-
-
-def _edge(model: nn.Module, inputs: tuple, dynamic: bool = True):
-    from executorch.exir import EdgeCompileConfig, to_edge
-
-    seq = torch.export.Dim("seq", min=1, max=16)
-    shapes = ({2: seq}, {0: seq}) if dynamic else None
-    with torch.no_grad():
-        ep = torch.export.export(model, inputs, dynamic_shapes=shapes)
-    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-
-
-def _inputs(s: int, *, all_masked: int = 0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(1, 2, s, 8, generator=g) * 4
-    pos = torch.randint(0, 16, (s,), generator=g)
-    pos[:all_masked] = -1  # these rows see no key: the safe softmax gives them 0
-    return q, pos
 
 
 @pytest.fixture(scope="module")
 def attention_edge():
     torch.manual_seed(0)
-    model = Attention().eval()
-    return model, _edge(model, _inputs(5))
-
-
-def _ops(ep) -> Counter:
-    return Counter(op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function")
-
-
-def _applied(ep, name: str, **params):
-    after = copy.deepcopy(ep)
-    return after, apply_rewrite(after, name, **params)
+    model = RotaryAttention().eval()
+    return model, attention_program(model, attention_inputs(5))
 
 
 def _run(ep, inputs) -> torch.Tensor:
@@ -90,15 +38,15 @@ def _node_count(ep) -> int:
 ])
 def test_rewrite_is_exact_at_every_length_and_recorded(attention_edge, name, gone):
     model, ep = attention_edge
-    after, records = _applied(ep, name)
+    after, records = rewritten(ep, name)
     assert len(records) == 1 and records[0].transform == name and records[0].kind == "rewrite"
-    before_ops, after_ops = _ops(ep), _ops(after)
+    before_ops, after_ops = op_counts(ep), op_counts(after)
     for op, count in gone.items():
         assert before_ops[op] - after_ops[op] == count, (op, before_ops[op], after_ops[op])
     assert _node_count(after) - _node_count(ep) == records[0].added - records[0].removed
     for s in LENGTHS:
         for masked in (0, 1):
-            inputs = _inputs(s, all_masked=masked if s > 1 else 0, seed=s)
+            inputs = attention_inputs(s, all_masked=masked if s > 1 else 0, seed=s)
             want, got = _run(ep, inputs), _run(after, inputs)
             assert torch.equal(got, want), (name, s, masked, (got - want).abs().max())
             torch.testing.assert_close(got, model(*inputs), rtol=1e-5, atol=1e-5)  # eager runs a fused kernel
@@ -118,7 +66,7 @@ def test_rows_of_minus_inf_give_zero_and_a_row_at_the_stated_bound_is_left_exact
 
     ep = to_edge(torch.export.export(Soft(), (torch.randn(1, 3, 6),), dynamic_shapes=({1: seq},)),
                  compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-    after, records = _applied(ep, "safe_softmax_as_floats")
+    after, records = rewritten(ep, "safe_softmax_as_floats")
     assert len(records) == 1
     x = torch.randn(1, 4, 6) * 30
     x[0, 0] = float("-inf")
@@ -143,7 +91,7 @@ def test_a_half_read_elsewhere_stays_and_the_records_count_what_went():
     x = torch.randn(1, 2, 4, 8)
     ep = to_edge(torch.export.export(Shared(), (x,), dynamic_shapes=({2: seq},)),
                  compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-    after, records = _applied(ep, "rotate_half_as_matmul")
+    after, records = rewritten(ep, "rotate_half_as_matmul")
     assert len(records) == 1
     assert _node_count(after) - _node_count(ep) == records[0].added - records[0].removed
     for s in (1, 3, 8):
@@ -170,16 +118,16 @@ def test_what_they_must_leave_alone():
     ep = to_edge(torch.export.export(Other(), (x,), dynamic_shapes=({1: seq},)),
                  compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
     for name in ("rotate_half_as_matmul", "safe_softmax_as_floats"):
-        after, records = _applied(ep, name)
-        assert records == [] and _ops(after) == _ops(ep), name
+        after, records = rewritten(ep, name)
+        assert records == [] and op_counts(after) == op_counts(ep), name
     # rotate_half on a static tensor: left unless asked (symbolic_only=False), then exact too
-    static = _edge(Attention().eval(), _inputs(5), dynamic=False)
-    after, records = _applied(static, "rotate_half_as_matmul")
+    static = attention_program(RotaryAttention().eval(), attention_inputs(5), dynamic=False)
+    after, records = rewritten(static, "rotate_half_as_matmul")
     assert records == []
-    after, records = _applied(static, "rotate_half_as_matmul", symbolic_only=False)
-    assert len(records) == 2 and torch.equal(_run(after, _inputs(5)), _run(static, _inputs(5)))
+    after, records = rewritten(static, "rotate_half_as_matmul", symbolic_only=False)
+    assert len(records) == 2 and torch.equal(_run(after, attention_inputs(5)), _run(static, attention_inputs(5)))
     # bf16 is not among the default dtypes
-    after, records = _applied(_edge(Attention().eval().to(torch.bfloat16), tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in _inputs(5))), "rotate_half_as_matmul")
+    after, records = rewritten(attention_program(RotaryAttention().eval().to(torch.bfloat16), tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in attention_inputs(5))), "rotate_half_as_matmul")
     assert records == []
 
 
@@ -203,12 +151,12 @@ def test_repeated_pure_ops_are_computed_once_and_others_are_left():
     x, pos = torch.randn(1, 4, 6), torch.tensor([0, 2, 5, 3])
     ep = to_edge(torch.export.export(Layers(), (x, pos), dynamic_shapes=({1: seq}, {0: seq})),
                  compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-    after, records = _applied(ep, "merge_duplicates")
+    after, records = rewritten(ep, "merge_duplicates")
     assert records and all(r.transform == "merge_duplicates" and (r.added, r.removed) == (0, 1) for r in records)
     assert _node_count(ep) - _node_count(after) == len(records)
-    wheres = _ops(after)["aten.where.self"]
-    assert _ops(ep)["aten.where.self"] >= 5 and wheres == 3, wheres  # the mask's, ~mask's, and the -0.0 one
+    wheres = op_counts(after)["aten.where.self"]
+    assert op_counts(ep)["aten.where.self"] >= 5 and wheres == 3, wheres  # the mask's, ~mask's, and the -0.0 one
     for s in (1, 4, 8):
         inputs = (torch.randn(1, s, 6), torch.randint(0, 6, (s,)))
         assert torch.equal(_run(after, inputs), _run(ep, inputs))
-    assert _applied(ep, "merge_duplicates", ops=("aten.sub.Tensor",))[1] == []
+    assert rewritten(ep, "merge_duplicates", ops=("aten.sub.Tensor",))[1] == []

@@ -10,57 +10,17 @@ from collections import Counter
 
 import pytest
 import torch
-from torch import nn
 
 from edgeplug._graph.ops import op_name
 from edgeplug.plugin import apply_rewrite
-
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-class Attention(nn.Module):
-    """Rotary q and k (rotate_half on a symbolic-length tensor) and masked attention over a static cache
-    length: a causal mask from the positions, with rows masked entirely where ``pos`` is negative."""
-
-    def __init__(self, cache: int = 16, head: int = 8) -> None:
-        super().__init__()
-        self.register_buffer("keys", torch.randn(1, 2, cache, head))
-        self.register_buffer("values", torch.randn(1, 2, cache, head))
-
-    def forward(self, q: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        q = q * 0.5 + rotate_half(q) * 0.25
-        k = self.keys + rotate_half(self.keys)  # static: symbolic_only leaves it
-        mask = torch.arange(self.keys.shape[2])[None, :] <= pos[:, None]  # [s, cache]
-        return nn.functional.scaled_dot_product_attention(q, k, self.values, attn_mask=mask)
-
-
-def _edge(model: nn.Module, inputs: tuple, dynamic: bool = True):
-    from executorch.exir import EdgeCompileConfig, to_edge
-
-    seq = torch.export.Dim("seq", min=1, max=16)
-    shapes = ({2: seq}, {0: seq}) if dynamic else None
-    with torch.no_grad():
-        ep = torch.export.export(model, inputs, dynamic_shapes=shapes)
-    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-
-
-def _inputs(s: int, *, all_masked: int = 0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(1, 2, s, 8, generator=g) * 4
-    pos = torch.randint(0, 16, (s,), generator=g)
-    pos[:all_masked] = -1  # these rows see no key: the safe softmax gives them 0
-    return q, pos
+from edgeplug.testing.rewrites import RotaryAttention, attention_inputs, attention_program
 
 
 @pytest.fixture(scope="module")
 def attention_edge():
     torch.manual_seed(0)
-    model = Attention().eval()
-    return model, _edge(model, _inputs(5))
+    model = RotaryAttention().eval()
+    return model, attention_program(model, attention_inputs(5))
 
 
 def _xnnpack_refuses(ep) -> list[str]:

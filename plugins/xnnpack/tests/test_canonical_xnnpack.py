@@ -8,7 +8,6 @@ The rewrites' exactness, records and what they leave alone are the core's tests 
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 
 import pytest
@@ -17,54 +16,18 @@ from torch import nn
 
 import edgeplug
 from edgeplug._graph.ops import op_name
-from edgeplug.plugin import apply_rewrite, rewrite_pass
-
-class Block(nn.Module):
-    """One of each op the rewrites take: an RMSNorm's rank-3 mean, key/value heads repeated the
-    way transformers does it (unsqueeze, expand, reshape), scalar ops, a squeeze."""
-
-    def __init__(self, scale: float = 0.5) -> None:
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-        heads = n.view(b, s, 2, d // 2).transpose(1, 2)
-        kv = heads[:, :, None].expand(b, 2, 3, s, d // 2).reshape(b, 6, s, d // 2)
-        kv = torch.ops.aten.mul.Scalar(kv, self.scale)
-        kv = torch.ops.aten.sub.Scalar(kv, 0.25)
-        return kv.squeeze(0)
-
-
-class Pieces(nn.Module):
-    """A fused projection split in pieces (phi3's qkv), a state-space scan's selects, a cat of one."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = x.split([8, 16, 8], dim=-1)
-        steps = [x[:, i] * 2 for i in range(3)]
-        return torch.cat([q * v], dim=-1) + k[..., :8] + sum(steps)[:, None, :8]
-
-
-def _edge(model: nn.Module, inputs: tuple, dynamic_shapes=None):
-    from executorch.exir import EdgeCompileConfig, to_edge
-
-    ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
-    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
-
-
-def _block_inputs(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor]:
-    return (torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(0)).to(dtype),)
+from edgeplug.plugin import rewrite_pass
+from edgeplug.testing.rewrites import RewriteBlock, RewritePieces, block_inputs, edge_program, rewritten
 
 
 @pytest.fixture(scope="session")
 def block_edge():
-    return _edge(Block(), _block_inputs()), _block_inputs()
+    return edge_program(RewriteBlock(), block_inputs()), block_inputs()
 
 
 @pytest.fixture(scope="session")
 def pieces_edge():
-    return _edge(Pieces(), _block_inputs()), _block_inputs()
+    return edge_program(RewritePieces(), block_inputs()), block_inputs()
 
 
 @pytest.fixture(scope="session")
@@ -77,16 +40,6 @@ def decoder(zoo):
     with torch.no_grad():
         ep = torch.export.export(model, inputs)
     return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program(), inputs
-
-
-def _ops(ep) -> Counter:
-    return Counter(op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function")
-
-
-def _applied(ep, name: str, **params):
-    """(a rewritten copy of ``ep``, the records the rewrite returned)."""
-    after = copy.deepcopy(ep)
-    return after, apply_rewrite(after, name, **params)
 
 
 def _xnnpack_takes(node, ep) -> bool:
@@ -106,7 +59,7 @@ def test_scalar_ops_become_tensor_ops_xnnpack_takes(block_edge, decoder):
     for ep, _ in (block_edge, decoder):
         scalars = _calls(ep, "aten.mul.Scalar")
         assert scalars and not any(_xnnpack_takes(n, ep) for n in scalars)
-        after, records = _applied(ep, "scalar_to_tensor")
+        after, records = rewritten(ep, "scalar_to_tensor")
         tensors = _calls(after, "aten.mul.Tensor")
         assert records and not _calls(after, "aten.mul.Scalar") and all(_xnnpack_takes(n, after) for n in tensors)
 
@@ -115,7 +68,7 @@ def test_mean_at_rank_4_is_what_xnnpack_takes(decoder):
     ep, _ = decoder
     means = _calls(ep, "aten.mean.dim")
     assert means and not any(_xnnpack_takes(n, ep) for n in means)
-    after, _ = _applied(ep, "mean_at_rank", rank=4, dims=(2, 3))
+    after, _ = rewritten(ep, "mean_at_rank", rank=4, dims=(2, 3))
     assert all(_xnnpack_takes(n, after) for n in _calls(after, "aten.mean.dim"))
 
 
@@ -123,8 +76,8 @@ def test_unsqueeze_and_squeeze_as_views_xnnpack_takes(block_edge):
     ep, _ = block_edge
     (unsqueeze,) = _calls(ep, "aten.unsqueeze_copy.default")
     assert not _xnnpack_takes(unsqueeze, ep)  # not on the trailing dim
-    after, _ = _applied(ep, "unsqueeze_as_view")
-    after, _ = _applied(after, "squeeze_as_view")
+    after, _ = rewritten(ep, "unsqueeze_as_view")
+    after, _ = rewritten(after, "squeeze_as_view")
     views = _calls(after, "aten.view_copy.default")
     assert views and all(_xnnpack_takes(n, after) for n in views)
 
@@ -134,27 +87,27 @@ def test_an_unsqueeze_of_the_trailing_dim_is_left_because_xnnpack_takes_it():
         def forward(self, x):
             return x.unsqueeze(-1).unsqueeze(0) + 1
 
-    ep = _edge(Trailing(), (torch.randn(3, 4),))
-    after, _ = _applied(ep, "unsqueeze_as_view", except_trailing=True)
+    ep = edge_program(Trailing(), (torch.randn(3, 4),))
+    after, _ = rewritten(ep, "unsqueeze_as_view", except_trailing=True)
     (kept,) = _calls(after, "aten.unsqueeze_copy.default")
     assert _xnnpack_takes(kept, after)
 
 
 def test_xnnpack_takes_a_cat_of_distinct_inputs_only(block_edge, decoder):
     for ep, _ in (block_edge, decoder):
-        after, _ = _applied(ep, "expand_as_cat", distinct_inputs=True)
+        after, _ = rewritten(ep, "expand_as_cat", distinct_inputs=True)
         cats = [n for n in _calls(after, "aten.cat.default") if n.name not in {c.name for c in _calls(ep, "aten.cat.default")}]
         assert cats and all(_xnnpack_takes(c, after) for c in cats)
     # without distinct inputs XNNPACK counts one input and refuses the cat
-    after, _ = _applied(block_edge[0], "expand_as_cat")
+    after, _ = rewritten(block_edge[0], "expand_as_cat")
     (cat,) = _calls(after, "aten.cat.default")
     assert len(set(cat.args[0])) == 1 and not _xnnpack_takes(cat, after)
 
 
 def test_splits_and_selects_become_slices_xnnpack_takes(pieces_edge):
     ep, _ = pieces_edge
-    after, _ = _applied(ep, "split_as_slices")
-    after, _ = _applied(after, "select_as_slice")
+    after, _ = rewritten(ep, "split_as_slices")
+    after, _ = rewritten(after, "select_as_slice")
     slices = _calls(after, "aten.slice_copy.Tensor")
     assert len(slices) == 3 + 3 + 2 and all(_xnnpack_takes(n, after) for n in slices)
 
@@ -189,7 +142,7 @@ class ItsRewrites:
 
 
 def test_a_third_party_backend_chooses_rewrites_through_the_passes_hook(edgeplug_register):
-    model, inputs = Block(), _block_inputs()
+    model, inputs = RewriteBlock(), block_inputs()
     edgeplug_register(PlainXnnpack(), "plain-xnnpack")
     plain = edgeplug.lower(model, inputs, "plain-xnnpack").report
     edgeplug_register(ItsRewrites(), "plain-xnnpack-rewrites")
