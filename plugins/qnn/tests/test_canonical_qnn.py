@@ -1,9 +1,13 @@
-"""The qnn backend's dry run drops the identity copies its real flow drops, and says so in its records."""
+"""The qnn backend's dry run drops the identity copies its real flow drops, and says so in its records.
+
+That qnn's aten.rms_norm fuses on the aten program, before any rewrite whatever its stage, is the core's
+test_rewrites_run_after_the_fusion_unless_asked_to_run_before on fixture-keep (the same aten target;
+test_backend.py pins qnn's).
+"""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 import edgeplug
 
@@ -25,29 +29,3 @@ def test_the_dry_run_drops_the_copies_the_real_flow_drops_and_says_so(llama):
     assert not report.cpu_ops.get("aten.alias_copy.default") and not report.cpu_ops.get("dim_order_ops._clone_dim_order.default")
     dropped = [t for t in report.transforms if t.transform == "drop_identity_copies"]
     assert {t.op for t in dropped} >= {"aten.alias_copy.default", "dim_order_ops._clone_dim_order.default"}
-
-
-class _Rms(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
-
-
-@pytest.mark.parametrize("stage", ["pre_partition", "edge"])
-def test_qnn_fuses_its_aten_rms_norm_before_any_rewrite_whatever_its_stage(edgeplug_register, stage):
-    """qnn's target is aten.rms_norm, fused on the aten program: even an edge-stage rewrite asked to run
-    before the fusion finds the mean already inside the norm (the core tests the same on fixture-keep)."""
-    from edgeplug.plugin import rewrite_pass
-
-    class MeanAtRank:
-        @edgeplug.hookimpl
-        def edgeplug_passes(self):
-            yield rewrite_pass("mean_at_rank", backend="qnn", stage=stage, rank=4, dims=(2, 3))
-
-    edgeplug_register(MeanAtRank(), name=f"mean-at-rank-qnn-{stage}")
-    report = edgeplug.lower(_Rms(), (torch.randn(1, 2, 8),), "qnn", dry_run=True).report
-    [fusion] = report.fusions
-    assert fusion.outcome == "fused" and not [t for t in report.transforms if t.transform == "mean_at_rank"]

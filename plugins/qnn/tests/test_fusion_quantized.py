@@ -5,7 +5,10 @@
   (exact: a function of constants), qnn and samsung keep it as it is;
 * XNNPACKQuantizer and EnnQuantizer put quantize/dequantize inside the norm:
   the norm is refused with a reason that says what to do;
-* whenever a norm is fused with a unit weight, the weight multiply stays.
+* a weight whose fold fails (the norm fused with a unit weight, the multiply kept) is the core's case
+  (tests/test_fusion_quantized.py): what it reads of a policy (dequantized_weights, weight_sources,
+  fold_computed_constants, unit_weight_fallback) is fixture-keep's for qnn and samsung and
+  fixture-fused's for vulkan and webgpu (edgeplug_vulkan_delegate.fusion.rms_norm_policy).
 """
 
 from __future__ import annotations
@@ -121,52 +124,3 @@ def test_norm_quantized_op_by_op_is_refused_saying_what_to_do(quantized, backend
     assert "Quantize with edgeplug.quantize so the norm is recomposed before annotation" in record.reason
     assert not _fused_nodes(fused_ep, backend)
     assert str(fused_ep.graph_module.graph) == str(ep.graph_module.graph)
-
-
-# a weight whose fold fails: a computed constant whose op cannot run at AOT here
-_AOT = {"fails": False}
-
-
-@torch.library.custom_op("edgeplug_test::offset_weight", mutates_args=())
-def offset_weight(w: torch.Tensor) -> torch.Tensor:
-    if _AOT["fails"]:
-        raise RuntimeError("this op only runs on the device")
-    return w + 1
-
-
-@offset_weight.register_fake
-def _(w: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(w)
-
-
-class OffsetWeightNorm(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.dw = nn.Parameter(0.3 * torch.randn(D, generator=torch.Generator().manual_seed(2)))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * offset_weight(self.dw)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_weight_whose_fold_fails_keeps_its_multiply(backend):
-    from executorch.exir import EdgeCompileConfig, to_edge
-
-    model, x = OffsetWeightNorm().eval(), torch.randn(2, 4, D)
-    ep = to_edge(
-        torch.export.export(model, (x,)), compile_config=EdgeCompileConfig(_check_ir_validity=False)
-    ).exported_program()
-    _AOT["fails"] = True
-    try:
-        fused_ep, records = edgeplug.fuse(ep, backend)
-    finally:
-        _AOT["fails"] = False
-    (record,) = records
-    assert record.outcome == "fused_unit_weight", record
-    assert "could not be folded" in record.reason and "this op only runs on the device" in record.reason
-    (node,) = _fused_nodes(fused_ep, backend)
-    # the multiply by the weight reads the fused norm: dropping it would drop the weight
-    (mul,) = node.users
-    assert is_op(mul, "aten::mul.Tensor") and any(is_op(a, "edgeplug_test::offset_weight") for a in mul.args)
-    with torch.no_grad():
-        torch.testing.assert_close(fused_ep.module()(x), model(x), rtol=1e-5, atol=1e-5)
