@@ -60,7 +60,9 @@ Fixtures the plugin provides (names start with ``edgeplug_``):
 Helpers for checking what the command says and writes: ``error_line``
 (the one ``edgeplug: error:`` line), ``assert_no_traceback``,
 ``backends_row`` (a row of ``edgeplug backends``), ``delegate_ids`` (of a
-``.pte``), ``files_under`` (what a command left in a folder).
+``.pte``), ``files_under`` (what a command left in a folder); and
+``pt2e_schemes`` (the PT2E quantization schemes a backend declares, with
+their bits).
 ``edgeplug.testing.faults.CorruptWeight`` is a plugin whose pass corrupts a
 weight, for showing a check catches it; ``edgeplug.testing.programs`` holds
 small programs for tests.
@@ -82,7 +84,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["assert_no_traceback", "backends_row", "delegate_ids", "error_line", "files_under", "write_distribution"]
+__all__ = [
+    "assert_no_traceback", "backends_row", "delegate_ids", "error_line", "files_under", "pt2e_schemes", "write_distribution",
+]
 
 #: how every error of the ``edgeplug`` command starts
 ERROR_PREFIX = "edgeplug: error:"
@@ -114,6 +118,17 @@ def delegate_ids(pte: bytes) -> set[str]:
 
     program = deserialize_pte_binary(pte).program
     return {d.id for plan in program.execution_plan for d in plan.delegates}
+
+
+def pt2e_schemes(backend: str) -> dict[str, tuple]:
+    """``{scheme: (activation bits, weight bits, per channel)}`` of the PT2E quantization schemes ``backend``
+    declares (``QuantScheme`` records); asserts every scheme it declares names it and has a description."""
+    from edgeplug._quantization import schemes
+
+    declared = schemes(backend)
+    bad = [s.scheme for s in declared if s.backend != backend or not s.description]
+    assert not bad, f"schemes of {backend!r} naming another backend or without a description: {bad}"
+    return {s.scheme: (s.activation_bits, s.weight_bits, s.per_channel) for s in declared if s.kind == "pt2e"}
 
 
 def files_under(folder: str | Path) -> list[str]:

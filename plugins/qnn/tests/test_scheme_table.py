@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgeplug._quantization import make_quantizer, schemes
+from edgeplug._quantization import make_quantizer
+from edgeplug.testing import pt2e_schemes
 
 #: PT2E scheme -> (activation bits, weight bits, per channel); torchao source transforms are tested elsewhere
 EXPECTED = {"8a8w": (8, 8, True), "16a8w": (16, 8, True), "8a4w": (8, 4, True), "16a4w": (16, 4, True)}
@@ -26,9 +27,7 @@ def no_network(edgeplug_no_network, monkeypatch):
 
 
 def test_the_plugin_declares_its_schemes():
-    got = {s.scheme: (s.activation_bits, s.weight_bits, s.per_channel) for s in schemes("qnn") if s.kind == "pt2e"}
-    assert got == EXPECTED
-    assert all(s.backend == "qnn" and s.description for s in schemes("qnn"))
+    assert pt2e_schemes("qnn") == EXPECTED
 
 
 @pytest.mark.parametrize("scheme", sorted(EXPECTED))
