@@ -49,12 +49,11 @@ def test_lower_mlp_for_xnnpack_verifies_and_writes_pte_and_report(edgeplug_cli, 
 
 
 @pytest.mark.slow
-def test_llama_for_xnnpack_verifies_below_1e_4(edgeplug_cli):
-    code, stdout, stderr = edgeplug_cli("lower", "llama", "--backend", "xnnpack", "--verify", "-q")
+def test_without_o_the_pte_gets_the_default_name_in_the_working_directory(edgeplug_cli):
+    # (llama on xnnpack verifying below 1e-4 is the conformance suite's test_verification_matches_eager)
+    code, stdout, stderr = edgeplug_cli("lower", "mlp", "--backend", "xnnpack", "-q")
     assert code == 0, stderr
-    diff = float(re.search(r"max \|difference\| vs eager = (\S+)", stdout).group(1))
-    assert diff < 1e-4
-    assert Path("llama-xnnpack.pte").is_file()  # the default name, in the working directory
+    assert Path("mlp-xnnpack.pte").is_file() and delegate_ids(Path("mlp-xnnpack.pte").read_bytes()) == {"XnnpackBackend"}
 
 
 def test_backends_row(edgeplug_cli):
