@@ -10,8 +10,6 @@ behaviour on a first-party partitioner is tested with its plugin.
 
 from __future__ import annotations
 
-import operator
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,6 +17,7 @@ from torch import nn
 
 import edgeplug
 from edgeplug.plugin import op_name
+from edgeplug.testing import program_cpu_ops, program_delegated_ops
 
 D = 8
 
@@ -48,43 +47,21 @@ def lowered():
         return edgeplug.lower(GraphBreaks(), _inputs(), KEEP)
 
 
-def _top_level_ops(result) -> list[str]:
-    """Ops of the serialized program's top-level graph (what the CPU runs), without the overload."""
-    gm = result.program.exported_program().graph_module
-    return [
-        op_name(n.target).rsplit(".", 1)[0]
-        for n in gm.graph.nodes
-        if n.op == "call_function" and n.target is not operator.getitem and "call_delegate" not in str(n.target)
-    ]
-
-
-def _delegated_ops(result) -> list[str]:
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
-
-    gm = result.program.exported_program().graph_module
-    return [
-        op_name(n.target)
-        for _, lowered, _ in get_lowered_submodules(gm)
-        for n in lowered.original_module.graph.nodes
-        if n.op == "call_function"
-    ]
-
-
 def test_unsupported_op_is_a_graph_break_with_its_reason(lowered):
-    assert "aten.atan2" in _top_level_ops(lowered)
+    assert "aten.atan2" in program_cpu_ops(lowered)
     rep = lowered.report
     assert rep.cpu_ops["aten.atan2.default"] == 1
     [atan2] = [c for c in rep.cpu_nodes if c.op == "aten.atan2.default"]
     assert atan2.reason == "aten.atan2.default is not in the fixture-keep support table"
     # the break splits the delegated work in two: the norm before, the multiply after
     assert len(rep.partitions) == 2
-    assert "aten.mul.Tensor" in _delegated_ops(lowered)
+    assert "aten.mul.Tensor" in program_delegated_ops(lowered)
     assert "aten.atan2.default" in rep.to_table() and "is not in the fixture-keep support table" in rep.to_table()
 
 
 def test_kept_whole_op_the_backend_refuses_is_decomposed(lowered):
-    assert "aten.rms_norm" not in _top_level_ops(lowered)  # the float64 one was decomposed
-    assert _delegated_ops(lowered).count("aten.rms_norm.default") == 1  # the float32 one is whole, delegated
+    assert "aten.rms_norm" not in program_cpu_ops(lowered)  # the float64 one was decomposed
+    assert program_delegated_ops(lowered).count("aten.rms_norm.default") == 1  # the float32 one is whole, delegated
     float64 = [c for c in lowered.report.cpu_nodes if c.op != "aten.atan2.default"]
     assert float64, "the decomposed float64 norm should be on the CPU"
     assert all("torch.float64" in c.reason for c in float64), float64

@@ -62,7 +62,8 @@ Helpers for checking what the command says and writes: ``error_line``
 ``backends_row`` (a row of ``edgeplug backends``), ``delegate_ids`` (of a
 ``.pte``), ``files_under`` (what a command left in a folder); and
 ``pt2e_schemes`` (the PT2E quantization schemes a backend declares, with
-their bits).
+their bits); ``program_cpu_ops`` and ``program_delegated_ops`` (what a
+lowered program leaves to the CPU and hands to its delegates).
 ``edgeplug.testing.faults.CorruptWeight`` is a plugin whose pass corrupts a
 weight, for showing a check catches it; ``edgeplug.testing.programs`` holds
 small programs for tests.
@@ -82,10 +83,11 @@ fixture or test needs them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 __all__ = [
-    "assert_no_traceback", "backends_row", "delegate_ids", "error_line", "files_under", "pt2e_schemes", "write_distribution",
+    "assert_no_traceback", "backends_row", "delegate_ids", "error_line", "files_under", "program_cpu_ops",
+    "program_delegated_ops", "pt2e_schemes", "write_distribution",
 ]
 
 #: how every error of the ``edgeplug`` command starts
@@ -118,6 +120,38 @@ def delegate_ids(pte: bytes) -> set[str]:
 
     program = deserialize_pte_binary(pte).program
     return {d.id for plan in program.execution_plan for d in plan.delegates}
+
+
+def program_cpu_ops(result: Any) -> list[str]:
+    """The ops a lowered program's top-level graph calls (what the CPU runs), one entry a call, without the
+    overload (``aten.atan2``: serialization turns ops into their out variants). ``result`` is what
+    ``edgeplug.lower`` returned, not a dry run."""
+    import operator
+
+    from edgeplug.plugin import op_name
+
+    gm = result.program.exported_program().graph_module
+    return [
+        op_name(n.target).rsplit(".", 1)[0]
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is not operator.getitem and "call_delegate" not in str(n.target)
+    ]
+
+
+def program_delegated_ops(result: Any) -> list[str]:
+    """The ops inside a lowered program's delegates (``aten.mul.Tensor``), one entry a call, as each
+    partition was handed to its backend."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    from edgeplug.plugin import op_name
+
+    gm = result.program.exported_program().graph_module
+    return [
+        op_name(n.target)
+        for _, lowered, _ in get_lowered_submodules(gm)
+        for n in lowered.original_module.graph.nodes
+        if n.op == "call_function"
+    ]
 
 
 def pt2e_schemes(backend: str) -> dict[str, tuple]:
