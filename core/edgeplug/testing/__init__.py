@@ -63,7 +63,9 @@ Helpers for checking what the command says and writes: ``error_line``
 ``.pte``), ``files_under`` (what a command left in a folder); and
 ``pt2e_schemes`` (the PT2E quantization schemes a backend declares, with
 their bits); ``program_cpu_ops`` and ``program_delegated_ops`` (what a
-lowered program leaves to the CPU and hands to its delegates).
+lowered program leaves to the CPU and hands to its delegates);
+``write_unloadable_library`` (a shared library that is there but does not
+load, for an SDK availability check).
 ``edgeplug.testing.faults.CorruptWeight`` is a plugin whose pass corrupts a
 weight, for showing a check catches it; ``edgeplug.testing.programs`` holds
 small programs for tests.
@@ -87,7 +89,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "assert_no_traceback", "backends_row", "delegate_ids", "error_line", "files_under", "program_cpu_ops",
-    "program_delegated_ops", "pt2e_schemes", "write_distribution",
+    "program_delegated_ops", "pt2e_schemes", "write_distribution", "write_unloadable_library",
 ]
 
 #: how every error of the ``edgeplug`` command starts
@@ -208,3 +210,23 @@ def write_distribution(
     record = [*files, *(f"{folder.name}/{n}" for n in ("METADATA", "entry_points.txt", "RECORD"))]
     (folder / "RECORD").write_text("".join(f"{r},,\n" for r in record))
     return folder
+
+
+#: the library ``write_unloadable_library``'s copy needs, which no loader path has
+MISSING_LIBRARY = "libqq0.so"
+
+
+def write_unloadable_library(path: str | Path) -> Path:
+    """Write a real shared library at ``path`` that does not load: it needs ``libqq0.so``, which is nowhere
+    on the loader path (a copy of torch's ``libshm.so`` with its ``libc10.so`` dependency renamed). For
+    showing that an SDK whose libraries are there but do not load makes a backend unavailable, with a
+    reason naming the library and a hint naming LD_LIBRARY_PATH. Returns ``path``."""
+    import torch
+
+    libshm = Path(torch.__file__).parent / "lib" / "libshm.so"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = libshm.read_bytes()
+    assert b"libc10.so\0" in data, f"{libshm} does not name libc10.so: torch's layout changed"
+    path.write_bytes(data.replace(b"libc10.so\0", MISSING_LIBRARY.encode() + b"\0"))
+    return path

@@ -5,25 +5,13 @@ Moved from the core's tests/test_hostile_inputs.py (issue 23).
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-
 import edgeplug
-
-
-def _unloadable_library(path: Path) -> None:
-    """A real shared library that needs one that is nowhere on the loader path."""
-    libshm = Path(torch.__file__).parent / "lib" / "libshm.so"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(libshm.read_bytes().replace(b"libc10.so\0", b"libqq0.so\0"))
+from edgeplug.testing import write_unloadable_library
 
 
 def test_an_sdk_whose_libraries_do_not_load_is_unavailable(monkeypatch, tmp_path):
-    backend, variable, library = "samsung", "EXYNOS_AI_LITECORE_ROOT", "lib/x86_64/libenn.so"
-    _unloadable_library(tmp_path / "sdk" / library)
-    monkeypatch.setenv(variable, str(tmp_path / "sdk"))
-    a = edgeplug.get_backend(backend).availability()
-    assert not a.ok
-    assert f"{Path(library).name} is there but does not load (libqq0.so: cannot open shared object file" in a.reason
-    assert "LD_LIBRARY_PATH" in a.hint
+    monkeypatch.setenv("EXYNOS_AI_LITECORE_ROOT", str(tmp_path))
+    write_unloadable_library(tmp_path / "lib/x86_64/libenn.so")
+    a = edgeplug.get_backend("samsung").availability()
+    assert not a.ok and "LD_LIBRARY_PATH" in a.hint
+    assert "libenn.so is there but does not load (libqq0.so: cannot open shared object file" in a.reason
