@@ -5,8 +5,9 @@
 1. ``torch.export`` (skipped for an ExportedProgram);
 2. the backend's export-stage passes (``edgeplug.transform``);
 3. RMSNorm recomposed on the aten program under the backend's fusion policy
-   (Gemma's ``1 + w`` folded into a constant; export's metadata asserts, which
-   compute nothing, dropped first so they do not hide a norm's weight), so the quantizer annotates one
+   (Gemma's ``1 + w`` folded into a constant), after export's metadata asserts
+   and casts to the dtype a tensor has are dropped (``drop_no_op_casts``: they
+   hide a norm's weight, and a slice's producer from the quantizer), so the quantizer annotates one
    norm op instead of pow/mean/rsqrt/mul and quantize/dequantize never land
    inside a norm;
 4. ``prepare_pt2e`` with the scheme's quantizer (from the backend's
@@ -120,31 +121,63 @@ def recompose_norms(ep: Any, backend: Any) -> tuple[Any, list[FusionRecord]]:
     """
     from edgeplug._fusion import fuse_program
 
-    return fuse_program(_without_metadata_asserts(ep), backend.fusion_policy("rms_norm"))
+    return fuse_program(ep, backend.fusion_policy("rms_norm"))
 
 
-def _without_metadata_asserts(ep: Any) -> Any:
-    """``ep`` less its ``aten._assert_tensor_metadata`` nodes (a copy; ``ep`` itself if it has none).
+def drop_no_op_casts(ep: Any) -> tuple[Any, list[TransformRecord]]:
+    """``ep`` less the nodes that compute nothing, on a copy (``ep`` itself when it has none), with a
+    record of each: export's ``aten._assert_tensor_metadata`` checks, and ``.to`` / ``type_as`` /
+    ``_to_copy`` to the dtype and device their input already has (``to_edge`` drops both).
 
-    ``torch.export`` adds one after each ``.to(dtype)``: it checks a dtype the trace already fixed and
-    computes nothing (``to_edge`` drops them too). Left in, it is a second user of the normalised tensor
-    between a norm and its weight multiply (``weight * x.to(dtype)``), so the norm is recomposed without
-    its weight; a quantizer that reads the weight argument (samsung's ENN annotator) then fails at
-    prepare on ``rms_norm(x, shape, None, eps)``, and the others annotate the multiply apart.
+    Before annotation they are in the way. The assert after ``weight * x.to(dtype)`` is a second user
+    of the normalised tensor, so the norm was recomposed without its weight, ``rms_norm(x, shape,
+    None, eps)``, and samsung's ENN annotator (which reads argument 2 as the weight) failed at
+    prepare. A quantizer that shares a producer's quantization with a slice or view (XNNPACK's
+    ``propagate_annotation``) stops at a cast: behind Gemma's ``type_as`` the rotary halves of q and k
+    were left unannotated, and XNNPACK's partitioner took ``dequantize -> slice`` into the delegate
+    with a float output, which XNNPACK refuses at load ("Failed to create static slice node").
     """
     import torch
 
     from edgeplug._fusion import copy_program
 
-    target = torch.ops.aten._assert_tensor_metadata.default
-    if not any(n.op == "call_function" and n.target is target for n in ep.graph.nodes):
-        return ep
+    def no_op(node: Any) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is torch.ops.aten._assert_tensor_metadata.default:
+            return not node.users
+        if node.target not in _CASTS or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            return False
+        a, b = node.args[0].meta.get("val"), node.meta.get("val")
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        fmt = node.kwargs.get("memory_format")
+        return (
+            (a.dtype, a.device, a.layout, tuple(a.shape)) == (b.dtype, b.device, b.layout, tuple(b.shape))
+            and node.kwargs.get("copy") is not True and fmt in (None, torch.preserve_format)
+            and not any(u.op == "output" for u in node.users)
+        )
+
+    _CASTS = {
+        torch.ops.aten.to.dtype, torch.ops.aten.to.dtype_layout, torch.ops.aten.to.device,
+        torch.ops.aten.type_as.default, torch.ops.aten._to_copy.default,
+    }
+    if not any(no_op(n) for n in ep.graph.nodes):
+        return ep, []
     out = copy_program(ep)
-    graph = out.graph_module.graph
-    for node in [n for n in graph.nodes if n.op == "call_function" and n.target is target and not n.users]:
+    graph, records = out.graph_module.graph, []
+    for node in [n for n in graph.nodes if no_op(n)]:
+        check = node.target is torch.ops.aten._assert_tensor_metadata.default
+        what = "a metadata check" if check else f"a cast of {node.args[0].name} to the dtype it has"
+        if node.users:
+            node.replace_all_uses_with(node.args[0])
+        records.append(TransformRecord(
+            transform="drop_no_op_casts", kind="rewrite", node=node.name, op=str(node.target).removeprefix("aten."),
+            added=0, detail=f"{what}: computes nothing",
+        ))
         graph.erase_node(node)
     out.graph_module.recompile()
-    return out
+    return out, records
 
 
 #: calibration batches read unless the caller says otherwise (``--calibration-batches``)
@@ -208,6 +241,7 @@ def quantize(
     else:
         ep = timed("export", lambda: torch.export.export(model, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
     ep = timed("export passes", lambda: transform(ep, b))
+    ep, info.rewrites = timed("drop no-op casts", lambda: drop_no_op_casts(ep))
     ep, info.fusions = timed("recompose norms", lambda: recompose_norms(ep, b))
     ep, info.folds = timed("fold constants", lambda: fold_before_annotation(ep, b))
     quantizer = timed("build quantizer", lambda: make_quantizer(b, rec.scheme))

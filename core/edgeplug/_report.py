@@ -154,6 +154,8 @@ class QuantizationSummary(BaseModel):
     norms: list[FusionRecord] = Field(default_factory=list)
     #: constant-only subgraphs folded before annotation (``fold`` records; refusals say why)
     folds: list[TransformRecord] = Field(default_factory=list)
+    #: nodes dropped before annotation because they compute nothing (metadata asserts, casts to the same dtype)
+    rewrites: list[TransformRecord] = Field(default_factory=list)
     #: layers the scheme left float, each with why (a source transform's group size does not divide its width)
     kept_float: list[str] = Field(default_factory=list)
     #: set when the program was quantized for another backend than the one it is lowered for
@@ -183,6 +185,8 @@ class QuantizationSummary(BaseModel):
             told = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
             lines.append(f"  norms recomposed before annotation: {len(self.norms)} ({told})")
             lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
+        if self.rewrites:
+            lines.append(f"  no-op casts and metadata checks dropped before annotation: {len(self.rewrites)}")
         applied = [r for r in self.folds if r.outcome == "applied"]
         if self.folds:
             removed = sum(r.removed for r in applied)

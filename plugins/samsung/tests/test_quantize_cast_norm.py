@@ -5,7 +5,7 @@ after each ``.to``, a second user of the normalised tensor. The norm used to be
 recomposed before annotation without its weight, ``rms_norm(x, shape, None, eps)``,
 and EnnQuantizer's rms_norm annotator (which reads argument 2 as the weight) stopped
 ``prepare`` with "Expected input_edge to have type Tuple[Node, Node], but got:
-(None, rms_norm_default)". The asserts compute nothing and are dropped first.
+(None, rms_norm_default)". The asserts compute nothing and are dropped first (``drop_no_op_casts``).
 """
 
 from __future__ import annotations
