@@ -52,7 +52,8 @@ from typing import Any, Callable, Optional
 import torch
 
 # the zoo's helpers: quiet executorch's logging, count a stock program's graph breaks as edgeplug's report does
-from edgeplug._zoo._cell import _quiet, first_line, stock_graph_breaks  # noqa: E402
+from edgeplug._zoo._cell import _quiet  # noqa: E402
+from edgeplug._zoo._lowering import first_line, stock_graph_breaks  # noqa: E402
 
 ARCHS = ("llama", "qwen3", "mistral")
 

@@ -48,7 +48,8 @@ def zoo() -> Any:
 
     import edgeplug._zoo
     from edgeplug._failures import first_line
-    from edgeplug._zoo._cell import _quiet, stock_graph_breaks
+    from edgeplug._zoo._cell import _quiet
+    from edgeplug._zoo._lowering import stock_graph_breaks
 
     return SimpleNamespace(
         build=edgeplug._zoo.build, count_norms=edgeplug._zoo.count_norms, stock_graph_breaks=stock_graph_breaks,

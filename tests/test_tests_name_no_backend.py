@@ -41,9 +41,7 @@ ALLOWED: dict[str, str] = {
 }
 
 #: file -> where its backend-specific part belongs (strict xfail until it is clean)
-PENDING: dict[str, str] = {
-    "test_zoo.py": "zoo mechanics exercised with first-party cells: run cells on fixture backends; the local/ray executor cases run cells in worker processes, which do not see in-process registrations (the fixture backends need a fixture distribution or EDGEPLUG_PLUGINS there); the vulkan target line to plugins/vulkan/tests (the xnnpack one is in plugins/xnnpack/tests/test_zoo_targets.py)",
-}
+PENDING: dict[str, str] = {}
 
 
 def _files() -> list[Path]:

@@ -20,9 +20,9 @@ _NAMES = {
     "run": "_run", "plan": "_run", "load_cells": "_run", "Settings": "_run", "EXECUTORS": "_run",
     "table": "_render", "render": "_render", "summary": "_render", "targets": "_render",
     # one cell
-    "Cell": "_cell", "Side": "_cell", "run_cell": "_cell", "comparable": "_cell", "STATUSES": "_cell",
-    "Target": "_cell", "target": "_cell", "lower_stock": "_cell", "lower_edgeplug": "_cell",
-    "schemes_of": "_cell", "FLOAT": "_cell",
+    "Cell": "_record", "Side": "_record", "comparable": "_record", "STATUSES": "_record", "FLOAT": "_record",
+    "run_cell": "_cell", "schemes_of": "_cell",
+    "Target": "_lowering", "target": "_lowering", "lower_stock": "_lowering", "lower_edgeplug": "_lowering",
     "execute_cell": "_isolate",
     # the built-in models
     "MODELS": "_models", "DEFAULT_MODELS": "_models", "Arch": "_models", "build": "_models",

@@ -121,7 +121,7 @@ def command(args: argparse.Namespace) -> int:
     print(table(cells))
     if args.markdown:
         from edgeplug._outputs import write_file
-        from edgeplug._zoo._cell import FLOAT
+        from edgeplug._zoo._record import FLOAT
         from edgeplug._zoo._render import render_quantized, splice_quantized
 
         seconds = time.perf_counter() - start

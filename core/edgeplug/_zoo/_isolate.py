@@ -76,11 +76,12 @@ def _attempt_counter(spec: dict, folder: Optional[str]):
 
 
 def _one_process(spec: dict, timeout: Optional[float], memory_mb: Optional[int], executor: str) -> dict:
-    from edgeplug._zoo._cell import Cell, target
+    from edgeplug._zoo._lowering import dry_run
+    from edgeplug._zoo._record import Cell
 
     cell = Cell(model=spec["model"], backend=spec["backend"], scheme=spec.get("scheme", "float"))
     try:
-        cell.dry_run = target(spec["backend"]).dry_run
+        cell.dry_run = dry_run(spec["backend"])
     except Exception:
         pass
     with tempfile.TemporaryDirectory(prefix="edgeplug-zoo-") as tmp:

@@ -7,7 +7,7 @@ import platform
 from dataclasses import replace
 from typing import Any, Optional
 
-from edgeplug._zoo._cell import FLOAT, Cell, Side
+from edgeplug._zoo._record import FLOAT, Cell, Side
 from edgeplug._zoo._models import MODELS, SEQ, label
 from edgeplug._zoo._run import status_text
 

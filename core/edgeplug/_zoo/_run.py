@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from edgeplug._errors import EdgeplugError
-from edgeplug._zoo._cell import FLOAT, Cell
+from edgeplug._zoo._record import FLOAT, Cell
 from edgeplug._zoo._isolate import allow, execute_cell, kill_live
 
 EXECUTORS = ("local", "ray")
@@ -301,11 +301,11 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> Ite
 
 def _lost(spec: dict, exc: BaseException, retries: int) -> Cell:
     from edgeplug._failures import first_line
-    from edgeplug._zoo._cell import target
+    from edgeplug._zoo._lowering import dry_run
 
     cell = Cell(model=spec["model"], backend=spec["backend"], scheme=spec["scheme"], status="lost", attempts=retries + 1)
     try:
-        cell.dry_run = target(spec["backend"]).dry_run
+        cell.dry_run = dry_run(spec["backend"])
     except Exception:
         pass
     cell.detail = f"its Ray worker was lost {retries + 1} time{'s' if retries else ''}: " + first_line(exc)[:200]

@@ -1,0 +1,143 @@
+"""What a zoo cell records: ``Cell`` (one JSON line of the results file) and its two ``Side``s.
+
+Plain data: ``run_cell`` (``_cell``) fills them, the executors (``_run``,
+``_isolate``) carry them between processes as dicts, and ``_render`` turns
+them into tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Optional
+
+from edgeplug._zoo._models import label
+
+FLOAT = "float"
+
+#: what a cell's process ended as: ``ran`` (the cell's own figures say how lowering went), or why it has none
+STATUSES = ("ran", "timeout", "memory", "crashed", "lost")
+
+
+@dataclass
+class Side:
+    """One lowering of a cell: edgeplug's or stock's."""
+
+    ok: bool = False
+    error: str = ""
+    partitions: Optional[int] = None
+    cpu_ops: dict = field(default_factory=dict)
+    #: op -> sorted distinct reasons (edgeplug only)
+    cpu_reasons: dict = field(default_factory=dict)
+    seconds: Optional[float] = None
+    max_abs_diff: Optional[float] = None
+    verify_error: str = ""
+    verify_method: str = ""
+    verify_seconds: Optional[float] = None
+    #: the report's own verdict (its tolerance for the dtype), with why it failed
+    verify_passed: Optional[bool] = None
+    verify_problems: list = field(default_factory=list)
+    #: where a failing side stopped (quantized cells: "export", "prepare_pt2e", "calibrate", "convert_pt2e",
+    #: "quantize_", "quantize", "lower", "to_executorch", "run"); empty when it lowered
+    stage: str = ""
+    #: quantized cells: the program's logits against the float model's (cosine similarity, max |q - float|)
+    cosine_to_float: Optional[float] = None
+    max_abs_float: Optional[float] = None
+    #: size of the serialized program (real lowerings), and its median forward time in executorch's
+    #: runtime on one thread (the backend's programs run here), the two sides alternating
+    pte_bytes: Optional[int] = None
+    latency_ms: Optional[float] = None
+
+    @property
+    def cpu_nodes(self) -> Optional[int]:
+        return sum(self.cpu_ops.values()) if self.ok else None
+
+
+
+@dataclass
+class Cell:
+    """One finished cell, as a JSON line holds it."""
+
+    model: str
+    backend: str
+    scheme: str = FLOAT
+    dry_run: bool = False
+    #: how the cell's process ended (STATUSES); ``detail`` says more when it is not "ran"
+    status: str = "ran"
+    detail: str = ""
+    #: process starts it took (a lost worker is retried)
+    attempts: int = 1
+    #: wall time of the cell's process and its peak resident memory (MiB)
+    wall_seconds: Optional[float] = None
+    peak_mb: Optional[float] = None
+    norms_present: Optional[int] = None
+    #: fusion outcome -> count (every outcome but "rejected" is a fusion)
+    fusion_outcomes: dict = field(default_factory=dict)
+    #: (anchor, reason) of each rejected fusion
+    rejected: list = field(default_factory=list)
+    edgeplug: Side = field(default_factory=Side)
+    stock: Side = field(default_factory=Side)
+    stock_absent: str = ""
+    #: the backend has no rms_norm fusion policy (nothing to fuse into: xnnpack)
+    no_policy: bool = False
+    error: str = ""  # the model itself could not be built, exported or quantized
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.model, self.backend, self.scheme)
+
+    @property
+    def label(self) -> str:
+        return label(self.model)
+
+    @property
+    def norms_fused(self) -> int:
+        return sum(n for o, n in self.fusion_outcomes.items() if o != "rejected")
+
+    @property
+    def norms_recorded(self) -> int:
+        return sum(self.fusion_outcomes.values())
+
+    @property
+    def time_ratio(self) -> Optional[float]:
+        e, s = self.edgeplug.seconds, self.stock.seconds
+        if self.edgeplug.ok and self.stock.ok and e and s:
+            return e / s
+        return None
+
+    @property
+    def size_ratio(self) -> Optional[float]:
+        e, s = self.edgeplug.pte_bytes, self.stock.pte_bytes
+        return e / s if self.edgeplug.ok and self.stock.ok and e and s else None
+
+    @property
+    def latency_ratio(self) -> Optional[float]:
+        e, s = self.edgeplug.latency_ms, self.stock.latency_ms
+        return e / s if self.edgeplug.ok and self.stock.ok and e and s else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cell":
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        d["edgeplug"] = Side(**d.get("edgeplug") or {})
+        d["stock"] = Side(**d.get("stock") or {})
+        d["rejected"] = [tuple(r) for r in d.get("rejected") or []]
+        return cls(**d)
+
+
+#: the fields that change from run to run of the same cell: results compare without them
+TIMING_FIELDS = ("attempts", "wall_seconds", "peak_mb")
+SIDE_TIMING_FIELDS = ("seconds", "verify_seconds", "latency_ms")
+
+
+def comparable(cell: Cell) -> dict:
+    """The cell as a dict without its timings: two runs of the same cell compare equal on this."""
+    d = cell.to_dict()
+    for name in TIMING_FIELDS:
+        d.pop(name)
+    for side in ("edgeplug", "stock"):
+        for name in SIDE_TIMING_FIELDS:
+            d[side].pop(name)
+    return d
