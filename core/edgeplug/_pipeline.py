@@ -489,13 +489,17 @@ def _executorch_config(ep: ExportedProgram, external_weights: bool = False) -> A
     which executorch's quantized kernels run; torchao's dequantize has no kernel); with external weights,
     the parameters left on the CPU go to the delegates' data file (``edgeplug._weights``); else the default."""
     fuse = any(n.op == "call_function" and "torchao.dequantize_affine" in str(n.target) for n in ep.graph.nodes)
-    if not fuse and not external_weights:
+    # a cache write left on the CPU (index_put on a mutable buffer) is made in place by executorch's reinplace
+    # pass: the functional op copied the whole cache to a new tensor and the write-back copied it again, per step
+    reinplace = any(n.op == "call_function" and "aten.index_put.default" in str(n.target) for n in ep.graph.nodes)
+    if not fuse and not external_weights and not reinplace:
         return None
     from executorch.exir import ExecutorchBackendConfig
 
     from edgeplug._weights import external_constants
 
     return ExecutorchBackendConfig(
-        do_quant_fusion_and_const_prop=fuse, external_constants=external_constants if external_weights else False
+        do_quant_fusion_and_const_prop=fuse, external_constants=external_constants if external_weights else False,
+        run_reinplace_pass=reinplace,
     )
 
