@@ -27,13 +27,17 @@ Per side: partitions and nodes left on the CPU (counted alike, on the edge progr
 latency, median per-token decode latency, and agreement: max |logits - eager| at each step
 (the prefill and every decode step, greedy tokens taken from eager, both sides fed the same).
 The output ends with issue 21's targets per model, met or not (``targets``).
+With ``--profile``, each side's ``.pte`` is loaded again with ETDump and a decode step is split
+into what XNNPACK's fully connected operators take, its other operators, the rest of the delegate
+calls (the delegate's own work per call), and the ops left on the CPU: the best of the decode steps
+per share, at the first thread count (ETDump's events add a little to each op).
 
 optimum-executorch 1.1.0 pins transformers 5.0.0rc1 and optimum 2.0: it is installed with
 ``pip install --no-deps optimum-executorch==1.1.0`` beside ``optimum`` and ``accelerate``
 (``make setup`` does this).
 
     python bench/deploy.py [--models llama,qwen3,mistral] [--layers 4] [--hidden 512] [--prompt 32]
-                           [--decode 16] [--rounds 5] [--threads 1,2] [--json out.json]
+                           [--decode 16] [--rounds 5] [--threads 1,2] [--cpu-ops] [--profile] [--json out.json]
     python bench/deploy.py --gemm-floor    # one token through a decode step's linear layers alone
 """
 
@@ -106,6 +110,7 @@ class Side:
     max_abs_per_step: list[float] = field(default_factory=list)
     prefill_ms: dict[str, float] = field(default_factory=dict)  # threads -> median ms
     decode_ms: dict[str, float] = field(default_factory=dict)  # threads -> median ms per token
+    decode_profile: dict[str, dict[str, float]] = field(default_factory=dict)  # threads -> share -> best ms (ETDump)
     buffer: bytes = b""
 
 
@@ -234,6 +239,8 @@ def run_model(arch: str, args: argparse.Namespace) -> dict[str, Any]:
         agreement(ep, sides, prompt, args.decode)
         for n in args.threads:
             timing(sides, prompt, args.decode, args.rounds, n)
+        if args.profile:
+            profile(sides, prompt, args.decode, args.rounds, args.threads[0])
     row = {"model": arch, "optimum": asdict(theirs), "edgeplug": asdict(ours)}
     for key in ("optimum", "edgeplug"):
         row[key].pop("buffer")
@@ -276,6 +283,70 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
         theirs, ours = Counter(r["optimum"]["cpu_ops"]), Counter(r["edgeplug"]["cpu_ops"])
         for op in sorted(set(theirs) | set(ours), key=lambda o: (-ours[o], -theirs[o], o)):
             lines.append(f"| {r['model']} | {op} | {theirs[op]} | {ours[op]} |")
+    return "\n".join(lines)
+
+
+def _categories(name: str) -> str:
+    """An ETDump event's share of a step: the step, delegate calls, CPU ops, or XNNPACK's own operators."""
+    if name in ("Method::execute", "DELEGATE_CALL", "OPERATOR_CALL"):
+        return name
+    if name.startswith("native_call_"):
+        return "cpu " + name[len("native_call_"):]
+    return "xnn fully connected" if "Fully Connected" in name else "xnn other"
+
+
+def profile(sides: list[Side], prompt: torch.Tensor, decode: int, rounds: int, threads: int) -> None:
+    """Where a decode step's time goes, per side, from executorch's ETDump (operator and XNNPACK-operator events):
+    the best of the decode steps of ``rounds`` rounds, per share (the machine's other load only adds)."""
+    import tempfile
+
+    from executorch.devtools import Inspector
+    from executorch.extension.pybindings import portable_lib
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    portable_lib._unsafe_reset_threadpool(threads)
+    token = torch.zeros(1, 1, dtype=torch.long)
+    for side in sides:
+        program = _load_for_executorch_from_buffer(side.buffer, enable_etdump=True)
+        for _ in range(rounds + 1):
+            program.forward(_step_inputs(prompt, 0))
+            for k in range(decode):
+                program.forward(_step_inputs(token, prompt.shape[1] + k))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/etdump.etdp"
+            program.write_etdump_result_to_file(path)
+            block = next(b for b in Inspector(etdump_path=path).event_blocks
+                         if any(e.name == "Method::execute" and e.perf_data and len(e.perf_data.raw) > 1 for e in b.events))
+        calls = (rounds + 1) * (decode + 1)
+        shares: dict[str, list[float]] = {}
+        for e in block.events:
+            if e.perf_data is not None and len(e.perf_data.raw) == calls:
+                acc = shares.setdefault(_categories(e.name), [0.0] * calls)
+                for i, ms in enumerate(e.perf_data.raw):
+                    acc[i] += ms
+        steps = [i for i in range(decode + 1, calls) if i % (decode + 1)]  # decode steps after the warm-up round
+        best = {k: min(v[i] for i in steps) for k, v in shares.items()}
+        xnn = best.get("xnn fully connected", 0.0) + best.get("xnn other", 0.0)
+        best["delegate overhead"] = max(best.get("DELEGATE_CALL", 0.0) - xnn, 0.0)
+        side.decode_profile[str(threads)] = best
+
+
+def profile_table(rows: list[dict[str, Any]], threads: int) -> str:
+    lines = [
+        f"| model | side | decode step ms ({threads}t) | XNNPACK fully connected | other XNNPACK ops | delegate calls' "
+        "overhead | CPU ops | largest CPU ops |",
+        "| --- " * 8 + "|",
+    ]
+    for r in rows:
+        for key in ("optimum", "edgeplug"):
+            p = r[key].get("decode_profile", {}).get(str(threads))
+            if not p:
+                continue
+            cpu = sorted(((v, k[4:]) for k, v in p.items() if k.startswith("cpu ")), reverse=True)[:3]
+            cells = [r["model"], key] + [f"{p.get(k, 0.0):.3f}" for k in (
+                "Method::execute", "xnn fully connected", "xnn other", "delegate overhead", "OPERATOR_CALL")]
+            cells.append(", ".join(f"{name} {ms:.3f}" for ms, name in cpu))
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -352,6 +423,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--cpu-ops", action="store_true", help="also print the CPU ops per side")
     p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile a decode step per side with ETDump (first thread count): where its time goes")
     p.add_argument("--gemm-floor", action="store_true",
                    help="only time one token through a decode step's linear layers (the weights' floor) and exit")
     args = p.parse_args(argv)
@@ -373,6 +446,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.cpu_ops:
         print()
         print(cpu_table(rows))
+    if args.profile:
+        print()
+        print(profile_table(rows, args.threads[0]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
