@@ -48,6 +48,7 @@ from edgeplug._shape_env import kept_shape_envs
 from edgeplug._result import LoweringResult
 from edgeplug._stages import export_stage_passes, fuse, resolve_backend
 from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
+from edgeplug._weights import lowered_modules_released
 
 Progress = Callable[[str], None]
 
@@ -278,26 +279,13 @@ def _to_edge(job: Lowering) -> None:
     job.report = _describe(job)
 
 
-class _Size:
-    """A binary sink that only counts: the program serializes in full without being joined in memory."""
-
-    def __init__(self) -> None:
-        self.bytes = 0
-
-    def write(self, data: Any) -> int:
-        self.bytes += len(data)
-        return len(data)
-
-
 def _serialize(job: Lowering) -> None:
-    from edgeplug._weights import spilled_weights
+    from edgeplug._weights import serialized_size, spilled_weights
 
     with spilled_weights(job.external_weights):
         program = job.edge.to_executorch(_executorch_config(job.edge.exported_program(), job.external_weights))
-        size = _Size()
-        program.write_to_file(size)  # serialized here, its pieces kept (not joined); save streams them to disk
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
-        job.result.program, job.result.pte_bytes = program, size.bytes
+        job.result.program, job.result.pte_bytes = program, serialized_size(program)
 
 
 def _verify(job: Lowering) -> None:
@@ -445,7 +433,7 @@ def lower(
     )
     # no grad: lowering never needs it, and grad mode must not change the program; the caller's
     # program keeps its ShapeEnv as it was (a second lowering of it must still trace)
-    with torch.no_grad(), kept_shape_envs(model_or_ep):
+    with torch.no_grad(), kept_shape_envs(model_or_ep), lowered_modules_released():
         for stage in STAGES:
             if stage.applies(job):
                 _run_stage(job, stage)

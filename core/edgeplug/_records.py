@@ -113,11 +113,11 @@ class BackendSpec(_Record):
     #: bytes, that folding a constant-only subgraph may create for this
     #: backend; 0 turns the core's constant folding off.
     constant_fold_budget: int = Field(default=1 << 20, ge=0)
-    #: The delegate's preprocess puts a weight whose placeholder carries
-    #: ``meta["custom"]["delegate_constant_tag"]`` into executorch's named data
-    #: under that tag (external weights: ``lower(..., external_weights=True)``
-    #: writes them into a ``.ptd`` beside the ``.pte``). False: the backend
-    #: refuses external weights before any work.
+    #: The delegate's preprocess stores weights in executorch's named data
+    #: (untagged, or under the ``meta["custom"]["delegate_constant_tag"]`` of
+    #: the weight's placeholder), so external weights (``lower(...,
+    #: external_weights=True)``) can put them into a ``.ptd`` beside the
+    #: ``.pte``. False: the backend refuses external weights before any work.
     external_weights: bool = False
 
     @field_validator("api_version")

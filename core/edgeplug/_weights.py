@@ -14,14 +14,19 @@ needs twice the model. Two places copy them unless told not to:
 - the eager reference and the export copy share the caller's parameters
   (``edgeplug._eager``, ``edgeplug._pipeline``).
 
+Once serialized (by a delegate's preprocess, or by the emitter for a weight left
+on the CPU) a weight waits in a temporary file, never in memory, until the .pte
+(or .ptd) is written from it (``spilled_weights``); the files go with the result
+(``lowered_modules_released`` keeps torch's and executorch's caches from holding it).
+
 External weights (``lower(..., external_weights=True)``): every parameter's
 placeholder is tagged with ``DATA_TAG`` (``meta["custom"]["delegate_constant_tag"]``),
 which a delegate that supports it (``BackendSpec.external_weights``) reads to put
 the weight into executorch's named data under that tag, and ``to_executorch``
 moves the parameters left on the CPU there too (``ExecutorchBackendConfig.external_constants``).
+A delegate's untagged named data (the Vulkan delegate's constants) goes there too.
 The ``.pte`` then holds no weight; ``LoweringResult.save`` writes them once, into
-``<name>.ptd`` beside ``<name>.pte``. Until then each weight waits in a temporary
-file (``spilled_weights``), not in memory.
+``<name>.ptd`` beside ``<name>.pte``.
 """
 
 from __future__ import annotations
@@ -142,8 +147,9 @@ def spilled_weights(external: bool = False) -> Iterator[None]:
       into executorch's named data (``NamedDataStore.add_named_data``);
     - the emitter turns each constant left on the CPU into bytes (``_Emitter._save_new_const_tensor``).
 
-    With ``external``, named data a delegate stored in the .pte (untagged: the Vulkan delegate's
-    constants) goes under ``DATA_TAG`` too, so every weight lands in the one .ptd. Each file is removed
+    With ``external``, named data a delegate would store in the .pte (untagged: every constant of the
+    Vulkan delegate's, XNNPACK's constants that are not parameters) goes under ``DATA_TAG`` too, so the
+    .ptd holds every constant the delegates store. Each file is removed
     when the program holding it is released. Temporary files go where ``tempfile`` puts them (``TMPDIR``);
     on a memory-backed file system they still take memory, outside this process's resident set.
     """
@@ -154,9 +160,9 @@ def spilled_weights(external: bool = False) -> Iterator[None]:
     original_save = _Emitter._save_new_const_tensor
 
     def add_named_data(self: Any, key: str, data: Any, alignment: Any = 1, external_tag: Any = None, **kw: Any) -> None:
+        if external and external_tag is None:
+            external_tag = DATA_TAG
         if isinstance(data, (bytes, bytearray)) and len(data) >= SPILL_BYTES:
-            if external and external_tag is None:
-                external_tag = DATA_TAG
             data = _spill(data)
         original_add(self, key, data, alignment, external_tag, **kw)
 
@@ -177,6 +183,35 @@ def spilled_weights(external: bool = False) -> Iterator[None]:
         _Emitter._save_new_const_tensor = original_save
 
 
+@contextlib.contextmanager
+def lowered_modules_released() -> Iterator[None]:
+    """On exit: torch's fake-tensor dispatch cache (``FakeTensorMode.cache``, one for the process) forgets
+    the delegates this lowering made. Each ``executorch_call_delegate`` traced with fake tensors leaves a
+    cache key holding its ``LoweredBackendModule``, so every delegate blob and its named data (the weights,
+    or their temporary files) would outlive the lowering's result until the process ends; executorch's
+    ``is_same_node`` cache is cleared for the same reason."""
+    try:
+        yield
+    finally:
+        from executorch.exir.lowered_backend_module import LoweredBackendModule
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        def holds_delegate(key: Any) -> bool:
+            return any(
+                isinstance(v, LoweredBackendModule)
+                or (isinstance(v, tuple) and any(isinstance(x, LoweredBackendModule) for x in v))
+                for v in key.key
+            )
+
+        for key in [k for k in FakeTensorMode.cache if holds_delegate(k)]:
+            del FakeTensorMode.cache[key]
+        # executorch's node comparison caches every pair of nodes it saw (an unbounded lru_cache), and a node
+        # holds its graph module: the lowered program, delegates included
+        from executorch.exir.backend.utils import is_same_node
+
+        is_same_node.cache_clear()
+
+
 def data_files(program: Any) -> dict[str, Any]:
     """The serialized program's data files (executorch's named data outside the .pte): tag -> what
     streams itself into a file (``write_to_file``), never joined into one bytes object."""
@@ -184,6 +219,24 @@ def data_files(program: Any) -> dict[str, Any]:
     if cords is None and hasattr(program, "data_files"):
         return dict(program.data_files)
     return dict(cords or {})
+
+
+def serialized_size(program: Any) -> int:
+    """The .pte's size in bytes: ``to_executorch`` serialized it into pieces (a ``Cord``: bytes and the
+    weights' temporary files), so their sizes add up without reading or joining them."""
+    pieces = getattr(program, "_pte_data", None)  # executorch 1.5.1
+    if pieces is not None:
+        return len(pieces)
+
+    class Count:
+        bytes = 0
+
+        def write(self, data: Any) -> int:
+            Count.bytes += len(data)
+            return len(data)
+
+    program.write_to_file(Count())
+    return Count.bytes
 
 
 def ptd_path(pte: Any) -> Any:

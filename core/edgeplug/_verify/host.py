@@ -108,7 +108,9 @@ class _NamedData:
 
     def __init__(self, lowered: Any) -> None:
         out = getattr(lowered, "named_data_store_output", None)
-        self.entries: dict[str, Any] = dict(getattr(out, "pte_data", None) or {})
+        # external weights: what the delegate stored goes to the .ptd (external_data), read the same way
+        external = (getattr(out, "external_data", None) or {}).values()
+        self.entries: dict[str, Any] = {**(getattr(out, "pte_data", None) or {}), **{k: e for d in external for k, e in d.items()}}
         self.buffers = list(getattr(out, "buffers", None) or [])
 
     def get(self, key: str) -> Optional[bytes]:

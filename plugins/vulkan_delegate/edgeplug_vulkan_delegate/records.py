@@ -42,6 +42,7 @@ def backend_spec(backend: str, *, description: str, partitioner: Callable[[], An
         lowering_context=lowering_context,
         support_check=support_check,
         delegate_constants=delegate_constants,
+        external_weights=True,  # vulkan_preprocess stores every constant in named data
     )
 
 
