@@ -241,8 +241,7 @@ def quantize(
     else:
         ep = timed("export", lambda: torch.export.export(model, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
     ep = timed("export passes", lambda: transform(ep, b))
-    ep, info.rewrites = timed("drop no-op casts", lambda: drop_no_op_casts(ep))
-    ep, info.fusions = timed("recompose norms", lambda: recompose_norms(ep, b))
+    ep, info.rewrites, info.fusions = timed("recompose norms", lambda: _recompose(ep, b))
     ep, info.folds = timed("fold constants", lambda: fold_before_annotation(ep, b))
     quantizer = timed("build quantizer", lambda: make_quantizer(b, rec.scheme))
     prepared = timed("prepare", lambda: prepare_pt2e(ep.module(), quantizer))
@@ -250,6 +249,13 @@ def quantize(
     converted = timed("convert", lambda: convert_pt2e(prepared))
     info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
     return QuantizedModel(converted, info)
+
+
+def _recompose(ep: Any, backend: Any) -> tuple[Any, list[TransformRecord], list[FusionRecord]]:
+    """No-op casts dropped (``drop_no_op_casts``), then norms recomposed (``recompose_norms``): one stage."""
+    ep, dropped = drop_no_op_casts(ep)
+    ep, fusions = recompose_norms(ep, backend)
+    return ep, dropped, fusions
 
 
 def _check_source_transform(model: Any, rec: QuantScheme, backend: Any, calibration: Any) -> None:
