@@ -268,6 +268,9 @@ def _starts(log) -> list[str]:
     return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
 
 
+_second_timeout: dict = {}
+
+
 def _run(zoo, cell_models, out, executor):
     """(cells by model, starts logged, the second run's timeout): the cells that end by themselves, then the
     hang and killed_always resumed into the same results file under a short timeout."""
@@ -285,7 +288,8 @@ def _run(zoo, cell_models, out, executor):
             mp.setenv(name, value)
         first = run(FIRST_RUN, LONG, False)
         [tiny] = [c for c in first if c.label.startswith("tiny")]
-        timeout = max(SHORT_TIMEOUT, round(tiny.wall_seconds / 5))
+        # the first executor's run sets it, the other's reuses it: both give the same cells, details included
+        timeout = _second_timeout.setdefault("s", max(SHORT_TIMEOUT, round(tiny.wall_seconds / 5)))
         second = run(SECOND_RUN, timeout, True)
     return {c.label.split(" ")[0]: c for c in [*first, *second]}, _starts(log)[before:], timeout
 
