@@ -80,3 +80,22 @@ def test_cli_refuses_external_weights_for_a_backend_without_them(cli, tmp_path):
     assert code != 0
     assert "cannot put its weights into a .ptd" in stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_lowerings_delegates_go_with_its_result(decoder):
+    """torch's fake-tensor dispatch cache and executorch's node-comparison cache held every delegate a
+    lowering made (its blob and named data: the weights) until the process ended."""
+    import gc
+    import weakref
+
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    model, args = decoder
+    result = edgeplug.lower(model, args, BACKEND)
+    lowered = get_lowered_submodules(result.edge.exported_program().graph_module)
+    delegates = [weakref.ref(module) for _, module, _ in lowered]
+    del lowered
+    assert delegates
+    del result
+    gc.collect()
+    assert [d for d in delegates if d() is not None] == []
