@@ -36,6 +36,9 @@ def canonical_rewrites(backend: str) -> Iterator[PassSpec]:
     """
     from edgeplug.plugin import FLOATS, rewrite_pass
 
+    # SDPA's safe softmax at a dynamic sequence length (a KV-cache decoder): any_as_amax needs static
+    # sizes, so its bool guard (eq, logical_not, any, where) becomes float ops the delegate has
+    yield rewrite_pass("safe_softmax_as_floats", backend=backend, dtypes=FLOATS, before="scalar_to_tensor")
     yield rewrite_pass("scalar_to_tensor", backend=backend, dtypes=FLOATS)
     yield rewrite_pass("any_as_amax", backend=backend)
     yield rewrite_pass("collapse_rank", backend=backend, max_rank=4, ops=FOUR_DIM_OPS)

@@ -375,4 +375,6 @@ def test_optimum_program_lowers_on_vulkan_and_verifies_on_host_kernels(deployed_
     assert report.verification.outputs[0].shape == [1, 8, 128]
     # the cache writes have no Vulkan kernel; each CPU node says why
     assert report.cpu_ops["aten.index_put.default"] == 4 and all(c.reason for c in report.cpu_nodes)
-    assert len(report.partitions) <= 5 and report.cpu_node_count <= 8
+    # safe_softmax_as_floats: SDPA's bool guard at the dynamic length (any.dim has no Vulkan kernel) is delegated
+    assert "aten.any.dim" not in report.cpu_ops
+    assert len(report.partitions) <= 3 and report.cpu_node_count <= 6  # 5 / 8 without it
