@@ -75,6 +75,12 @@ def test_lfm2_on_vulkan_lowers_and_verifies_where_stock_executorch_fails(edgeplu
     assert out.exists() and out.stat().st_size > 0
 
 
+@pytest.mark.xfail(
+    run=False,  # it lowers LFM2 whole now (40-77 s) to find it does not fail
+    reason="no trigger left: since fa6f96a the partitioner keeps a written buffer out of a delegate that does not "
+    "compute its value, so LFM2 without any_as_amax lowers instead of failing inside executorch; the case needs "
+    "another executorch-side failure (the naming itself: test_a_pass_executorchs_pass_manager_reports_is_named_as_executorchs)",
+)
 def test_an_executorch_failure_names_executorch_and_the_stage_it_happens_in():
     # the same model without the any_as_amax rewrite fails as stock does: the error is
     # executorch's, in partitioning (not 'to_edge', the stage executorch's call belongs to)
