@@ -1,5 +1,5 @@
-"""Fault injection on vulkan: executorch's own failures (a pass its pass manager reports, the LFM2 partition
-stock executorch fails on) are named as executorch's, with the stage.
+"""Fault injection on vulkan: executorch's own failures (a pass its pass manager reports, its Vulkan preprocess
+refusing a compile spec) are named as executorch's, with the stage; the LFM2 model stock executorch fails on lowers.
 
 Moved from the core's tests/test_faults.py (issue 23). That a corrupted weight fails --verify is the
 conformance suite's test_verification_fails_on_a_corrupted_weight (test_backend.py runs it for vulkan).
@@ -75,26 +75,38 @@ def test_lfm2_on_vulkan_lowers_and_verifies_where_stock_executorch_fails(edgeplu
     assert out.exists() and out.stat().st_size > 0
 
 
-@pytest.mark.xfail(
-    run=False,  # it lowers LFM2 whole now (40-77 s) to find it does not fail
-    reason="no trigger left: since fa6f96a the partitioner keeps a written buffer out of a delegate that does not "
-    "compute its value, so LFM2 without any_as_amax lowers instead of failing inside executorch; the case needs "
-    "another executorch-side failure (the naming itself: test_a_pass_executorchs_pass_manager_reports_is_named_as_executorchs)",
-)
+def _partitioner_with_a_zero_constant_limit():
+    # the compile spec as a plugin could write it by hand, past VulkanPartitioner's option parsing
+    # (which refuses 0): executorch's vulkan_preprocess checks it again and raises
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+    partitioner = VulkanPartitioner()
+    partitioner.delegation_spec.compile_specs.append(
+        CompileSpec("external_constants_max_data_bytes", (0).to_bytes(8, "little"))
+    )
+    return partitioner
+
+
 def test_an_executorch_failure_names_executorch_and_the_stage_it_happens_in():
-    # the same model without the any_as_amax rewrite fails as stock does: the error is
-    # executorch's, in partitioning (not 'to_edge', the stage executorch's call belongs to)
+    # executorch's Vulkan preprocess refuses the delegate's compile spec: the error is executorch's,
+    # in partitioning + delegation (not 'to_edge', the stage executorch's call belongs to)
     import dataclasses
 
     from edgeplug._errors import LoweringError
 
     vulkan = edgeplug.get_backend("vulkan")
-    assert "any_as_amax" in [p.name for p in vulkan.passes]
-    without = dataclasses.replace(vulkan, passes=tuple(p for p in vulkan.passes if p.name != "any_as_amax"))
-    model, inputs = _tiny_lfm2()
+    backend = dataclasses.replace(
+        vulkan, spec=vulkan.spec.model_copy(update={"partitioner": _partitioner_with_a_zero_constant_limit})
+    )
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     with pytest.raises(LoweringError) as info:
-        edgeplug.lower(model, inputs, without)
+        edgeplug.lower(model, (torch.randn(2, 8),), backend)
     first = str(info.value).splitlines()[0]
     assert first.startswith("stage 'partition + delegate' failed for backend 'vulkan' in executorch's ")
-    assert "SpecViolationError: Buffer output" in first and "This error is executorch's own" in first
+    assert "vulkan_preprocess" in first
+    assert "ValueError: external_constants_max_data_bytes must be a positive uint64" in first
+    assert "This error is executorch's own" in first
     assert info.value.lowering_stage == "partition + delegate"
+    assert info.value.at_fault.startswith("executorch's ")
+    assert not list(Path.cwd().iterdir())  # nothing written
