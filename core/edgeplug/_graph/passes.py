@@ -218,7 +218,7 @@ def _sample(t: torch.Tensor) -> Optional[torch.Tensor]:
         flat = t.detach().reshape(-1) if t.is_contiguous() else None
         if flat is None or flat.numel() == 0 or flat.is_meta:
             return None
-        idx = torch.linspace(0, flat.numel() - 1, steps=min(flat.numel(), _SAMPLE)).long()
+        idx = torch.linspace(0, flat.numel() - 1, steps=min(flat.numel(), _SAMPLE), dtype=torch.float64).long()  # fp32 rounds past the end
         return flat[idx].contiguous().view(torch.uint8).clone()
     except (RuntimeError, TypeError):
         return None
