@@ -11,8 +11,8 @@ release pinned to torch 2.13.0, torchvision 0.28.0, is a CUDA build whose
 ``torchvision/_C.so`` needs ``libc10_cuda.so``, so ``import torchvision`` ends
 in "operator torchvision::nms does not exist"; 0.29.x requires torch>=2.14
 (pip would replace torch with a CUDA build). So MobileNet is also tested
-through its building blocks, written here after torchvision's definitions
-(``mobilenet_v2-blocks``, ``mobilenet_v3-blocks``): conv + batch norm +
+through its building blocks, written after torchvision's definitions
+(``mobilenet_v2-blocks``, ``mobilenet_v3-blocks``: ``edgeplug.testing.programs.mobilenet_blocks``): conv + batch norm +
 relu6 (hardtanh), the inverted residual with its depthwise convolution, and
 V3's hardswish and squeeze-excitation (hardsigmoid gate), tiny and random,
 with batch-norm statistics far from the identity so a fold that is skipped
@@ -38,10 +38,9 @@ import os
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 import edgeplug
+from edgeplug.testing.programs import mobilenet_blocks
 
 WHOLE_SET = os.environ.get("EDGEPLUG_ZOO") == "1"
 SEQ, VOCAB = 8, 128
@@ -136,96 +135,14 @@ def _mobilenet(version: str):
     return model.eval(), (torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1)),)
 
 
-# -- MobileNet's building blocks (torchvision's MobileNetV2/V3, written small) -------------
-
-
-class ConvNormActivation(nn.Sequential):
-    """Convolution without bias, batch norm, then the activation (none for V2's linear bottleneck)."""
-
-    def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, groups: int = 1, activation=nn.ReLU6):
-        layers = [
-            nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
-            nn.BatchNorm2d(cout),
-        ]
-        if activation is not None:
-            layers.append(activation())
-        super().__init__(*layers)
-
-
-class SqueezeExcitation(nn.Module):
-    """MobileNetV3's channel gate: global average, 1x1 squeeze, relu, 1x1 excite, hardsigmoid, scale."""
-
-    def __init__(self, channels: int, squeezed: int) -> None:
-        super().__init__()
-        self.squeeze = nn.Conv2d(channels, squeezed, 1)
-        self.excite = nn.Conv2d(squeezed, channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = F.adaptive_avg_pool2d(x, 1)
-        return x * F.hardsigmoid(self.excite(F.relu(self.squeeze(gate))))
-
-
-class InvertedResidual(nn.Module):
-    """Expand (1x1), depthwise (k x k, one group per channel), optional SE, linear projection (1x1).
-
-    The input is added back when stride and width are kept, as in both MobileNets.
-    """
-
-    def __init__(self, cin: int, cout: int, stride: int, expand: int, kernel: int = 3, activation=nn.ReLU6, se: bool = False):
-        super().__init__()
-        hidden = cin * expand
-        layers = [ConvNormActivation(cin, hidden, 1, activation=activation)] if expand != 1 else []
-        layers.append(ConvNormActivation(hidden, hidden, kernel, stride, groups=hidden, activation=activation))
-        if se:
-            layers.append(SqueezeExcitation(hidden, max(8, hidden // 4)))
-        layers.append(ConvNormActivation(hidden, cout, 1, activation=None))
-        self.block = nn.Sequential(*layers)
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.block(x)
-        return x + y if self.residual else y
-
-
-def mobilenet_blocks(example: str) -> tuple[nn.Module, tuple[torch.Tensor]]:
-    """A tiny MobileNet of the example's version: stem, inverted residuals, head; random weights."""
-    torch.manual_seed(0)
-    if example == "mobilenet_v2-blocks":  # relu6 everywhere, t=1 then t=6 blocks, one with a residual
-        features = [
-            ConvNormActivation(3, 16, 3, 2),
-            InvertedResidual(16, 8, 1, 1),
-            InvertedResidual(8, 16, 2, 6),
-            InvertedResidual(16, 16, 1, 6),
-            ConvNormActivation(16, 64, 1),
-        ]
-        head = [nn.Dropout(0.2), nn.Linear(64, 10)]
-    else:  # hardswish, 5x5 depthwise, squeeze-excitation, hardswish in the classifier
-        hs = nn.Hardswish
-        features = [
-            ConvNormActivation(3, 16, 3, 2, activation=hs),
-            InvertedResidual(16, 16, 2, 1, activation=nn.ReLU, se=True),
-            InvertedResidual(16, 24, 1, 4, kernel=5, activation=hs, se=True),
-            InvertedResidual(24, 24, 1, 3, kernel=5, activation=hs, se=True),
-            ConvNormActivation(24, 96, 1, activation=hs),
-        ]
-        head = [nn.Linear(96, 64), hs(), nn.Dropout(0.2), nn.Linear(64, 10)]
-    model = nn.Sequential(*features, nn.AdaptiveAvgPool2d(1), nn.Flatten(1), *head)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():  # statistics far from the identity: an unfolded or wrongly folded norm shows
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.uniform_(-0.2, 0.2, generator=g)
-                m.running_mean.uniform_(-0.3, 0.3, generator=g)
-                m.running_var.uniform_(0.5, 2.0, generator=g)
-    return model.eval(), (torch.randn(1, 3, 32, 32, generator=g),)
-
-
 def build_example(example: str, dtype: torch.dtype):
     """executorch's example ``example``, tiny and random: (model, example inputs)."""
     overrides = EXAMPLES[example]
     if overrides is None:
-        model, inputs = mobilenet_blocks(example) if example in BLOCK_BATCH_NORMS else _mobilenet(example)
+        if example in BLOCK_BATCH_NORMS:  # mobilenet_v2-blocks -> v2
+            model, inputs = mobilenet_blocks(example.removeprefix("mobilenet_").removesuffix("-blocks"))
+        else:
+            model, inputs = _mobilenet(example)
         return model.to(dtype), tuple(t.to(dtype) for t in inputs)
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
@@ -358,3 +275,8 @@ def test_kv_cache_example_holds_a_dict_and_state():
     # torch.export keeps the in-place cache update; functionalised, it is a buffer mutation
     mutated = set(ep.run_decompositions({}).graph_signature.buffers_to_mutate.values())
     assert {c for c in caches if c.endswith("k_cache")} <= mutated, mutated
+
+
+def test_mobilenet_blocks_refuse_a_version_they_do_not_build():
+    with pytest.raises(ValueError, match=r"version must be 'v2' or 'v3', not 'mobilenet_v2-blocks'"):
+        mobilenet_blocks("mobilenet_v2-blocks")
