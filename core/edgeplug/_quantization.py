@@ -244,11 +244,55 @@ def quantize(
     ep, info.rewrites, info.fusions = timed("recompose norms", lambda: _recompose(ep, b))
     ep, info.folds = timed("fold constants", lambda: fold_before_annotation(ep, b))
     quantizer = timed("build quantizer", lambda: make_quantizer(b, rec.scheme))
+    if b.fusion_policy("rms_norm") is None:  # the backend runs a norm's arithmetic as it is: in float
+        quantizer, info.float_norms = _norm_math_in_float(ep, quantizer)
     prepared = timed("prepare", lambda: prepare_pt2e(ep.module(), quantizer))
     timed("calibrate", lambda: _calibrate(prepared, calibration, given, info))
     converted = timed("convert", lambda: convert_pt2e(prepared))
     info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
     return QuantizedModel(converted, info)
+
+
+def _norm_math_in_float(ep: Any, quantizer: Any) -> tuple[Any, list[str]]:
+    """``quantizer`` made to leave each decomposed RMSNorm's arithmetic unannotated, and the norms' names.
+
+    For a backend without a norm op (no rms_norm fusion policy) the norm stays ``pow``, ``mean``,
+    ``add``, ``rsqrt`` and ``mul``, and a quantizer that annotates every ``add``/``mul`` (XNNPACK's)
+    rounds ``variance + eps`` and ``x * rsqrt(...)`` to 8 bits: a variance below its smallest scale
+    becomes 0 and ``rsqrt`` infinite (Gemma3's post-norms: logits' cosine to float 0.985 instead of
+    0.999). Those nodes are marked annotated with nothing to observe, so they compute in float
+    between the quantized input and the weight multiply, which the quantizer still annotates.
+    """
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
+
+    from edgeplug._graph import analyze_constants
+    from edgeplug._patterns.rms_norm import match_rms_norm
+
+    analysis, names, norms = analyze_constants(ep), set(), []
+    for node in ep.graph.nodes:
+        m = match_rms_norm(node, ep, analysis=analysis)
+        if not m or m.spelling == "rms_norm":
+            continue
+        keep = {n.name for n in m.nodes} - {m.input.name} - ({m.weight_mul.name} if m.weight_mul is not None else set())
+        names |= keep
+        norms.append(f"{m.anchor.name} ({len(keep)} nodes)")
+    if not names:
+        return quantizer, []
+
+    class _NormsInFloat(Quantizer):
+        def transform_for_annotation(self, model: Any) -> Any:
+            return quantizer.transform_for_annotation(model)
+
+        def annotate(self, model: Any) -> Any:
+            for n in model.graph.nodes:
+                if n.name in names and n.op == "call_function":
+                    n.meta["quantization_annotation"] = QuantizationAnnotation(_annotated=True)
+            return quantizer.annotate(model)
+
+        def validate(self, model: Any) -> None:
+            quantizer.validate(model)
+
+    return _NormsInFloat(), norms
 
 
 def _recompose(ep: Any, backend: Any) -> tuple[Any, list[TransformRecord], list[FusionRecord]]:

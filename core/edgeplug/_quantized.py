@@ -44,6 +44,8 @@ class QuantizationInfo:
     folds: list[TransformRecord] = field(default_factory=list)
     #: nodes dropped before annotation because they compute nothing (``drop_no_op_casts``)
     rewrites: list[TransformRecord] = field(default_factory=list)
+    #: decomposed RMSNorms whose arithmetic the quantizer was told to leave float (no norm op on the backend)
+    float_norms: list[str] = field(default_factory=list)
     #: layers a source transform left float, one ``"fqn (type, weight shape): why"`` each (a group size
     #: that does not divide the layer's width)
     kept_float: list[str] = field(default_factory=list)
@@ -58,7 +60,7 @@ class QuantizationInfo:
             distribution=self.distribution, calibration_batches=self.calibration_batches,
             calibration_limit=self.calibration_limit, calibration_cut=self.calibration_cut,
             norms=self.fusions, folds=self.folds, kind=self.kind, kept_float=self.kept_float,
-            rewrites=self.rewrites,
+            rewrites=self.rewrites, float_norms=self.float_norms,
         )
 
 

@@ -156,6 +156,8 @@ class QuantizationSummary(BaseModel):
     folds: list[TransformRecord] = Field(default_factory=list)
     #: nodes dropped before annotation because they compute nothing (metadata asserts, casts to the same dtype)
     rewrites: list[TransformRecord] = Field(default_factory=list)
+    #: decomposed RMSNorms whose arithmetic stayed float (the backend has no norm op; its quantizer would round inside)
+    float_norms: list[str] = Field(default_factory=list)
     #: layers the scheme left float, each with why (a source transform's group size does not divide its width)
     kept_float: list[str] = Field(default_factory=list)
     #: set when the program was quantized for another backend than the one it is lowered for
@@ -187,6 +189,8 @@ class QuantizationSummary(BaseModel):
             lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
         if self.rewrites:
             lines.append(f"  no-op casts and metadata checks dropped before annotation: {len(self.rewrites)}")
+        if self.float_norms:
+            lines.append(f"  norms whose arithmetic stayed float (no norm op on the backend): {len(self.float_norms)}")
         applied = [r for r in self.folds if r.outcome == "applied"]
         if self.folds:
             removed = sum(r.removed for r in applied)
