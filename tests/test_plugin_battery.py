@@ -19,6 +19,7 @@ import torch
 import edgeplug
 from edgeplug import _plugins as plugins
 from edgeplug._registry import PluginWarning
+from edgeplug.testing import assert_no_traceback, error_line, files_under
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "battery" / "edgeplug_fixture_battery"
 
@@ -50,17 +51,6 @@ def _line(module: str, text: str) -> int:
 
 def _at(module: str, text: str) -> str:
     return f"{FIXTURE / module}.py:{_line(module, text)}"
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-
-
-def _error_line(stderr: str) -> str:
-    lines = [l for l in stderr.splitlines() if l.startswith("edgeplug: error:")]
-    assert len(lines) == 1, stderr
-    assert "Traceback (most recent call last)" not in stderr, stderr
-    return lines[0]
 
 
 # -- mistakes found while plugins load: the plugin is dropped, named with its own line -------------
@@ -125,12 +115,13 @@ FILTER_ANSWERS = [
 def test_a_filter_answer_outside_the_contract_stops_the_lowering(battery, cli, tmp_path, backend, plugin, what, fix):
     code, stdout, stderr = cli("lower", "mlp", "-b", backend, "-q", "-o", tmp_path / "m.pte", "--report", tmp_path / "r.json")
     assert code == 2 and stdout == ""
-    first = _error_line(stderr)
+    first = error_line(stderr)
+    assert_no_traceback(stderr)
     assert f"partitioner filter 'no_linear' ({_at('lowering', 'def on_linear(node, ctx):')})" in first, first
     assert f"of backend {backend!r} from plugin {plugin!r} (edgeplug-fixture-battery)" in first
     assert re.search(r"on node '\w+' \(aten\.\w+\.\w+\) at stage '\w+'", first), first
     assert what in first and fix in first, first
-    assert _files(tmp_path) == []
+    assert files_under(tmp_path) == []
 
 
 def test_a_filter_answer_is_checked_through_the_python_api_too(battery, tmp_path):
@@ -154,31 +145,34 @@ def test_a_partitioner_factory_that_raises_is_unavailable_in_backends_and_named_
     assert re.search(r"^fixture-table .* yes$", stdout, re.M), stdout  # the others are still available
     code, stdout, stderr = cli("lower", "mlp", "-b", "bat_factory_raises", "-q", "-o", tmp_path / "m.pte")
     assert code == 2
-    first = _error_line(stderr)
+    first = error_line(stderr)
+    assert_no_traceback(stderr)
     assert "plugin 'factory-raises'" in first and "SM9999" in first
     assert _at("lowering", 'raise AttributeError("SM9999') in first, first
-    assert _files(tmp_path) == []
+    assert files_under(tmp_path) == []
 
 
 def test_a_pass_that_raises_names_its_plugin(battery, cli, tmp_path):
     code, stdout, stderr = cli("lower", "mlp", "-b", "bat_pass_raises", "-q", "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
-    first = _error_line(stderr)
+    first = error_line(stderr)
+    assert_no_traceback(stderr)
     assert "edge-stage pass 'split_heads' of backend 'bat_pass_raises'" in first, first
     assert "plugin 'pass-raises'" in first and "KeyError" in first
     raised_at = _at("lowering", 'raise KeyError("attention.wq")')
     assert f"KeyError: 'attention.wq' (raised at {raised_at} in split_heads)" in first, first
-    assert _files(tmp_path) == []
+    assert files_under(tmp_path) == []
 
 
 def test_a_kernel_that_raises_names_its_plugin(battery, cli, tmp_path):
     code, stdout, stderr = cli("lower", "mlp", "-b", "fixture-fused", "--verify", "-q", "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
-    first = _error_line(stderr)
+    first = error_line(stderr)
+    assert_no_traceback(stderr)
     assert first.startswith("edgeplug: error: stage 'verify': plugin 'kernel-raises'"), first
     assert "RuntimeError: dispatch table overflow" in first
     assert _at("lowering", 'raise RuntimeError("dispatch table overflow")') in first, first
-    assert _files(tmp_path) == []
+    assert files_under(tmp_path) == []
 
 
 @pytest.mark.slow
@@ -186,7 +180,7 @@ def test_with_every_broken_plugin_installed_llama_lowers_and_verifies(battery, c
     out = tmp_path / "llama.pte"
     code, stdout, stderr = cli("lower", "llama", "--backend", "fixture-fused", "--verify", "-q", "-o", out)
     assert code == 0, stderr
-    assert out.stat().st_size > 0 and _files(tmp_path) == ["llama.pte"]
+    assert out.stat().st_size > 0 and files_under(tmp_path) == ["llama.pte"]
     assert "verified" in stdout.lower() or "max |diff|" in stdout.lower() or "verification" in stdout.lower(), stdout
 
 
@@ -213,10 +207,11 @@ def test_verify_on_a_backend_that_cannot_run_here_is_refused_before_any_work(cli
     edgeplug_register(_NoRuntime(), name="npu-plugin")
     code, stdout, stderr = cli("lower", "/no/such/model.py:make", "-b", "npu_no_runtime", "--verify", "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
-    first = _error_line(stderr)  # refused before the (missing) model file is even read
+    first = error_line(stderr)  # refused before the (missing) model file is even read
+    assert_no_traceback(stderr)
     assert "backend 'npu_no_runtime' cannot verify here: its BackendSpec.verify_method is 'none'" in first
     assert "Lower without --verify" in first and "--dry-run" in first
-    assert _files(tmp_path) == []
+    assert files_under(tmp_path) == []
     with pytest.raises(VerificationError, match="cannot verify here"):
         edgeplug.lower(torch.nn.Linear(2, 2), (torch.randn(1, 2),), "npu_no_runtime", verify=True)
 
