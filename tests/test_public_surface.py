@@ -1,7 +1,8 @@
-"""The two public surfaces: ``edgeplug`` (users) and ``edgeplug.plugin`` (backend authors).
+"""The public surfaces: ``edgeplug`` (users), ``edgeplug.plugin`` (backend authors) and ``edgeplug.testing``
+with its submodules (what backend authors test with).
 
 Everything else in the core may change without notice, so first-party plugins
-import from these two modules only, and a change to either surface is made on
+import from ``edgeplug`` and ``edgeplug.plugin`` only, and a change to any surface is made on
 purpose: the snapshot below must be updated with it.
 """
 
@@ -25,6 +26,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = ("edgeplug", "edgeplug.plugin")
+#: what plugin authors' tests import: the helpers, the conformance suite, the fault plugins, the programs
+TESTING_MODULES = (
+    "edgeplug.testing",
+    "edgeplug.testing.conformance",
+    "edgeplug.testing.faults",
+    "edgeplug.testing.programs",
+    "edgeplug.testing.rewrites",
+    "edgeplug.testing.rms_norm_cases",
+)
+SNAPSHOT_MODULES = PUBLIC_MODULES + TESTING_MODULES
 
 
 def _plugin_sources() -> list[Path]:
@@ -149,21 +160,25 @@ def _describe(module: str, name: str, obj: Any) -> list[str]:
         return [f"{where}: class({bases}){_signature(obj)}", *_members(obj)]
     if callable(obj):
         return [f"{where}: function{_signature(obj)}"]
-    return [f"{where}: {type(obj).__name__} = {_ADDRESS.sub('', repr(obj))}"]
+    text = _ADDRESS.sub("", repr(obj))
+    if isinstance(obj, (tuple, list)) and len(text) > 120:  # a catalogue of cases: its size and kinds
+        kinds = "|".join(sorted({type(v).__name__ for v in obj}))
+        return [f"{where}: {type(obj).__name__} of {len(obj)} {kinds}"]
+    return [f"{where}: {type(obj).__name__} = {text}"]
 
 
 def _surface() -> list[str]:
     import importlib
 
     lines = []
-    for module in PUBLIC_MODULES:
+    for module in SNAPSHOT_MODULES:
         mod = importlib.import_module(module)
         for name in sorted(mod.__all__):
             lines += _describe(module, name, getattr(mod, name))
     return lines
 
 
-def test_both_surfaces_match_the_checked_in_snapshot():
+def test_the_surfaces_match_the_checked_in_snapshot():
     now = _surface()
     if os.environ.get(UPDATE):
         SNAPSHOT.write_text("\n".join(now) + "\n")
@@ -171,14 +186,33 @@ def test_both_surfaces_match_the_checked_in_snapshot():
     before = SNAPSHOT.read_text().splitlines()
     diff = "\n".join(difflib.unified_diff(before, now, "tests/public_surface.txt", "the code now", lineterm=""))
     assert now == before, (
-        "the public surface changed (edgeplug.__all__ or edgeplug.plugin.__all__, a signature, a member):\n"
+        f"the public surface changed (the __all__ of {', '.join(SNAPSHOT_MODULES)}, a signature, a member):\n"
         f"{diff}\n"
         "If the change is deliberate, document the name in its module's docstring, then update the snapshot with "
         f"`{UPDATE}=1 pytest tests/test_public_surface.py` and commit tests/public_surface.txt with the change."
     )
 
 
-@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_every_public_testing_module_is_in_the_snapshot():
+    """A new public submodule of edgeplug.testing joins the snapshot (and declares its names in ``__all__``).
+
+    ``edgeplug.testing.plugin`` is the pytest plugin: authors use its fixtures by name, documented in
+    ``edgeplug.testing``, and never import it."""
+    import importlib
+    import pkgutil
+
+    import edgeplug.testing
+
+    found = {
+        f"edgeplug.testing.{m.name}" for m in pkgutil.iter_modules(edgeplug.testing.__path__) if not m.name.startswith("_")
+    }
+    missing = sorted(found - set(TESTING_MODULES) - {"edgeplug.testing.plugin"})
+    assert not missing, f"public modules of edgeplug.testing outside TESTING_MODULES (add them, or make them _private): {missing}"
+    no_all = [m for m in TESTING_MODULES if not hasattr(importlib.import_module(m), "__all__")]
+    assert not no_all, f"these modules of the testing surface have no __all__: {no_all}"
+
+
+@pytest.mark.parametrize("module", SNAPSHOT_MODULES)
 def test_every_public_name_is_documented(module):
     import importlib
 

@@ -4,6 +4,38 @@ Run it with ``pytest --pyargs edgeplug.testing.conformance [--edgeplug-backend N
 or import it into a test module (``from edgeplug.testing.conformance import *``);
 see ``edgeplug.testing``. Each test is parametrised over the selected backends
 through the ``edgeplug_backend_name`` fixture of ``edgeplug.testing.plugin``.
+
+The tests (``__all__``, what ``import *`` brings into a plugin's test module):
+
+``test_plugin_loaded_without_problems``
+    No plugin of the backend's distribution was dropped while loading.
+``test_distribution_declares_its_entry_point_and_needs_edgeplug``
+    The distribution declares its ``edgeplug`` entry point and depends on edgeplug.
+``test_backend_spec``
+    The spec has a description and a delegate id, builds an executorch ``Partitioner``, and its
+    availability probe answers (with a reason and a hint when unavailable).
+``test_records_validate_and_name_a_backend``
+    Every record re-validates and names a registered backend.
+``test_skip_table_holds_real_operator_overloads``
+    Every op kept whole is an ``OpOverload`` that resolves in ``torch.ops``.
+``test_fusion_policy``
+    At most one policy per pattern; its target is a registered op taking the policy's arguments.
+``test_kernels_name_registered_ops``
+    Every kernel's op is a registered operator once the backend's libraries load.
+``test_filters_answer_within_their_contract``
+    Each partitioner filter answers None, True, False or a Verdict, and changes nothing.
+``test_llama_lowers``
+    The Llama example lowers (a real ``.pte``, or a dry run where the delegate cannot serialize here).
+``test_unavailable_backend_refuses_with_what_to_install``
+    An unavailable backend's lowering refuses, naming the backend, why and what to install.
+``test_kept_whole_ops_are_not_left_on_cpu``
+    No op the backend keeps whole stays on the CPU.
+``test_verification_matches_eager``
+    A backend that can run its programs here matches eager.
+``test_verification_fails_on_a_corrupted_weight``
+    ``--verify`` catches a weight corrupted by ``edgeplug.testing.faults.CorruptWeight``.
+``test_llm_custom_ops_are_delegated_or_named``
+    ExecuTorch's LLM custom ops pass every stage: delegated, or left on the CPU with a reason.
 """
 
 from __future__ import annotations
@@ -48,6 +80,7 @@ def test_plugin_loaded_without_problems(edgeplug_backend):
 
 
 def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backend):
+    """The backend's distribution declares its entry point in the ``edgeplug`` group and requires edgeplug."""
     import re
     from importlib.metadata import distribution
 
@@ -64,6 +97,8 @@ def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backe
 
 
 def test_backend_spec(edgeplug_backend):
+    """The spec describes the backend, names its delegate, builds an executorch ``Partitioner``; the availability
+    probe answers without raising, and an unavailable backend says why and what to do."""
     from executorch.exir.backend.partitioner import Partitioner
 
     from edgeplug import Availability
@@ -108,6 +143,7 @@ def test_records_validate_and_name_a_backend(edgeplug_backend):
 
 
 def test_skip_table_holds_real_operator_overloads(edgeplug_backend):
+    """Every op the backend keeps whole is an ``OpOverload`` that ``torch.ops`` resolves to the same object."""
     import torch
 
     for op in edgeplug_backend.keep_whole:
@@ -240,6 +276,8 @@ def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
 
 
 def test_unavailable_backend_refuses_with_what_to_install(edgeplug_backend):
+    """Where the backend cannot serialize here, ``edgeplug.lower`` refuses with ``BackendUnavailableError`` naming
+    the backend, the reason, the hint and ``--dry-run``."""
     import edgeplug
     from edgeplug._errors import BackendUnavailableError
     from edgeplug.examples import load_model

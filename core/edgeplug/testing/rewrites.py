@@ -6,14 +6,14 @@ the core's own rewrite tests use:
 
 ``RewriteBlock``
     An RMSNorm's rank-3 mean, key/value heads repeated the way transformers does it (unsqueeze, expand,
-    reshape), scalar ops and a squeeze; ``block_inputs()`` are its inputs.
+    reshape), scalar ops and a squeeze; ``block_inputs`` gives its inputs.
 ``RewritePieces``
     A fused projection split in pieces, a state-space scan's selects, a cat of one tensor
-    (``block_inputs()`` too).
+    (``block_inputs`` too).
 ``RotaryAttention``
     rotate_half on a symbolic-length tensor and masked scaled-dot-product attention over a static cache
-    (the safe softmax export writes); ``attention_inputs(s)`` and ``attention_program(model, inputs)``
-    (exported with a dynamic sequence length).
+    (the safe softmax export writes); ``attention_inputs`` (for a sequence length) and
+    ``attention_program`` (exported with a dynamic sequence length); ``rotate_half`` is the rotation it uses.
 
 ``edge_program`` exports and runs ``to_edge``; ``op_counts`` counts a program's ops by name;
 ``rewritten`` applies one rewrite to a copy. torch and executorch load when this module is imported.

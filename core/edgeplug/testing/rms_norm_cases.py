@@ -9,7 +9,30 @@ about a second whatever the model's size::
     bundle = Bundle(ACCEPTED)
     ep = bundle.edge_program()                 # one export for every case
     fused, records = edgeplug.fuse(ep, "mybackend")
-    for case, out in zip(bundle.cases, bundle.outputs(fused)): ...
+    for case, node in zip(bundle.cases, bundle.output_nodes(fused)): ...
+
+The catalogue:
+
+``Case``
+    One norm and what the core must make of it (accepted or refused with a reason, eps, weight source).
+``CaseModule``
+    The seeded parameters every case may use; ``Case.module`` builds one.
+``Bundle``
+    Many cases in one module, one output each, with ``edge_program`` to export them together.
+``ACCEPTED``
+    Every spelling the core must fuse (``SCALED`` and ``ROUNDED`` included).
+``SCALED``
+    A norm times something that is not a ``[D]`` weight: the norm fuses alone, the multiply stays.
+``ROUNDED``
+    A rounding between the norm and its weight: the norm fuses with a unit weight.
+``WHOLE``
+    ``aten.rms_norm`` kept whole through export.
+``REJECTED``
+    Near-misses the matcher must refuse with a reason.
+``UNRELATED``
+    Code that looks a little like a norm: no match and nothing to report.
+``D``
+    The size of the normalised axis in every case; ``EPS`` the eps most cases use.
 """
 
 from __future__ import annotations
@@ -20,6 +43,8 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+__all__ = ["ACCEPTED", "Bundle", "Case", "CaseModule", "D", "EPS", "REJECTED", "ROUNDED", "SCALED", "UNRELATED", "WHOLE"]
 
 #: the size of the normalised axis in every case
 D = 16
