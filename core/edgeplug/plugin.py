@@ -62,7 +62,7 @@ that needs them is first used.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgeplug._errors import KernelError
 from edgeplug._hookspecs import hookimpl
@@ -79,10 +79,6 @@ from edgeplug._records import (
     QuantScheme,
     TransformRecord,
 )
-
-if TYPE_CHECKING:  # the lazy names, for type checkers
-    from edgeplug._devices import gpu_device
-    from edgeplug._runtime.device import GpuDevice
 
 # name -> (module, attribute); attribute None: the module itself
 _LAZY: dict[str, tuple[str, Any]] = {
