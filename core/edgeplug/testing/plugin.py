@@ -166,13 +166,13 @@ def edgeplug_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[Any,
 
 
 #: the variables that change which plugins load and how errors print
-PLUGIN_VARIABLES = ("EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS", "EDGEPLUG_DEBUG")
+PLUGIN_VARIABLES = ("EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS", "EDGEPLUG_REGISTER_PLUGINS", "EDGEPLUG_DEBUG")
 
 
 @pytest.fixture
 def edgeplug_plain_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """None of EDGEPLUG_PLUGINS, EDGEPLUG_DISABLE_PLUGINS, EDGEPLUG_DEBUG from the caller's shell for one
-    test; plugins are discovered again at the test's first use (so a variable the test sets is seen) and
+    """None of EDGEPLUG_PLUGINS, EDGEPLUG_DISABLE_PLUGINS, EDGEPLUG_REGISTER_PLUGINS, EDGEPLUG_DEBUG from the
+    caller's shell for one test; plugins are discovered again at the test's first use (so a variable the test sets is seen) and
     again after it (so the next test does not see it)."""
     for var in PLUGIN_VARIABLES:
         monkeypatch.delenv(var, raising=False)
