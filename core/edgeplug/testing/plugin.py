@@ -172,8 +172,8 @@ PLUGIN_VARIABLES = ("EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS", "EDGEPLUG_RE
 @pytest.fixture
 def edgeplug_plain_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """None of EDGEPLUG_PLUGINS, EDGEPLUG_DISABLE_PLUGINS, EDGEPLUG_REGISTER_PLUGINS, EDGEPLUG_DEBUG from the
-    caller's shell for one test; plugins are discovered again at the test's first use (so a variable the test sets is seen) and
-    again after it (so the next test does not see it)."""
+    caller's shell for one test; plugins are discovered again at the test's first use (so a variable the test
+    sets is seen) and again after it (so the next test does not see it)."""
     for var in PLUGIN_VARIABLES:
         monkeypatch.delenv(var, raising=False)
     _reset_plugins()
