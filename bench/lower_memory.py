@@ -14,10 +14,11 @@ multiple of the parameter bytes; per-stage peaks come from ``edgeplug._memory``
 
 Stock is executorch's own flow: ``torch.export`` -> ``to_edge_transform_and_lower``
 with the backend's stock partitioner -> ``to_executorch`` -> the buffer written
-to disk (with ``--external-weights``, stock's xnnpack partitioner is asked for
-external weights the way executorch's examples ask: ``ConfigPrecisionType``-free
-``XnnpackPartitioner`` with the ``external_constants`` config and
-``write_tensor_data_to_file``).
+to disk (with ``--external-weights``, xnnpack only: the parameters' placeholders are
+tagged with ``delegate_constant_tag`` as executorch's llama export tags them,
+``ExecutorchBackendConfig(external_constants=True)``, and ``write_tensor_data_to_file``).
+edgeplug's side is ``edgeplug.lower(..., profile_memory=True)`` and ``save``; with
+``--external-weights`` it runs on every backend that offers them (xnnpack, vulkan).
 """
 
 from __future__ import annotations

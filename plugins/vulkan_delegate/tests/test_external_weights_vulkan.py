@@ -26,17 +26,16 @@ def _constants_read(result) -> int:
 
 def test_the_weights_go_to_one_ptd_and_verify_from_there(decoder, tmp_path):
     model, args = decoder
-    inline = edgeplug.lower(model, args, "vulkan", verify=True)
     external = edgeplug.lower(model, args, "vulkan", external_weights=True, verify=True)
     assert external.report.verification.passed, external.report.verification.failures()
-    # host verification read every delegated constant from the .ptd's named data, as many as from the .pte's
-    assert _constants_read(external) == _constants_read(inline) > 0
+    # host verification read the delegated constants from the .ptd's named data (26 with the weights inline)
+    assert _constants_read(external) == 26
     external.save(tmp_path / "m.pte")
     files = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
     assert sorted(files) == ["m.ptd", "m.pte"]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     assert files["m.ptd"] >= 0.95 * weights
-    assert files["m.pte"] < 0.1 * len(inline.buffer)
+    assert files["m.pte"] < 0.1 * files["m.ptd"]
 
 
 def test_vulkan_offers_external_weights():
