@@ -39,7 +39,7 @@ import hashlib
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 import torch.utils._pytree as pytree
@@ -83,6 +83,8 @@ class LoweredRun:
     #: buffer name -> its value after the run, for buffers a delegate owns and updates (KV caches, counters)
     mutated_buffers: dict[str, torch.Tensor] = field(default_factory=dict)
     scalar_constants_inline: int = 0
+    #: the user outputs of each further call (``calls``), the buffers carried from the call before
+    steps: list[list[torch.Tensor]] = field(default_factory=list)
 
 
 def _short(counter: Counter, limit: int = 4) -> str:
@@ -148,11 +150,13 @@ def _program_constant(ep: Any, spec: Any) -> torch.Tensor:
 
 
 class _Session:
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, state: Optional[Mapping[str, torch.Tensor]] = None) -> None:
         from edgeplug._partition import op_name
 
         self.op_name = op_name
         self.backend = backend
+        #: buffer name -> its value left by the call before (the program's state between calls)
+        self.state: Mapping[str, torch.Tensor] = state or {}
         self.placements: dict[str, Counter] = {"adapter": Counter(), "torch (reference)": Counter(), "top-level (torch)": Counter()}
         self.named = 0
         self.inline = 0
@@ -238,6 +242,9 @@ class _Session:
 
     def _constant(self, name: str, lowered: Any, spec: Any, named: _NamedData, preprocess: Any, unread: set, keys: dict) -> Any:
         """One constant input of a delegate, read back from what the .pte stores (never zeros for a missing one)."""
+        if spec.kind.name == "BUFFER" and str(spec.target) in self.state:
+            # a buffer the delegate owns and a call before wrote: the runtime keeps its value inside the delegate
+            return self.state[str(spec.target)].clone()
         tensor = _program_constant(lowered.original_module, spec)
         found = named.resolve(tensor)
         if found is not None:
@@ -397,10 +404,15 @@ class _TopInterpreter(Interpreter):
         return super().run_node(n)
 
 
-def run_lowered(result: Any, backend: Any) -> LoweredRun:
+def run_lowered(result: Any, backend: Any, calls: Sequence[ExampleInputs] = ()) -> LoweredRun:
     """Execute ``result`` (a LoweringResult) on the host; delegates' ops with ``backend``'s kernels.
 
-    ``backend`` is a ``Backend`` or its name, as for ``edgeplug.verify``.
+    ``backend`` is a ``Backend`` or its name, as for ``edgeplug.verify``. The example inputs' call runs
+    first, then each of ``calls`` (decode steps), with the program's state carried between calls as
+    executorch's runtime keeps it: each buffer the program writes back (a ``BUFFER_MUTATION`` output of
+    the top-level graph) and each buffer a delegate owns and updates take the value the call before
+    left. ``LoweredRun.steps`` holds each further call's outputs; the note and placements are the first
+    call's.
     """
     if isinstance(backend, str):
         from edgeplug._plugins import get_backend
@@ -409,31 +421,12 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
     if result.edge is None:
         raise VerificationError("the lowering result holds no edge program to run")
     ep = result.edge.exported_program()
-    session = _Session(backend)
-    # every leaf, None and scalars included, in the program's input order (keywords by its in-spec)
-    user_inputs = runtime_inputs(ep, ExampleInputs(result.args, result.kwargs))
-    values: list[Any] = []
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind.name == "USER_INPUT":
-            if not user_inputs:
-                raise VerificationError("the lowered program takes more inputs than the example inputs give")
-            values.append(user_inputs.pop(0))
-        elif spec.kind.name == "BUFFER":  # a copy: the program may write it (to_executorch's write-back copy_)
-            values.append(_program_constant(ep, spec).clone())
-        else:
-            values.append(_program_constant(ep, spec))
-    try:
-        with torch.no_grad():
-            outs = _TopInterpreter(session, ep.graph_module).run(*values, enable_io_processing=False)
-    except EdgeplugError:
-        raise
-    except Exception as exc:
-        raise VerificationError(f"host execution of the lowered program failed: {type(exc).__name__}: {exc}") from exc
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    specs = ep.graph_signature.output_specs
-    if len(specs) == len(outs):
-        outs = [o for o, s in zip(outs, specs) if s.kind.name == "USER_OUTPUT"]
-    outputs = [t for t in pytree.tree_leaves(outs) if isinstance(t, torch.Tensor)]
+    state: dict[str, torch.Tensor] = {}
+    session, outputs = _call(ep, backend, ExampleInputs(result.args, result.kwargs), state, "")
+    first_writes = dict(session.mutated_buffers)
+    steps: list[list[torch.Tensor]] = []
+    for i, call in enumerate(calls, start=1):
+        steps.append(_call(ep, backend, call, state, f"decode step {i} ({call.describe()}): ")[1])
 
     session.gpu()  # name the adapter even when no op needed it
     adapter = session.device.summary if session.device is not None else f"none ({session.no_device})"
@@ -444,8 +437,60 @@ def run_lowered(result: Any, backend: Any) -> LoweredRun:
         placements=session.placements,
         constants_from_named_data=session.named,
         scalar_constants_inline=session.inline,
-        mutated_buffers=session.mutated_buffers,
+        mutated_buffers=first_writes,
+        steps=steps,
     )
+
+
+def _call(
+    ep: Any, backend: Any, inputs: ExampleInputs, state: dict[str, torch.Tensor], where: str,
+) -> tuple[_Session, list[torch.Tensor]]:
+    """One call of the program on ``inputs``, its buffers from ``state`` (else the program's values);
+    ``state`` then holds every buffer the call wrote. Returns the call's session and its user outputs."""
+    session = _Session(backend, state)
+    # every leaf, None and scalars included, in the program's input order (keywords by its in-spec)
+    user_inputs = runtime_inputs(ep, inputs)
+    values: list[Any] = []
+    fed: dict[str, torch.Tensor] = {}  # buffer name -> the tensor this call holds it in
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name == "USER_INPUT":
+            if not user_inputs:
+                raise VerificationError(f"{where}the lowered program takes more inputs than the example inputs give")
+            values.append(user_inputs.pop(0))
+        elif spec.kind.name == "BUFFER":  # a copy: the program may write it (to_executorch's write-back copy_)
+            held = state.get(str(spec.target))
+            fed[str(spec.target)] = (held if held is not None else _program_constant(ep, spec)).clone()
+            values.append(fed[str(spec.target)])
+        else:
+            values.append(_program_constant(ep, spec))
+    try:
+        with torch.no_grad():
+            outs = _TopInterpreter(session, ep.graph_module).run(*values, enable_io_processing=False)
+    except EdgeplugError as exc:
+        if not where:
+            raise
+        try:
+            named = type(exc)(f"{where}{exc}")
+        except Exception:
+            named = VerificationError(f"{where}{exc}")
+        raise named from exc
+    except Exception as exc:
+        raise VerificationError(f"{where}host execution of the lowered program failed: {type(exc).__name__}: {exc}") from exc
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    specs = ep.graph_signature.output_specs
+    returned: dict[str, torch.Tensor] = {}
+    if len(specs) == len(outs):
+        returned = {str(s.target): o for o, s in zip(outs, specs) if s.kind.name == "BUFFER_MUTATION"}
+        outs = [o for o, s in zip(outs, specs) if s.kind.name == "USER_OUTPUT"]
+    # the runtime's write-back: a buffer the program mutates takes the value the graph returns for it, or,
+    # once to_executorch has made the write-back an in-place write (its copy_, index_put_), the buffer's own
+    # memory as the call left it
+    for name in map(str, ep.graph_signature.buffers_to_mutate.values()):
+        value = returned.get(name, fed.get(name))
+        if isinstance(value, torch.Tensor):
+            state[name] = value
+    state.update(session.mutated_buffers)
+    return session, [t for t in pytree.tree_leaves(outs) if isinstance(t, torch.Tensor)]
 
 
 def _describe_run(session: _Session, backend: str) -> str:

@@ -16,9 +16,7 @@ from edgeplug._stages import resolve_backend
 from edgeplug._verify.compare import compare_outputs
 from edgeplug._verify.quantized import verify_quantized
 from edgeplug._verify.runners import run_program
-from edgeplug._verify.steps import (
-    DECODE_STEPS, buffers_the_pte_starts_at_zero, compare_steps, decode_steps, keeps_state, steps_note,
-)
+from edgeplug._verify.steps import buffers_the_pte_starts_at_zero, compare_steps, decode_steps, steps_note
 
 
 def refuse_verify_without_runtime(backend: Backend) -> None:
@@ -78,8 +76,9 @@ def verify(
     if reference is None and result.reference is None:
         raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
     method = backend.spec.verify_method
-    # decode steps need a runtime that keeps buffers between calls: the .pte's
-    steps, why_not = decode_steps(result) if reference is None and method == "pte" else ([], "")
+    # a program that keeps state runs prefill then decode steps: the .pte's runtime and the host kernels'
+    # runner both keep its buffers between calls
+    steps, why_not = decode_steps(result) if reference is None and method in ("pte", "kernels") else ([], "")
     run = run_program(result, backend, [s.inputs for s in steps])
     outs = list(run.outputs)
     if reference is not None:
@@ -102,16 +101,11 @@ def verify(
             "carries none), so eager and the .pte start from different states: reset the buffer to zeros before "
             "lowering, or make it a constant if the program only reads it"
         )
-    if steps and method == "pte":
+    if steps:
         names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
-        notes.append(steps_note(steps))
-    elif reference is None and method == "kernels" and keeps_state(result.edge.exported_program()):
-        notes.append(
-            "host kernels run one call at a time (the buffers a delegate owns are not carried to the next call), "
-            f"so the {DECODE_STEPS} decode steps were not run"
-        )
+        notes.append(steps_note(steps, method))
     checks = compare_outputs(outs, expected, tolerance, names)
-    if steps and method == "pte":
+    if steps:
         checks += compare_steps(steps, run.steps, tolerance)
     note = "; ".join(x for x in notes if x)
     return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)

@@ -76,11 +76,13 @@ def run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run
     return _Run(outs, "pte", "executorch runtime (host CPU)", steps=steps)
 
 
-def run_kernels(result: LoweringResult, backend: Backend) -> _Run:
+def run_kernels(result: LoweringResult, backend: Backend, calls: Sequence[ExampleInputs] = ()) -> _Run:
+    """Run the delegates on ``backend``'s host kernels: the example inputs, then each of ``calls``, the
+    program's buffers carried from one call to the next (``edgeplug._verify.host.run_lowered``)."""
     from edgeplug._verify.host import run_lowered
 
-    run = run_lowered(_with_copied_inputs(result), backend)
-    return _Run(run.outputs, "kernels", run.adapter, run.note, dict(getattr(run, "mutated_buffers", {}) or {}))
+    run = run_lowered(_with_copied_inputs(result), backend, copy.deepcopy(list(calls)))
+    return _Run(run.outputs, "kernels", run.adapter, run.note, dict(run.mutated_buffers), steps=run.steps)
 
 
 def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
@@ -92,13 +94,13 @@ def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
 
 
 def run_program(result: LoweringResult, backend: Backend, calls: Sequence[ExampleInputs] = ()) -> _Run:
-    """Run the lowered program as ``backend``'s ``BackendSpec.verify_method`` says: the ``.pte`` (then each of
-    ``calls`` on the same loaded program), or the delegates on host kernels (one call; ``calls`` unused)."""
+    """Run the lowered program as ``backend``'s ``BackendSpec.verify_method`` says: the ``.pte``, or the
+    delegates on host kernels; either way then each of ``calls``, the program's buffers kept between calls."""
     method = backend.spec.verify_method
     if method == "pte":
         return run_pte(result, calls)
     if method == "kernels":
-        return run_kernels(result, backend)
+        return run_kernels(result, backend, calls)
     raise VerificationError(
         f"backend {backend.name!r} has no way to run its programs on this host "
         "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"

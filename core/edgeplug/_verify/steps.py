@@ -89,9 +89,11 @@ def buffers_the_pte_starts_at_zero(result: LoweringResult) -> list[str]:
     return sorted(n for n, t in ref.model.initial.items() if n in written and bool(torch.count_nonzero(t)))
 
 
-def steps_note(steps: Sequence[_Step]) -> str:
-    return (
-        f"prefill and {len(steps)} decode steps ran through one loaded program, its buffers kept between calls; "
-        f"each decode step: {steps[0].inputs.describe()}"
+def steps_note(steps: Sequence[_Step], method: str = "pte") -> str:
+    where = (
+        "ran through one loaded program, its buffers kept between calls" if method == "pte"
+        else "ran on the host kernels, each buffer the program writes back and each one a delegate updates "
+        "carried to the next call"
     )
+    return f"prefill and {len(steps)} decode steps {where}; each decode step: {steps[0].inputs.describe()}"
 

@@ -63,11 +63,56 @@ def support_check(partitioner: Any, gm: Optional[Any] = None) -> Callable[[Any],
         return ops
 
     last: dict[str, str] = {}
+    kept_aten = _aten_ops_of_edge_graph(gm)
 
     def check(node: Any) -> Verdict:
         last.clear()
+        unregistered = _unregistered_aten_op(kept_aten.get(node))
+        if unregistered:
+            return Verdict(False, unregistered)
         if operators().is_node_supported({}, node):
             return TAKEN
         return Verdict(False, f"Vulkan: {last.get('reason', 'not supported')}")
 
     return check
+
+
+def _aten_ops_of_edge_graph(gm: Optional[Any]) -> dict[Any, Any]:
+    """Node -> target for the aten ops ``to_edge`` leaves in an edge graph (``aten.scalar_tensor`` of a
+    symbolic size, the ``sym_size`` ops). The core shows a check every aten node as its edge op (so one
+    check serves programs before decomposition too); the ``VulkanPartitioner`` sees the aten op, and
+    these are the nodes where the two can differ. Empty before ``to_edge`` (every node aten there)."""
+    import torch
+
+    if gm is None:
+        return {}
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    if not any(type(n.target).__name__ == "EdgeOpOverload" for n in calls):
+        return {}
+    return {n: n.target for n in calls if isinstance(n.target, torch._ops.OpOverload)}
+
+
+def _unregistered_aten_op(target: Optional[Any]) -> str:
+    """The reason ``VulkanPartitioner`` refuses an aten op of an edge graph (empty when it may take it):
+    Vulkan's registry is keyed by the edge op, and executorch's ``to_edge`` keeps some ops aten on purpose
+    (``aten.scalar_tensor``, which turns a symbolic size into a tensor)."""
+    if target is None:
+        return ""
+    from executorch.backends.vulkan.op_registry import vulkan_supported_ops
+
+    if target in vulkan_supported_ops or target.name() in vulkan_supported_ops:
+        return ""
+    from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+    try:
+        edge_registered = aten_to_edge(target) in vulkan_supported_ops
+    except Exception:
+        edge_registered = False
+    name = f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
+    if edge_registered:
+        return (
+            f"Vulkan: no operator implementation for {name} as the program holds it: executorch's to_edge "
+            "keeps it an aten op (it makes a tensor of a symbolic size), and Vulkan registers only the edge op; "
+            "it runs on the CPU's portable kernel"
+        )
+    return f"Vulkan: no operator implementation for {name}"
