@@ -370,11 +370,30 @@ def test_optimum_program_lowers_on_vulkan_and_verifies_on_host_kernels(deployed_
     executorch's verifier refused the lowering ("Buffer output getitem_24 does not point to a buffer
     that exists") until the core kept such a buffer a program input."""
     _, ep, kwargs, _ = deployed_llama
-    report = edgeplug.lower(ep, kwargs=kwargs, backend="vulkan", verify=True).report
+    result = edgeplug.lower(ep, kwargs=kwargs, backend="vulkan", verify=True)
+    report = result.report
     assert report.verification.method == "kernels" and report.verification.passed, report.verification.failures()
     assert report.verification.outputs[0].shape == [1, 8, 128]
-    # the cache writes have no Vulkan kernel; each CPU node says why
+    # prefill, then decode steps on the host kernels, the caches carried between calls (each within 1e-6)
+    assert [o.name for o in report.verification.outputs] == [
+        "prefill: output 0", "decode 1: output 0", "decode 2: output 0", "decode 3: output 0"
+    ]
+    assert all(o.max_abs_diff <= 1e-6 for o in report.verification.outputs)
+    # the cache writes have no Vulkan kernel; each CPU node says why (aten.scalar_tensor of the symbolic
+    # length: to_edge keeps it an aten op, which Vulkan does not register)
     assert report.cpu_ops["aten.index_put.default"] == 4 and all(c.reason for c in report.cpu_nodes)
+    assert not [c for c in report.cpu_nodes if "gave no reason" in c.reason]
+    assert all("Vulkan registers only the edge op" in c.reason for c in report.cpu_nodes if c.op == "aten.scalar_tensor.default")
+    # a lost cache write (layer 0's key cache written functionally, the buffer left as it was) fails at decode 1
+    from executorch.exir.dialects._ops import ops
+
+    program = result.edge.exported_program()
+    placeholder = next(s.arg.name for s in program.graph_signature.input_specs if s.target == "key_cache_0")
+    write = next(n for n in program.graph.nodes if "index_put_" in str(n.target) and n.args[0].name == placeholder)
+    write.target = ops.edge.aten.index_put.default
+    program.graph_module.recompile()
+    lost = edgeplug.verify(result, "vulkan")
+    assert [o.name for o in lost.outputs if o.problems][0] == "decode 1: output 0" and not lost.outputs[0].problems
     # safe_softmax_as_floats: SDPA's bool guard at the dynamic length (any.dim has no Vulkan kernel) is delegated
     assert "aten.any.dim" not in report.cpu_ops
     assert len(report.partitions) <= 3 and report.cpu_node_count <= 6  # 5 / 8 without it
