@@ -210,6 +210,10 @@ class FusionPolicy(_Record):
     #: For a weight the fused op cannot take (a runtime scale, a scalar, a
     #: weight not of shape [D]): fuse the norm with a unit weight, keep the multiply.
     unit_weight_fallback: bool = True
+    #: A norm with no weight at all: "fuse" it (None, or ones where the op's
+    #: weight is required), or "keep" it decomposed, for a kernel (and
+    #: quantizer) that reads the weight as a tensor whatever the schema says.
+    weightless: Literal["fuse", "keep"] = "fuse"
     #: The fused kernel accumulates in fp32 whatever the storage dtype.
     fp32_accumulation: bool = False
 

@@ -12,7 +12,8 @@ rewrite will do:
   (``fused_unit_weight``): a runtime scale, a scalar, a weight not of shape
   ``[D]``, rounding between the norm and the weight, a weight the policy
   does not fold;
-* ``weight="none"``: the norm has no weight at all (``fused``);
+* ``weight="none"``: the norm has no weight at all (``fused``), or
+  ``rejected`` where the policy keeps weightless norms decomposed;
 * ``outcome="rejected"``: nothing changes; ``reason`` says why.
 """
 
@@ -72,6 +73,12 @@ def decide_fusion(m: RmsNormMatch, fused: FusedOp, *, absorb_upcast: bool = True
     if m.scale_mul is not None:
         return _unit_weight(d, p, m.scale_reason, ": the norm is fused alone and the multiply stays")
     if m.weight is None:
+        if p.weightless == "keep":
+            reason = (
+                f"the norm has no weight and the {p.backend} policy keeps such a norm decomposed "
+                f"(its {p.target} reads a weight tensor)"
+            )
+            return Decision(m, "rejected", reason=reason)
         return d
     rounding = rounds_before_weight(m)
     if rounding:

@@ -36,6 +36,9 @@ def edgeplug_fusion_policies():
         dequantized_weights="keep",
         fold_computed_constants=True,
         unit_weight_fallback=True,
+        # ENN's RMSNORM and EnnQuantizer's annotator read argument 2 as a tensor: a norm without
+        # a weight (Mamba's norms of B, C and dt) stays pow/mean/rsqrt/mul, no ones weight invented
+        weightless="keep",
         fp32_accumulation=False,
     )
 
