@@ -79,14 +79,27 @@ def _weight_of_linear(weight: Node, user: Node) -> bool:
     if _op(user) == "aten.permute_copy.default" and list(user.args[1]) == [1, 0] and user.users:
         for mm in user.users:
             if _op(mm) == "aten.addmm.default" and len(mm.args) > 2 and mm.args[2] is user:
-                activation = mm.args[1]
+                activations = [mm.args[1]]
             elif _op(mm) == "aten.mm.default" and mm.args[1] is user:
-                activation = mm.args[0]
+                activations = [mm.args[0]]
+            elif _op(mm) == "aten.expand_copy.default" and mm.users:
+                # a linear of a 3-d input exported as matmul: permute, expand to batch 1, bmm (Mamba's x_proj);
+                # the preprocess matches a bmm of batch 1 too
+                bmms = list(mm.users)
+                if not all(_op(b) == "aten.bmm.default" and b.args[1] is mm and _batch(b) == 1 for b in bmms):
+                    return False
+                activations = [b.args[0] for b in bmms]
             else:
                 return False
-            if _is_dequant_per_tensor(activation):
+            if any(_is_dequant_per_tensor(a) for a in activations):
                 return False
         return True
+
+
+def _batch(node: Node) -> Optional[int]:
+    """The leading size of ``node``'s output (None where the graph does not say)."""
+    val = node.meta.get("val")
+    return int(val.shape[0]) if isinstance(val, torch.Tensor) and val.dim() else None
     return False
 
 
