@@ -26,8 +26,11 @@ demo: setup
 	$(BIN)/edgeplug backends
 	$(BIN)/edgeplug lower llama --backend vulkan -o out/llama-vulkan.pte --report out/llama-vulkan.json
 
+# two worker processes (pytest-xdist), each taking whole files so a file's fixtures are built once
+TEST_WORKERS ?= 2
 test: setup
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests plugins
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+	  --durations=25 tests plugins
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" tests plugins
