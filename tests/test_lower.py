@@ -218,8 +218,10 @@ def test_lower_leaves_a_stateful_models_state_and_inputs_as_they_were(make):
     assert all(torch.equal(state[k], t) for k, t in model.state_dict().items())
     assert torch.equal(x, given)
     labels = [o.label for o in v.outputs]
-    # the buffer's in-place update runs outside the delegates: compared through the output that reads it
-    assert labels == ["output 0"]
+    if make is _CountsCalls:  # the host runner keeps the buffer between calls, as the runtime does: decode steps too
+        assert labels == ["prefill: output 0", "decode 1: output 0", "decode 2: output 0", "decode 3: output 0"]
+    else:
+        assert labels == ["output 0"]
     # verifying again gives the same answer: nothing was consumed or changed by the first run
     again = edgeplug.verify(result, backend)
     assert [o.max_abs_diff for o in again.outputs] == [o.max_abs_diff for o in v.outputs]

@@ -42,6 +42,7 @@ from edgeplug._graph.passes import core_pass
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
+from edgeplug._quantization import drop_no_op_casts
 from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
 from edgeplug._report import CpuNode, GraphNode, LoweringReport, StageTiming, annotate_graph, graph_of
 from edgeplug._shape_env import kept_shape_envs
@@ -194,9 +195,18 @@ def _policy_origin(backend: Backend, policy: Any) -> str:
     return origin.describe() if origin is not None else backend.distribution
 
 
+def _drop_no_op_casts(ep: ExportedProgram) -> PassResult:
+    out, records = drop_no_op_casts(ep)
+    return PassResult(out, tuple(records))
+
+
 def _export_passes(job: Lowering) -> None:
     passes = export_stage_passes(job.ep, job.backend)
     if fusion_stage(job.backend.fusion_policy("rms_norm")) == "export":
+        # export's metadata check after ``weight * x.to(dtype)`` is a second user of the normalised
+        # tensor and hides the weight multiply from the matcher (to_edge drops such checks and no-op
+        # casts anyway): dropped first, as quantize does before annotation
+        passes.append(core_pass("drop_no_op_casts", _drop_no_op_casts, stage="export"))
         passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
     done = run_passes(job.ep, passes, backend=job.backend, created=job.created_ops)
     job.ep, job.transforms = done.program, list(done.records)

@@ -46,7 +46,7 @@ def test_the_dry_run_fuses_every_norm_and_delegates_it_to_enn(samsung_dry_runs, 
     assert report.dry_run and result.program is None  # nothing kept, though it lowered and serialized
     assert norms > 0
     fused = [f for f in report.fusions if f.outcome != "rejected"]
-    assert len(fused) == norms, [(f.node, f.outcome, f.reason) for f in report.fusions]
+    assert len(fused) == norms, [(f.anchor, f.outcome, f.reason) for f in report.fusions]
     assert report.delegated_ops.get("aten.rms_norm.default") == norms
     assert "aten.rms_norm.default" not in report.cpu_ops
     assert {p.backend_id for p in report.partitions} == {"EnnBackend"}
