@@ -202,11 +202,14 @@ def _drop_no_op_casts(ep: ExportedProgram) -> PassResult:
 
 def _export_passes(job: Lowering) -> None:
     passes = export_stage_passes(job.ep, job.backend)
-    if fusion_stage(job.backend.fusion_policy("rms_norm")) == "export":
+    policy = job.backend.fusion_policy("rms_norm")
+    if fusion_stage(policy) == "export":
         # export's metadata check after ``weight * x.to(dtype)`` is a second user of the normalised
-        # tensor and hides the weight multiply from the matcher (to_edge drops such checks and no-op
-        # casts anyway): dropped first, as quantize does before annotation
-        passes.append(core_pass("drop_no_op_casts", _drop_no_op_casts, stage="export"))
+        # tensor and hides the weight multiply from the matcher, which then sees a norm without a
+        # weight: a policy that keeps such norms decomposed (samsung) would reject a weighted norm.
+        # Dropped first for that policy only (on olmoe the drop trips torch's fake-mode check: open)
+        if policy is not None and policy.weightless == "keep":
+            passes.append(core_pass("drop_no_op_casts", _drop_no_op_casts, stage="export"))
         passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
     done = run_passes(job.ep, passes, backend=job.backend, created=job.created_ops)
     job.ep, job.transforms = done.program, list(done.records)
