@@ -248,6 +248,10 @@ def test_empty_like_becomes_empty_of_its_shape():
     perm = torch.tensor([2, 0, 3, 1])
     ep, [record] = _export_and(empty_like_as_empty, InversePermutation(), (perm,))
     assert record.outcome == "applied"
+    # the new node's value lives in the program's fake mode: a later pass that traces it beside
+    # the program's own values (fusion's re-trace did, on olmoe) must not meet two modes
+    vals = [n.meta["val"] for n in ep.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    assert len({id(v.fake_mode) for v in vals}) == 1
     assert torch.equal(to_edge(ep).exported_program().module()(perm), torch.argsort(perm))  # empty_permuted refused
 
 

@@ -91,7 +91,7 @@ def replace_with_traced(node: torch.fx.Node, fn: Callable[..., Any], operands: S
             args[i] = t
         return fn(*args)
 
-    mode = detect_fake_mode(values)
+    mode = detect_fake_mode(values) or _graph_fake_mode(node)
     if mode is not None:
         with mode:
             sub = make_fx(traced, tracing_mode="real")(*values)
@@ -122,6 +122,16 @@ def replace_with_traced(node: torch.fx.Node, fn: Callable[..., Any], operands: S
             created.append(new)
     _replace_uses(node, result)
     return created
+
+
+def _graph_fake_mode(node: torch.fx.Node) -> Any:
+    """The fake mode of ``node``'s program, for a trace with no tensor operand.
+
+    A trace in a fresh mode would give the new nodes values that a later
+    pass (fusion's re-trace) cannot mix with the program's own.
+    """
+    vals = [node.meta.get("val")] + [n.meta.get("val") for n in node.graph.nodes if n.op == "placeholder"]
+    return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
 
 
 def _replace_uses(node: torch.fx.Node, result: Any) -> None:
