@@ -172,6 +172,12 @@ class CorePartitioner(Partitioner):
         support = self._support(ep)  # pattern-aware checks need the edge graph; not yet
         decisions = keep_whole_decisions(ep.graph_module, ops, lambda n: self._delegable(n, ctx, support))
         self._keep_whole = decisions  # a function of the program (executorch asks about the same one more than once)
+        if not decisions.decomposed:
+            # every node of a kept op is kept: no per-node check is needed, and without one executorch
+            # preserves the ops by leaving them out of its decomposition table. With one it renames the
+            # kept nodes (EDGE_DO_NOT_DECOMP) and decomposes twice, which turns a reshape of a transposed
+            # attention output into an invalid view (every transformers decoder on coreml, executorch 1.5)
+            return ops, None
         verdicts = decisions.verdicts
         return ops, lambda node: (verdicts[node.name] if node.name in verdicts else self._delegable(node, ctx, support)).ok
 

@@ -84,6 +84,31 @@ def test_every_norm_is_fused_into_aten_rms_norm_inside_the_core_ml_delegate(edge
     assert result.report.cpu_node_count == 0 and len(result.report.partitions) == 1
 
 
+class _Attention(torch.nn.Module):
+    """Heads split, attended and merged back as transformers writes it: the merge reshapes a transposed tensor."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, s, -1))
+
+
+def test_attention_whose_output_merge_reshapes_a_transposed_tensor_lowers_whole():
+    # every node of a kept op is delegable here, so the partitioner gives executorch no per-node check;
+    # with one, executorch 1.5 made the merge an invalid view and to_edge failed on every decoder
+    result = edgeplug.lower(_Attention().eval(), (torch.randn(1, 6, 32),), "coreml")
+    assert [d.backend_id for d in _delegates(result)] == [BACKEND_ID]
+    assert result.report.cpu_node_count == 0
+    inside = _ops(_delegates(result)[0].original_module)
+    assert inside["aten.scaled_dot_product_attention.default"] == 1, inside  # kept whole, not decomposed
+
+
 class _PartlyDouble(torch.nn.Module):
     """A linear in float32, a scale computed in float64, a relu in float32."""
 
