@@ -34,6 +34,13 @@ def edgeplug_partitioner_filters():
 
 
 @edgeplug.hookimpl
+def edgeplug_passes():
+    from edgeplug_coreml import passes
+
+    yield edgeplug.PassSpec(backend="coreml", stage="export", name="positive_cumsum_dims", fn=passes.positive_cumsum_dims, order=10)
+
+
+@edgeplug.hookimpl
 def edgeplug_fusion_policies():
     # coremltools converts aten.rms_norm to one MIL op; Core ML takes its weight as a constant of shape [D]
     yield FusionPolicy(

@@ -109,6 +109,22 @@ def test_attention_whose_output_merge_reshapes_a_transposed_tensor_lowers_whole(
     assert inside["aten.scaled_dot_product_attention.default"] == 1, inside  # kept whole, not decomposed
 
 
+class _Scans(torch.nn.Module):
+    """Two scans of a rank-4 tensor: along -2 (coremltools refuses that axis) and along -1 (it takes it)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, dim=-2) + torch.cumsum(x, -1) * 0.5
+
+
+def test_a_scan_along_a_negative_dim_other_than_minus_one_reaches_core_ml_with_its_positive_dim():
+    x = torch.randn(2, 3, 5, 4)
+    result = edgeplug.lower(_Scans(), (x,), "coreml")  # coremltools failed the conversion on cumsum(x, -2)
+    [delegate] = _delegates(result)
+    scans = [n for n in delegate.original_module.graph.nodes if n.op == "call_function" and "cumsum" in str(n.target)]
+    assert sorted(n.args[1] for n in scans) == [-1, 2], [n.args for n in scans]  # -1 is left as it was
+    assert result.report.cpu_node_count == 0
+
+
 class _PartlyDouble(torch.nn.Module):
     """A linear in float32, a scale computed in float64, a relu in float32."""
 
