@@ -207,7 +207,7 @@ def _export_passes(job: Lowering) -> None:
         # export's metadata check after ``weight * x.to(dtype)`` is a second user of the normalised
         # tensor and hides the weight multiply from the matcher, which then sees a norm without a
         # weight: a policy that keeps such norms decomposed (samsung) would reject a weighted norm.
-        # Dropped first for that policy only (on olmoe the drop trips torch's fake-mode check: open)
+        # Dropped first for that policy only; qnn and coreml fuse the norms without it
         if policy is not None and policy.weightless == "keep":
             passes.append(core_pass("drop_no_op_casts", _drop_no_op_casts, stage="export"))
         passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
