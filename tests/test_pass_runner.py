@@ -271,3 +271,24 @@ def test_a_constraint_across_stages_is_refused(fixture_backends):
             edgeplug.get_backend(TABLE).passes_for("pre_partition")
     finally:
         plugins.unregister("crossing")
+
+
+class _LargeTable(nn.Module):
+    """A byte table past 2**24 elements, where float32 sample positions round past the last element."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.zeros(2**24 + 4, dtype=torch.uint8))
+
+    def forward(self, i):
+        return self.table[i]
+
+
+def test_the_write_check_samples_a_weight_past_two_to_the_24_elements_up_to_its_last():
+    def write_last(ep):
+        ep.state_dict["table"].data[-1] = 7  # through .data: no version counter sees it
+
+    i = torch.tensor([0, 3])
+    assert run_passes(torch.export.export(_LargeTable(), (i,)), [core_pass("nothing", lambda ep: None)]).program
+    with pytest.raises(PassError, match=r"'write_last'.*changed the weight 'table' in place"):
+        run_passes(torch.export.export(_LargeTable(), (i,)), [core_pass("write_last", write_last)])

@@ -168,6 +168,9 @@ class QuantizationSummary(BaseModel):
     versus_float: list[float] = Field(default_factory=list)
     #: per output, the cosine similarity of the lowered program's output and the float model's (1.0: same direction)
     cosine_to_float: list[float] = Field(default_factory=list)
+    #: per output, the same for the quantized model's eager output: what the scheme costs before any lowering
+    #: (the lowered program's figure falling well below it is the lowering's cost)
+    quantized_cosine_to_float: list[float] = Field(default_factory=list)
 
     def table_lines(self) -> list[str]:
         bits = f"{self.activation_bits}-bit activations" if self.activation_bits else "float activations"
@@ -208,6 +211,8 @@ class QuantizationSummary(BaseModel):
             versus_float = f", |lowered - float| = {self.versus_float[i]:.3e}" if i < len(self.versus_float) else ""
             if i < len(self.cosine_to_float):
                 versus_float += f", cosine to float = {self.cosine_to_float[i]:.4f}"
+                if i < len(self.quantized_cosine_to_float):
+                    versus_float += f" (the quantized model's own: {self.quantized_cosine_to_float[i]:.4f})"
             lines.append(f"  output {i}: |lowered - quantized| = {q:.3e}{versus_float}")
         return lines
 

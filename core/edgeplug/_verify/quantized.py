@@ -125,6 +125,7 @@ def verify_quantized(result: Any, backend: Any, tolerance: Optional[float] = Non
             for a, f in zip(outs, info.float_outputs)
         ]
         summary.cosine_to_float = [_cosine(a, f) for a, f in zip(outs, info.float_outputs)]
+        summary.quantized_cosine_to_float = [_cosine(e, f) for e, f in zip(reference, info.float_outputs)]
     result.report.quantization = summary
     note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
     return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)

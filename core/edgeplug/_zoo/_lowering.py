@@ -136,6 +136,8 @@ def lower_edgeplug(
             q = result.report.quantization
             if q is not None and q.cosine_to_float:  # the lowered program against the float model
                 side.cosine_to_float, side.max_abs_float = q.cosine_to_float[0], q.versus_float[0]
+                if q.quantized_cosine_to_float:
+                    side.quantized_cosine = q.quantized_cosine_to_float[0]
         except Exception as exc:
             side.verify_error = first_line(exc)
     return side, result

@@ -42,6 +42,8 @@ class Side:
     #: quantized cells: the program's logits against the float model's (cosine similarity, max |q - float|)
     cosine_to_float: Optional[float] = None
     max_abs_float: Optional[float] = None
+    #: edgeplug's side: the quantized model's own eager logits against the float model's (what the scheme costs)
+    quantized_cosine: Optional[float] = None
     #: size of the serialized program (real lowerings), and its median forward time in executorch's
     #: runtime on one thread (the backend's programs run here), the two sides alternating
     pte_bytes: Optional[int] = None

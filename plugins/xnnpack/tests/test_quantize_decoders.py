@@ -104,8 +104,14 @@ def test_8da4w_lowers_runs_and_stays_near_float(llama, lowered_8da4w):
     # the float figure: near the float model, and not the float model itself (the weights were rounded)
     assert len(q.cosine_to_float) == 1 and 0.98 <= q.cosine_to_float[0] < 1.0
     assert q.versus_float[0] > q.versus_quantized[0] > 0
+    # the quantized model's own figure, computed here from its eager output: what the scheme cost before lowering
+    with torch.no_grad():
+        own = torch.nn.functional.cosine_similarity(
+            quantized(*inputs).double().flatten(), model(*inputs).double().flatten(), dim=0).item()
+    assert q.quantized_cosine_to_float == [pytest.approx(own, abs=1e-6)] and own < 1.0
+    assert abs(q.cosine_to_float[0] - own) < 1e-3  # the lowering adds (next to) nothing to the scheme's cost
     table = report.to_table()
-    assert "torchao source transform" in table and "cosine to float" in table
+    assert "torchao source transform" in table and f"(the quantized model's own: {own:.4f})" in table
     # XNNPACK took every linear, each as the dynamically quantized form (no float linear, none on the CPU)
     assert not any("linear" in op or "mm" in op for op in report.cpu_ops)
     assert report.delegated_ops.get("aten.linear.default", 0) == 8  # 7 in the layer, the head
