@@ -51,6 +51,8 @@ def _diff(side: Side) -> str:
         return f"{side.max_abs_diff:.1e}"
     if side.verify_error:
         return f"fails: {_esc(side.verify_error)}"
+    if side.verify_method == "none":
+        return "not run (no runtime for it here)"
     return "—"
 
 
@@ -176,10 +178,13 @@ def targets(cells: list[Cell]) -> list[str]:
     verified = [c for c in cells if c.edgeplug.max_abs_diff is not None]
     over = [c for c in verified if c.edgeplug.max_abs_diff > 1e-4]
     failed = [c for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_error]
+    unrun = sorted({c.backend for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_method == "none"})
     out.append(
         f"norms: {unrecorded} norms without a fusion record in {len(policy)} cells of backends with an rms_norm "
         f"policy (xnnpack has none); max |lowered − eager| > 1e-4 in {len(over)} of {len(verified)} verified cells, "
-        f"{len(failed)} real lowerings could not verify — {'met' if not unrecorded and not over and not failed else 'not met'}"
+        f"{len(failed)} real lowerings could not verify"
+        + (f" ({', '.join(unrun)}: no runtime for its programs on this host, not run)" if unrun else "")
+        + f" — {'met' if not unrecorded and not over and not failed else 'not met'}"
     )
     ratios = [c.time_ratio for c in cells if c.time_ratio is not None]
     within = sum(1 for r in ratios if r <= 1.1)
