@@ -24,7 +24,7 @@ import copy
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch.export import ExportedProgram
@@ -345,6 +345,7 @@ def _run_stage(job: Lowering, stage: Stage) -> None:
 def _describe(job: Lowering) -> LoweringReport:
     b, p = job.backend, job.partitioner
     parts, delegated, cpu = partitions(job.partitioner, job.edge.exported_program(), b.name)
+    fusions = _undone(job.fusions, p.undone_fusions)
     report = LoweringReport(
         model=job.label,
         backend=b.name,
@@ -354,11 +355,11 @@ def _describe(job: Lowering) -> LoweringReport:
         delegated_ops=dict(delegated),
         cpu_ops=dict(Counter(c.op for c in cpu)),
         cpu_nodes=cpu,
-        fusions=job.fusions,
+        fusions=fusions,
         transforms=job.transforms,
         graph=annotate_graph(
             job.graph, partition_of(job.edge.exported_program(), job.partitioner),
-            {c.node: c.reason for c in cpu}, job.fusions, job.transforms,
+            {c.node: c.reason for c in cpu}, fusions, job.transforms,
         ),
         kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],
         decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
@@ -371,6 +372,17 @@ def _describe(job: Lowering) -> LoweringReport:
         reference=job.reference, quantization=job.quantization,
     )
     return report
+
+
+def _undone(fusions: list[FusionRecord], undone: Mapping[str, str]) -> list[FusionRecord]:
+    """The fusion records as the lowered program has them: a fused op the partitioner would not keep
+    whole was decomposed again by to_edge, so its record is a rejection saying why."""
+    return [
+        r.model_copy(update={"outcome": "rejected", "reason": (
+            f"fused, then decomposed again by to_edge: the backend's partitioner would not keep it whole ({undone[r.anchor]})"
+        )}) if r.anchor in undone and r.outcome != "rejected" else r
+        for r in fusions
+    ]
 
 
 def _stage_memory() -> Any:

@@ -370,6 +370,10 @@ class QuantScheme(_Record):
 
 FusionOutcome = Literal["fused", "fused_unit_weight", "folded_weight", "rejected"]
 
+#: the key, in a fused op node's ``meta["custom"]`` (which export's retracing keeps), naming the
+#: anchor of the fusion that made it: how a fused op decomposed again is traced to its record
+FUSED_ANCHOR = "edgeplug_fused_anchor"
+
 
 class FusionRecord(BaseModel):
     """One match of a pattern and what became of it."""

@@ -25,7 +25,7 @@ from edgeplug._graph.constants import ancestors, remove_dead
 from edgeplug._graph.rewrite import copy_meta, fake_mode_of, replace_uses
 from edgeplug._patterns import inverse_rms_of_mean, match_rms_norm
 from edgeplug._patterns.base import describe, dtype, dtype_name, shape
-from edgeplug._records import FusionPolicy, FusionRecord
+from edgeplug._records import FUSED_ANCHOR, FusionPolicy, FusionRecord
 
 Node = torch.fx.Node
 
@@ -273,6 +273,7 @@ class _Rewriter:
             # the fused op's output is its input's shape and dtype (computed from metadata: its
             # composite implementation cannot run on dynamic-shaped fake tensors)
             out = self.ops.call(self.fused.op, args, like=m.anchor, val=_like(x))
+            out.meta["custom"] = {**out.meta.get("custom", {}), FUSED_ANCHOR: m.anchor.name}
             if d.keeps_multiply and m.weight_in_op:
                 out = self.ops.call(self.ops.mul, (out, self.live(m.weight)), like=m.anchor)
             if dtype(out) != dtype(replaced):

@@ -29,8 +29,13 @@ def delegation_veto(backend: Any, fused: FusedOp) -> Veto:
 
     answers: dict[tuple, str] = {}
     checks: list[Any] = []  # made on the first decision: a program without norms pays nothing
+    undone: list[str] = []
 
     def veto(d: Decision) -> str:
+        if not undone:
+            undone.append(_undone_by_to_edge(backend, fused))
+        if undone[0]:
+            return undone[0]
         x = _input_value(d)
         key = (x.dtype, tuple(str(s) for s in x.shape), d.weight in ("as_is", "fold") or not fused.weight_optional)
         if key not in answers:
@@ -46,6 +51,28 @@ def delegation_veto(backend: Any, fused: FusedOp) -> Veto:
         return answers[key]
 
     return veto
+
+
+def _undone_by_to_edge(backend: Any, fused: FusedOp) -> str:
+    """Why a fused aten op would not survive ``to_edge`` ("" when it would).
+
+    ``to_edge`` decomposes an aten op of its decomposition table (``aten.rms_norm``
+    is one) unless the partitioner keeps it whole, and the core keeps whole what
+    the backend's KeepWhole records name. A fusion into an op the backend does
+    not keep whole would be decomposed again while its record said "fused".
+    """
+    from edgeplug._partition.phases import decomposable
+
+    op = fused.op
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" or not decomposable([op]):
+        return ""
+    if op in decomposable(tuple(backend.keep_whole)):
+        return ""
+    return (
+        f"to_edge would decompose {fused.policy.target} again: backend {backend.name!r} does not keep "
+        f"{fused.policy.target} whole. If its partitioner delegates the op, name it in the backend's KeepWhole record "
+        "(edgeplug_keep_whole); the norm stays as it is"
+    )
 
 
 def _input_value(d: Decision) -> Any:

@@ -106,6 +106,11 @@ class CorePartitioner(Partitioner):
         return self._keep_whole.decomposed if self._keep_whole else MappingProxyType({})
 
     @property
+    def undone_fusions(self) -> Mapping[str, str]:
+        """Of those, the fused ops a fusion made: the fusion's anchor -> why it was decomposed."""
+        return self._keep_whole.undone_fusions if self._keep_whole else MappingProxyType({})
+
+    @property
     def partitions(self) -> list[PartitionRecord]:
         return list(self._outcome.partitions) if self._outcome else []
 

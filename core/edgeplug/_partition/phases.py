@@ -36,6 +36,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from edgeplug._errors import EdgeplugError
 from edgeplug._graph.ops import aten_overload, is_qdq, op_name
+from edgeplug._records import FUSED_ANCHOR
 from edgeplug._partition.verdict import TAKEN, FilterContext, NotAnAnswer, Verdict, filter_answer
 
 #: node -> Verdict, with everything else it needs already bound
@@ -98,12 +99,14 @@ class KeepWholeDecisions:
     ``ops``: every op kept whole for the backend (its records, then its
     partitioner's own); ``verdicts``: node name -> whether that node was
     kept whole, for each node of such an op; ``decomposed``: the nodes the
-    backend refused, so decomposed instead: node -> (op, why).
+    backend refused, so decomposed instead: node -> (op, why); ``undone_fusions``:
+    of those, the ones a fusion made: the fusion's anchor -> why.
     """
 
     ops: tuple[Any, ...]
     verdicts: Mapping[str, Verdict]
     decomposed: Mapping[str, tuple[str, str]]
+    undone_fusions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 # -- 2. the rules: filters, then the constant-only rule ----------------------------
@@ -210,13 +213,19 @@ def keep_whole_decisions(gm: torch.fx.GraphModule, ops: Sequence[Any], delegable
     keep = frozenset(aten_overload(op) for op in ops)
     verdicts: dict[str, Verdict] = {}
     decomposed: dict[str, tuple[str, str]] = {}
+    undone: dict[str, str] = {}
     for node in gm.graph.nodes:
         if node.op != "call_function" or aten_overload(node.target) not in keep:
             continue
         v = verdicts[node.name] = delegable(node)
         if not v.ok:
             decomposed[node.name] = (op_name(node.target), v.reason)
-    return KeepWholeDecisions(tuple(ops), MappingProxyType(verdicts), MappingProxyType(decomposed))
+            anchor = (node.meta.get("custom") or {}).get(FUSED_ANCHOR)
+            if anchor is not None:
+                undone[anchor] = v.reason
+    return KeepWholeDecisions(
+        tuple(ops), MappingProxyType(verdicts), MappingProxyType(decomposed), MappingProxyType(undone)
+    )
 
 
 @functools.lru_cache(maxsize=64)
