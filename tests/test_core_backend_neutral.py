@@ -33,6 +33,7 @@ ALLOWED = {
     ("_backend.py", "qnn"): "install hint / did-you-mean over first-party names",
     ("_backend.py", "samsung"): "install hint / did-you-mean over first-party names",
     ("_backend.py", "xnnpack"): "install hint / did-you-mean over first-party names",
+    ("_backend.py", "coreml"): "install hint / did-you-mean over first-party names",
     # wgpu's own vocabulary: "Vulkan" is the graphics API an adapter runs on
     ("_runtime/device.py", "vulkan"): "wgpu adapter backend type and driver install hint",
     # `edgeplug new-backend` templates: the executorch partitioners a new plugin may start from

@@ -129,5 +129,6 @@ def test_cli_quantize_errors_are_clear(cli):
     code, _, err = cli("lower", "mlp", "-b", BACKEND, "--quantize", "w4", "--dry-run")
     assert code == 2
     assert f"backend '{BACKEND}' has no quantization scheme 'w4'" in err and "8a8w" in err
+    assert "export" not in err and len(err.strip().splitlines()) == 1, err  # refused before the model runs
     code, _, err = cli("lower", "mlp", "-b", BACKEND, "--calibration", "x.py:y", "--dry-run")
     assert code == 2 and "--calibration needs --quantize" in err

@@ -25,9 +25,12 @@ from edgeplug._records import (
 R = TypeVar("R")
 
 #: Backends with a first-party plugin: only these get a `pip install` hint.
-FIRST_PARTY = ("qnn", "samsung", "vulkan", "webgpu", "xnnpack")
+FIRST_PARTY = ("coreml", "qnn", "samsung", "vulkan", "webgpu", "xnnpack")
 #: how to get a backend at all (the CLI says it too: the one place these names are spelled)
-INSTALL_HINT = "pip install edgeplug-xnnpack (or -vulkan, -webgpu, -qnn, -samsung)"
+INSTALL_HINT = (
+    "pip install edgeplug-xnnpack (or -vulkan, -webgpu, -qnn, -samsung, -coreml); from a checkout of "
+    "edgeplug: pip install ./ ./plugins/xnnpack"
+)
 
 
 @dataclass(frozen=True)

@@ -367,6 +367,11 @@ def _describe(job: Lowering) -> LoweringReport:
     )
     if p.stranded:
         report.notes.append(p.stranded_message())
+    if not parts and cpu:
+        report.notes.append(
+            f"nothing was delegated to backend {b.name!r}: all {len(cpu)} nodes run on the CPU "
+            "(each node's reason is listed with it)"
+        )
     job.result = LoweringResult(
         report=report, exported_program=job.ep, edge=job.edge, args=job.inputs.args, kwargs=job.inputs.kwargs,
         reference=job.reference, quantization=job.quantization,

@@ -59,10 +59,6 @@ def schemes(backend: Any) -> list[QuantScheme]:
     return [rec for _, rec in _contributions(name)]
 
 
-def _describe(schemes_: Sequence[QuantScheme]) -> str:
-    return "; ".join(f"{s.scheme} ({s.description})" for s in schemes_)
-
-
 def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
     """The record of ``scheme`` for ``backend``; a clear error naming the backend's schemes when there is none."""
     from edgeplug._plugins import backends, get_backend
@@ -87,7 +83,7 @@ def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise QuantizationError(
             f"backend {b.name!r} has no quantization scheme {scheme!r}{hint}; its schemes: "
-            f"{_describe([rec for _, rec in found])}"
+            f"{', '.join(names)} (`edgeplug plugins` describes each)"
         )
     return matches[0][1]
 

@@ -16,7 +16,7 @@ from edgeplug._errors import EdgeplugError
 from edgeplug._explorer import _model_explorer, explorer_command, write_explorer
 from edgeplug._outputs import check_output_paths, names_a_folder, write_file
 from edgeplug._plugins import get_backend, manager
-from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES, load_calibration, quantize
+from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES, load_calibration, quant_scheme, quantize
 from edgeplug._records import QuantScheme
 from edgeplug._report_html import is_html, load_report, stock_partitioning, write_report
 
@@ -90,6 +90,8 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
         raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
     if args.calibration_batches is not None and not args.quantize:
         raise EdgeplugError("--calibration-batches needs --quantize SCHEME (it caps the calibration data)")
+    if args.quantize:  # an unknown scheme is known before the model file runs
+        quant_scheme(backend, args.quantize)
     if args.calibration_batches is None:
         args.calibration_batches = DEFAULT_CALIBRATION_BATCHES
     default = _default_output(args.model, backend.name)

@@ -28,7 +28,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
             avail = f"no: {broken}" if broken else avail
         rows.append((name, b.distribution, b.version, b.spec.verify_method, avail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
+    for r in rows if specs else ():  # no backend: the error below, not an empty table
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
     kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
     if specs and (args.adapter or (kernels and not args.no_adapter)):

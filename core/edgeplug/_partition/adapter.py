@@ -219,7 +219,19 @@ class CorePartitioner(Partitioner):
 
         def explain(node: torch.fx.Node) -> Verdict:
             v = self._delegable(node, ctx, support) if check is not None else self._rules(node, ctx)
+            if not v and check is not None:
+                ruled = self._own_words(node, ctx)
+                if ruled is not None:
+                    return ruled
             return Verdict(False, unstated_reason(self.inner, node)) if v else v
+
+        # where the partitioner logged why it left a node, a plugin filter that refuses the node too says
+        # it in the backend's own words ("float64, so it stays on the CPU"), which say more ("invalid dtype")
+        for node in ep.graph_module.graph.nodes:
+            if node.name in logged:
+                ruled = self._own_words(node, ctx)
+                if ruled is not None:
+                    logged[node.name] = ruled.reason
 
         self._outcome, tags, specs = partition_graph(
             ep.graph_module,
@@ -233,6 +245,16 @@ class CorePartitioner(Partitioner):
             fused=self._fused,
         )
         return tags, specs
+
+    def _own_words(self, node: torch.fx.Node, ctx: FilterContext) -> Optional[Verdict]:
+        """The plugin filters' refusal of a node the partitioner already left, for its reason only (None: none)."""
+        if not self.backend.filters:
+            return None
+        try:
+            ruled = self._rules(node, ctx)
+        except Exception:  # asked about a node it was never shown: its answer explains nothing
+            return None
+        return None if ruled else ruled
 
     def stranded_message(self) -> str:
         lines = "; ".join(s.describe() for s in self.stranded)

@@ -366,3 +366,12 @@ def test_llm_custom_ops_are_delegated_or_named(edgeplug_backend):
     assert ep.graph_module.code == code, "the lowering changed the caller's program"
     again = edgeplug.lower(ep, args, edgeplug_backend, dry_run=True).report
     assert again.cpu_ops == report.cpu_ops, "a second lowering of the same program partitioned it differently"
+
+
+#: torch's, executorch's and their dependencies' deprecation notices, which every lowering prints and a
+#: plugin's author can do nothing about: the conformance tests ignore them (a plugin's own still show)
+_THEIRS = r"(torch|executorch|torchao|coremltools|copyreg)(\..*)?"
+for _name in __all__:
+    for _category in ("DeprecationWarning", "FutureWarning"):
+        globals()[_name] = pytest.mark.filterwarnings(f"ignore::{_category}:{_THEIRS}")(globals()[_name])
+del _name, _category

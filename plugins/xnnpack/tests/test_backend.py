@@ -48,6 +48,21 @@ def test_the_filter_refuses_float64_with_its_own_reason():
     assert "aten.sum.dim_IntList" not in report.delegated_ops
 
 
+def test_a_float64_model_says_nothing_was_delegated_and_why_in_float64_terms():
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)).double().eval()
+    report = edgeplug.lower(model, (torch.randn(2, 8, dtype=torch.float64),), "xnnpack", verify=True).report
+    assert report.partitions == [] and report.cpu_nodes and report.verification.passed
+    # XNNPACK's partitioner refuses these with "invalid dtype"; the plugin's filter says which dtype and why
+    for c in report.cpu_nodes:
+        if c.op in ("aten.addmm.default", "aten.gelu.default"):
+            assert "float64" in c.reason, (c.op, c.reason)
+    assert any(n.startswith("nothing was delegated to backend 'xnnpack'") for n in report.notes), report.notes
+    assert "note: nothing was delegated" in report.to_table()
+
+
 def test_the_filter_has_no_opinion_on_float32_nodes():
     import torch
 
