@@ -148,8 +148,10 @@ def test_a_partitioner_factory_that_raises_names_the_stage_and_plugin(cli, edgep
     code, stdout, stderr = cli("lower", "mlp", "-b", "faulty", "-o", out, "--report", tmp_path / "r.json")
     assert code == 2 and stdout == ""
     first = error_line(stderr)
-    assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'faulty'")
+    # refused before any work: the factory is called before the model is built or exported
+    assert first.startswith("edgeplug: error: the partitioner factory (BackendSpec.partitioner) of backend 'faulty'")
     assert "plugin 'faulty-plugin'" in first and "raised AttributeError: SM9999" in first
+    assert "[faulty] export" not in stderr
     assert out.read_bytes() == PREVIOUS and files_under(tmp_path) == ["m.pte"]
     assert_no_traceback(stderr)
 
@@ -173,7 +175,7 @@ def test_debug_shows_the_traceback_and_still_ends_in_one_error_line(cli, edgeplu
         code, _, stderr = cli("lower", "mlp", "-b", "faulty", "-q", *([flag] if flag else []))
         assert code == 2
         assert "Traceback (most recent call last)" in stderr and "AttributeError: SM9999" in stderr
-        assert stderr.strip().splitlines()[-1].startswith("edgeplug: error: stage 'to_edge'")
+        assert stderr.strip().splitlines()[-1].startswith("edgeplug: error: the partitioner factory")
 
 
 def test_a_pass_that_raises_names_its_plugin(cli, edgeplug_register, tmp_path):

@@ -246,17 +246,23 @@ def _edge_stage(job: Lowering) -> Any:
 
 
 def _make_partitioner(job: Lowering) -> Any:
+    return make_partitioner(job.backend, dry_run=job.dry_run)
+
+
+def make_partitioner(backend: Backend, dry_run: bool = False) -> Any:
+    """The backend's partitioner for one lowering; a factory that raises is a LoweringError naming the plugin
+    (the CLI calls this before any work, so such a backend fails in a second, not after export)."""
     from edgeplug._partition import CorePartitioner
 
     try:
-        return CorePartitioner(job.backend, dry_run=job.dry_run)
+        return CorePartitioner(backend, dry_run=dry_run)
     except EdgeplugError:
         raise
     except Exception as exc:
         from edgeplug._failures import first_line, root_cause
         from edgeplug._registry import plugin_location
 
-        b = job.backend
+        b = backend
         raise LoweringError(
             f"the partitioner factory (BackendSpec.partitioner) of backend {b.name!r}, from "
             f"{b.plugin.describe()}, raised {first_line(root_cause(exc))}{plugin_location(exc, b.plugin)}. Check the backend's "

@@ -86,6 +86,9 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
         refuse_verify_without_runtime(backend)
     if not args.dry_run:
         backend.require_available()
+    from edgeplug._pipeline import make_partitioner
+
+    make_partitioner(backend, dry_run=args.dry_run)  # a factory that raises (a missing SDK module) fails here
     if args.calibration and not args.quantize:
         raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
     if args.calibration_batches is not None and not args.quantize:
