@@ -201,6 +201,21 @@ def test_import_failure_is_reported_with_entry_point_distribution_and_opt_out(fi
     assert "uninstall edgeplug-fixture-broken" in msg
 
 
+def test_an_entry_point_naming_a_module_that_is_not_there_says_where_to_look(fixture_site):
+    fixture_site("good", "missing_module")
+    with pytest.warns(PluginWarning, match="missingmod"):
+        assert "tinycpu" in edgeplug.backends()
+    msg = _problem("missingmod")
+    assert "No module named 'edgeplug_fixture_missing_hooks'" in msg
+    assert "names a module that cannot be imported: check [project.entry-points.edgeplug]" in msg
+    assert "no frame of the plugin's code" not in msg
+    # a dependency the plugin's own module imports is not the entry point's fault: the frame is named instead
+    fixture_site("broken_import")
+    with pytest.warns(PluginWarning):
+        edgeplug.backends()
+    assert "check [project.entry-points.edgeplug]" not in _problem("brokenimport")
+
+
 def test_disabling_a_broken_plugin_silences_it(fixture_site, monkeypatch):
     fixture_site("good", "broken_import")
     monkeypatch.setenv("EDGEPLUG_DISABLE_PLUGINS", "brokenimport")

@@ -113,6 +113,13 @@ def raised_at(exc: BaseException, info: PluginInfo, plugin: object = None) -> st
         cur = cur.__cause__ or cur.__context__
     if info.registered:
         return f" (no frame of the plugin's code in the traceback; registered as {_package(info, plugin) or info.name!r})"
+    target = str(info.entry_point).split("=", 1)[-1].split(":", 1)[0].strip()
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing and target and (target == missing or target.startswith(missing + ".")):
+        return (
+            f" (its entry point '{info.entry_point}' names a module that cannot be imported: check "
+            "[project.entry-points.edgeplug] in the plugin's pyproject.toml, and that its package is installed)"
+        )
     return f" (no frame of the plugin's code in the traceback; its entry point is '{info.entry_point}')"
 
 
