@@ -343,7 +343,39 @@ def _source_transform(
     copied = timed("transform", apply)
     info.kept_float = kept_float
     ep = timed("export", lambda: torch.export.export(copied, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
+    info.rewrites = [*info.rewrites, *_drop_padding_idx_of_dequantized_embeddings(ep)]
     return timed("export passes", lambda: transform(ep, backend))
+
+
+def _drop_padding_idx_of_dequantized_embeddings(ep: Any) -> list[TransformRecord]:
+    """``embedding(dequantize_affine(...), ids, padding_idx)`` as ``embedding(dequantize_affine(...), ids)``.
+
+    ``padding_idx`` only stops a gradient; the forward is the same without it. Executorch's fusion of a
+    dequantized table and its embedding into ``quantized_decomposed.embedding_byte`` / ``_4bit`` matches
+    the two-argument form only, so with a padding index (Gemma, Phi-3 and OLMo2 declare one) the
+    dequantize was left on the CPU, where no kernel runs it ("Missing out variants").
+    """
+    import torch
+
+    from edgeplug._graph.ops import op_name
+
+    records = []
+    for node in ep.graph.nodes:
+        if op_name(node) != "aten.embedding.default" or len(node.args) < 3:
+            continue
+        table = node.args[0]
+        if not (isinstance(table, torch.fx.Node) and "dequantize_affine" in op_name(table)):
+            continue
+        padding = node.args[2]
+        node.args = node.args[:2]
+        records.append(TransformRecord(
+            transform="drop_embedding_padding_idx", kind="rewrite", node=node.name, op="aten.embedding.default",
+            removed=0, added=0,
+            detail=f"padding_idx={padding} dropped (it only stops a gradient) so the dequantized table fuses into executorch's quantized embedding",
+        ))
+    if records:
+        ep.graph_module.recompile()
+    return records
 
 
 def _group_size(config: Any) -> Optional[int]:

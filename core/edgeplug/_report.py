@@ -190,8 +190,10 @@ class QuantizationSummary(BaseModel):
             told = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
             lines.append(f"  norms recomposed before annotation: {len(self.norms)} ({told})")
             lines.extend(f"    {r.anchor}: {r.reason}" for r in self.norms if r.outcome == "rejected")
-        if self.rewrites:
-            lines.append(f"  no-op casts and metadata checks dropped before annotation: {len(self.rewrites)}")
+        casts = [r for r in self.rewrites if r.transform == "drop_no_op_casts"]
+        if casts:
+            lines.append(f"  no-op casts and metadata checks dropped before annotation: {len(casts)}")
+        lines.extend(f"  {r.node}: {r.detail}" for r in self.rewrites if r.transform != "drop_no_op_casts")
         if self.float_norms:
             lines.append(f"  norms whose arithmetic stayed float (no norm op on the backend): {len(self.float_norms)}")
         applied = [r for r in self.folds if r.outcome == "applied"]

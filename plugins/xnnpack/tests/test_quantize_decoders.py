@@ -183,3 +183,27 @@ def test_4_bit_embeddings_run_in_executorchs_quantized_kernel(llama):
     assert any("embedding_4bit" in op for op in ops) and not any("dequantize_affine" in op for op in ops)
     q = result.report.quantization
     assert q.versus_float[0] > 0 and 0.98 <= q.cosine_to_float[0] < 1.0
+
+
+class _PaddedTable(torch.nn.Module):
+    """An embedding with a padding index (Gemma, Phi-3 and OLMo2 declare one), then a projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(128, 64, padding_idx=0)
+        self.proj = torch.nn.Linear(64, 32)
+
+    def forward(self, ids):
+        return self.proj(self.table(ids))
+
+
+def test_an_embedding_with_a_padding_index_quantizes_into_executorchs_quantized_kernel():
+    torch.manual_seed(0)
+    model, inputs = _PaddedTable().eval(), (torch.tensor([[0, 5, 17, 127, 3]]),)
+    result = edgeplug.lower(edgeplug.quantize(model, inputs, "xnnpack", "e8"), inputs, "xnnpack", verify=True)
+    assert result.report.verification.passed  # the .pte ran; it failed at serialization ("Missing out variants")
+    ops = {str(n.target) for n in result.program.exported_program().graph.nodes}
+    assert any("embedding_byte" in op for op in ops) and not any("dequantize_affine" in op for op in ops)
+    (record,) = [r for r in result.report.quantization.rewrites if r.transform == "drop_embedding_padding_idx"]
+    assert "padding_idx=0 dropped" in record.detail
+    assert "padding_idx=0 dropped" in result.report.to_table()
