@@ -381,6 +381,19 @@ def _why_low(c: Cell) -> str:
     return f" ({'; '.join(seen)})" if seen else ""
 
 
+def _tried(cells: list[Cell], side: Any, error: Any) -> str:
+    """'lowers', 'fails at STAGE (first error)', or how many of each: one side of the cells of a borrowed scheme."""
+    ok = [c for c in cells if side(c).ok]
+    failed = [c for c in cells if not side(c).ok]
+    if not failed:
+        return "lowers" if len(cells) == 1 else f"lowers all {len(cells)}"
+    first = failed[0]
+    why = f"fails at {side(first).stage or 'lower'} ({_esc(error(first))[:200]})"
+    if not ok:
+        return why if len(cells) == 1 else f"{why} on all {len(cells)}"
+    return f"lowers {len(ok)} of {len(cells)}; {why} on {', '.join(c.label for c in failed)}"
+
+
 def quantized_targets(cells: list[Cell]) -> list[str]:
     """Issue 22's "done when" on the quantized cells, one line each: met or not, with the figures."""
     cells = [_settled(c) for c in cells if c.scheme != FLOAT]
@@ -391,11 +404,15 @@ def quantized_targets(cells: list[Cell]) -> list[str]:
     fails = [f"{c.label} {c.backend} {c.scheme} ({c.edgeplug.stage or 'cell'})" for c in cells if c not in ok]
     out.append(f"every cell of a scheme its backend offers lowers with edgeplug: {len(ok)} of {len(cells)}"
                + (f"; fails: {', '.join(fails)}" if fails else "") + f" — {'met' if not fails else 'not met'}")
+    tried: dict[tuple[str, str], list[Cell]] = {}
     for c in borrowed:
-        owner = c.scheme.partition("@")[2]
-        out.append(f"{c.backend} does not offer {owner}'s {c.scheme.partition('@')[0]}; tried on {c.label}: edgeplug "
-                   + ("lowers" if c.edgeplug.ok else f"fails at {c.edgeplug.stage or 'lower'} ({_esc(c.edgeplug.error or c.error)[:200]})")
-                   + ", stock " + (c.stock_absent or ("lowers" if c.stock.ok else f"fails at {c.stock.stage or 'lower'} ({_esc(c.stock.error)[:200]})")))
+        tried.setdefault((c.backend, c.scheme), []).append(c)
+    for (backend, scheme), cs in tried.items():
+        name, _, owner = scheme.partition("@")
+        out.append(f"{backend} does not offer {owner}'s {name}; tried on {', '.join(c.label for c in cs)}: edgeplug "
+                   + _tried(cs, lambda c: c.edgeplug, lambda c: c.edgeplug.error or c.error)
+                   + ", stock " + (cs[0].stock_absent if all(c.stock_absent for c in cs)
+                                   else _tried(cs, lambda c: c.stock, lambda c: c.stock.error)))
     stock_fails = [c for c in cells if not c.stock_absent and not c.stock.ok and c.stock.error]
     if stock_fails:
         by_stage: dict[str, list[str]] = {}

@@ -76,7 +76,11 @@ def test_the_quantized_section_names_stocks_failing_stage_and_the_targets():
     tried = Cell(model="llama", backend="vulkan", scheme="8da4w@xnnpack",
                  edgeplug=Side(error="LoweringError: in executorch's pass FusePatternsPass", stage="lower"),
                  stock=Side(ok=True, partitions=3))
-    cells = [both, failing, low, tried]
+    # a borrowed scheme tried on several models is one line, not one per model
+    on_qnn = [Cell(model=m, backend="qnn", scheme="8da4w@xnnpack", dry_run=True,
+                   edgeplug=Side(error="LoweringError: Missing out variants", stage="lower"),
+                   stock_absent="its SDK is absent here") for m in ("llama", "qwen3")]
+    cells = [both, failing, low, tried, *on_qnn]
     text = render_quantized(cells, "edgeplug zoo --schemes 8a8w,8da4w", 1, 60.0, layers=1)
     assert text.startswith(QUANTIZED_BEGIN) and text.rstrip().endswith(QUANTIZED_END)
     assert "**fails** at calibrate: IndexError" in text
@@ -93,6 +97,9 @@ def test_the_quantized_section_names_stocks_failing_stage_and_the_targets():
     assert lines[0].startswith("every cell of a scheme its backend offers lowers with edgeplug: 3 of 3")
     assert any(l.startswith("vulkan does not offer xnnpack's 8da4w; tried on llama: edgeplug fails at lower") and
                l.endswith("stock lowers") for l in lines)
+    [qnn] = [l for l in lines if l.startswith("qnn does not offer")]
+    assert qnn == ("qnn does not offer xnnpack's 8da4w; tried on llama, qwen3: edgeplug fails at lower "
+                   "(LoweringError: Missing out variants) on all 2, stock its SDK is absent here")
     assert "| llama | xnnpack | 8da4w | lowers | lowers | 2 / 1 vs 9 / 4 | 0.9940 / 0.9940 |" in text
     assert "| 78.2 vs 92.6 (0.84×) | 0.0330 (0.62×) |" in text
 
