@@ -36,7 +36,7 @@ class _Norms(torch.nn.Module):
 
 
 def _asks_per_node():
-    """The demo partitioner with a keep-whole check of its own (as XNNPACK's has) that refuses every norm."""
+    """The demo partitioner with a keep-whole check of its own (as many executorch partitioners have) that refuses every norm."""
     from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo
 
     class AsksPerNode(AddMulPartitionerDemo):

@@ -15,7 +15,7 @@ def test_qnn_with_an_unknown_soc_is_one_line_naming_the_factory_and_plugin(edgep
     code, stdout, stderr = edgeplug_cli("lower", "mlp", "-b", "qnn", "--dry-run", "-q")
     assert code == 2 and stdout == ""
     first = error_line(stderr)
-    assert first.startswith("edgeplug: error: stage 'to_edge': the partitioner factory (BackendSpec.partitioner) of backend 'qnn'")
+    assert first.startswith("edgeplug: error: the partitioner factory (BackendSpec.partitioner) of backend 'qnn'")
     assert "plugin 'qnn'" in first and "edgeplug-qnn" in first
     assert "raised ValueError: EDGEPLUG_QNN_SOC=SM9999 names no Qualcomm SoC ExecuTorch knows" in first
     assert_no_traceback(stderr)
