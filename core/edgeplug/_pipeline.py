@@ -245,10 +245,6 @@ def _edge_stage(job: Lowering) -> Any:
     return EdgeplugEdgeStage()
 
 
-def _make_partitioner(job: Lowering) -> Any:
-    return make_partitioner(job.backend, dry_run=job.dry_run)
-
-
 def make_partitioner(backend: Backend, dry_run: bool = False) -> Any:
     """The backend's partitioner for one lowering; a factory that raises is a LoweringError naming the plugin
     (the CLI calls this before any work, so such a backend fails in a second, not after export)."""
@@ -277,7 +273,7 @@ def _to_edge(job: Lowering) -> None:
     from edgeplug._weights import shared_weights_in_preprocess, spilled_weights, tag_external
 
     b = job.backend
-    job.partitioner = _make_partitioner(job)
+    job.partitioner = make_partitioner(b, dry_run=job.dry_run)
     if job.external_weights:
         tag_external(job.ep)
     # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
