@@ -206,9 +206,10 @@ def _export_passes(job: Lowering) -> None:
     if fusion_stage(policy) == "export":
         # export's metadata check after ``weight * x.to(dtype)`` is a second user of the normalised
         # tensor and hides the weight multiply from the matcher, which then sees a norm without a
-        # weight: a policy that keeps such norms decomposed (samsung) would reject a weighted norm.
-        # Dropped first for that policy only; qnn and coreml fuse the norms without it
-        if policy is not None and policy.weightless == "keep":
+        # weight: a policy whose op reads a weight tensor (samsung's ones for a weightless norm, or a
+        # policy keeping such norms decomposed) would fuse a weighted norm alone, or reject it.
+        # Dropped first for those policies only; qnn and coreml fuse the norms without it
+        if policy is not None and policy.weightless != "fuse":
             passes.append(core_pass("drop_no_op_casts", _drop_no_op_casts, stage="export"))
         passes.append(_fusion_pass(job, "export"))  # before to_edge: see fusion_stage
     done = run_passes(job.ep, passes, backend=job.backend, created=job.created_ops)

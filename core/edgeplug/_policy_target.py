@@ -44,6 +44,12 @@ class FusedOp:
     #: the schema takes None for "no weight"; otherwise a weight of ones is passed
     weight_optional: bool
 
+    @property
+    def unit_weight_is_ones(self) -> bool:
+        """A norm fused without a weight of its own gets a constant of ones: the schema requires a
+        weight, or the policy's kernel reads one whatever the schema says (``weightless="ones"``)."""
+        return not self.weight_optional or self.policy.weightless == "ones"
+
     def args(self, *, input: Any, dim: int, weight: Any, eps: float) -> tuple[Any, ...]:
         """The fused op's arguments, in the policy's order."""
         values = {"input": input, "normalized_shape": [dim], "weight": weight, "eps": eps}

@@ -211,9 +211,11 @@ class FusionPolicy(_Record):
     #: weight not of shape [D]): fuse the norm with a unit weight, keep the multiply.
     unit_weight_fallback: bool = True
     #: A norm with no weight at all: "fuse" it (None, or ones where the op's
-    #: weight is required), or "keep" it decomposed, for a kernel (and
-    #: quantizer) that reads the weight as a tensor whatever the schema says.
-    weightless: Literal["fuse", "keep"] = "fuse"
+    #: weight is required); fuse it with "ones", a constant of ones of shape
+    #: [D] in the norm's dtype, even where the schema takes None (also the unit
+    #: weight of a norm fused alone), for a kernel and quantizer that read the
+    #: weight as a tensor whatever the schema says; or "keep" it decomposed.
+    weightless: Literal["fuse", "ones", "keep"] = "fuse"
     #: The fused kernel accumulates in fp32 whatever the storage dtype.
     fp32_accumulation: bool = False
 

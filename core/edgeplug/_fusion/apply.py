@@ -203,13 +203,13 @@ class _WeightFolder:
     def _key(self, d: Decision) -> Optional[tuple]:
         if d.weight == "fold":
             return ("fold", *d.fold_key)
-        if d.weight in ("unit", "none") and not self.fused.weight_optional:
+        if d.weight in ("unit", "none") and self.fused.unit_weight_is_ones:
             return ("unit", d.match.dim, d.input_dtype)
         return None
 
     def unit_weight(self, d: Decision) -> Optional[Node]:
-        """The constant ``ones([D])`` in the norm's dtype (None where the op's weight is optional)."""
-        if self.fused.weight_optional:
+        """The constant ``ones([D])`` in the norm's dtype (None where the op takes None for no weight)."""
+        if not self.fused.unit_weight_is_ones:
             return None
         key = (d.match.dim, d.input_dtype)
         if key not in self.units:  # only a failed fold needs one the batch did not make

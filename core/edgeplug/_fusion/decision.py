@@ -8,12 +8,14 @@ rewrite will do:
 * ``weight="fold"``: the weight (viewed to ``[D]``, cast to the norm's dtype)
   is folded at AOT into a new constant (``folded_weight``);
 * ``weight="unit"``: the norm is fused with a unit weight (ones, or None
-  where the op's weight is optional) and the multiply after it stays
+  where the op's weight is optional and the policy's ``weightless`` is not
+  ``"ones"``) and the multiply after it stays
   (``fused_unit_weight``): a runtime scale, a scalar, a weight not of shape
   ``[D]``, rounding between the norm and the weight, a weight the policy
   does not fold;
-* ``weight="none"``: the norm has no weight at all (``fused``), or
-  ``rejected`` where the policy keeps weightless norms decomposed;
+* ``weight="none"``: the norm has no weight at all (``fused``, with a unit
+  weight as above), or ``rejected`` where the policy keeps weightless norms
+  decomposed;
 * ``outcome="rejected"``: nothing changes; ``reason`` says why.
 """
 

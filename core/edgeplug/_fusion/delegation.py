@@ -37,7 +37,7 @@ def delegation_veto(backend: Any, fused: FusedOp) -> Veto:
         if undone[0]:
             return undone[0]
         x = _input_value(d)
-        key = (x.dtype, tuple(str(s) for s in x.shape), d.weight in ("as_is", "fold") or not fused.weight_optional)
+        key = (x.dtype, tuple(str(s) for s in x.shape), d.weight in ("as_is", "fold") or fused.unit_weight_is_ones)
         if key not in answers:
             if not checks:
                 checks.append(support_check(backend, None))

@@ -20,6 +20,10 @@ The tests (``__all__``, what ``import *`` brings into a plugin's test module):
     Every op kept whole is an ``OpOverload`` that resolves in ``torch.ops``.
 ``test_fusion_policy``
     At most one policy per pattern; its target is a registered op taking the policy's arguments.
+``test_norms_without_a_weight_fuse``
+    The catalogue's norms with no weight (``rms_norm_cases``: no weight, the output also used,
+    ``F.rms_norm(x, shape)``) each become one fused op that computes what eager computes, unless the
+    policy keeps such norms decomposed (``weightless="keep"``).
 ``test_kernels_name_registered_ops``
     Every kernel's op is a registered operator once the backend's libraries load.
 ``test_filters_answer_within_their_contract``
@@ -49,6 +53,7 @@ __all__ = [
     "test_records_validate_and_name_a_backend",
     "test_skip_table_holds_real_operator_overloads",
     "test_fusion_policy",
+    "test_norms_without_a_weight_fuse",
     "test_kernels_name_registered_ops",
     "test_filters_answer_within_their_contract",
     "test_llama_lowers",
@@ -171,6 +176,45 @@ def test_fusion_policy(edgeplug_backend):
             check_policy(policy)  # runs the policy's load_target
         except PolicyTargetError as exc:
             raise AssertionError(f"fusion policy {policy.emits} of {edgeplug_backend.name!r}: {exc}") from None
+
+
+#: the catalogue's norms with no weight of their own (``edgeplug.testing.rms_norm_cases``)
+WEIGHTLESS = ("no_weight", "norm_output_also_used", "f_rms_norm_no_weight")
+
+
+def test_norms_without_a_weight_fuse(edgeplug_backend):
+    """Each norm with no weight becomes one fused op (its record not a rejection) matching eager."""
+    import torch
+
+    import edgeplug
+    from edgeplug._fusion import fusion_stage
+    from edgeplug.testing.rms_norm_cases import ACCEPTED, Bundle
+
+    policy = edgeplug_backend.fusion_policy("rms_norm")
+    if policy is None:
+        pytest.skip(f"backend {edgeplug_backend.name!r} declares no rms_norm fusion policy")
+    if policy.weightless == "keep":
+        pytest.skip(f"backend {edgeplug_backend.name!r} keeps norms without a weight decomposed (weightless='keep')")
+    edgeplug_backend.make_partitioner()  # may register the fused op
+    bundle = Bundle([c for c in ACCEPTED if c.name in WEIGHTLESS]).eval()
+    inputs = bundle.inputs()
+    if fusion_stage(policy) == "export":
+        with torch.no_grad():
+            ep = torch.export.export(bundle, inputs)
+    else:
+        ep = bundle.edge_program()
+    fused, records = edgeplug.fuse(ep, edgeplug_backend)
+    assert len(records) == len(bundle.cases), records
+    rejected = [r for r in records if r.outcome == "rejected"]
+    assert not rejected, f"{edgeplug_backend.name}: norms without a weight not fused: {rejected}"
+    ns, name = policy.target.split(".")[:2]
+    fused_ops = [n for n in fused.graph_module.graph.nodes if n.op == "call_function" and f"{ns}.{name}" in str(n.target)]
+    assert len(fused_ops) == len(bundle.cases), [str(n.target) for n in fused_ops]
+    with torch.no_grad():
+        want, got = bundle(*inputs), fused.module()(*inputs)
+    for case, w, g in zip(bundle.cases, want, got):
+        diff = (w - g).abs().max().item()
+        assert diff <= case.tolerance(), f"{edgeplug_backend.name} {case.name}: max |diff| {diff}"
 
 
 def test_kernels_name_registered_ops(edgeplug_backend):

@@ -128,6 +128,10 @@ def _w(m: CaseModule) -> torch.Tensor:
     return m.w
 
 
+def _also_used(normed: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return normed * w + normed  # a second user of the norm's output keeps the multiply out of the match
+
+
 #: every spelling of RMSNorm the core must fuse
 ACCEPTED: tuple[Case, ...] = (
     Case("rsqrt", lambda m, x: _norm(x) * m.w, weight_value=_w),
@@ -166,6 +170,9 @@ ACCEPTED: tuple[Case, ...] = (
     ),
     Case("f_rms_norm", lambda m, x: F.rms_norm(x, (D,), m.w, 1e-5), eps=1e-5, weight_value=_w),
     Case("no_weight", lambda m, x: _norm(x) + 1.0, weight=None),
+    # the norm's output feeds the weight multiply and something else: fused alone, the multiply stays
+    Case("norm_output_also_used", lambda m, x: _also_used(_norm(x), m.w), weight=None),
+    Case("f_rms_norm_no_weight", lambda m, x: F.rms_norm(x, (D,), eps=EPS), weight=None),
     Case("gemma_one_plus_w", lambda m, x: _norm(x) * (1.0 + m.dw), weight="computed", weight_value=lambda m: 1.0 + m.dw),
     Case("static_view", lambda m, x: _norm(x) * m.w.view(1, 1, D), weight="computed", weight_value=_w),
     Case("leading_ones_weight", lambda m, x: _norm(x) * m.w3d, weight="leaf", weight_value=lambda m: m.w3d.view(D)),
@@ -254,6 +261,7 @@ WHOLE: tuple[Case, ...] = (
         weight_value=lambda m: 1.0 + m.dw,
         whole=True,
     ),
+    Case("whole_no_weight", lambda m, x: F.rms_norm(x, (D,), eps=EPS), weight=None, whole=True),
     Case("whole_runtime_weight", lambda m, x, g: F.rms_norm(x, (D,), g, EPS), weight="runtime", extra=((D,),), whole=True),
     Case(
         "whole_two_axes",

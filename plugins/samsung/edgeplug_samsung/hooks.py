@@ -37,8 +37,9 @@ def edgeplug_fusion_policies():
         fold_computed_constants=True,
         unit_weight_fallback=True,
         # ENN's RMSNORM and EnnQuantizer's annotator read argument 2 as a tensor: a norm without
-        # a weight (Mamba's norms of B, C and dt) stays pow/mean/rsqrt/mul, no ones weight invented
-        weightless="keep",
+        # a weight of its own (Mamba's norms of B, C and dt, F.rms_norm(x, shape), a norm fused
+        # alone before a runtime scale) gets a constant ones([D]) in the norm's dtype, not None
+        weightless="ones",
         fp32_accumulation=False,
     )
 

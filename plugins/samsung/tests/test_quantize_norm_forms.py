@@ -8,9 +8,10 @@ input_edge to have type Tuple[Node, Node], but got: (None, rms_norm_default)". T
   ``aten._assert_tensor_metadata`` after each ``.to``, a second user of the normalised tensor, and the
   norm was recomposed without its weight. The asserts compute nothing and are dropped first
   (``drop_no_op_casts``).
-- a norm that has no weight (Mamba's norms of B, C and dt): Samsung's policy keeps it decomposed
-  (``weightless="keep"``), recorded as rejected with the reason, no ones weight invented, and a
-  weighted norm in the same block is still fused.
+- a norm that has no weight (Mamba's norms of B, C and dt), or whose output is also used beside its
+  weight multiply: Samsung's policy (``weightless="ones"``) fuses it with a constant of ones of the
+  norm's width, which the annotator quantizes like any weight, and a weighted norm in the same
+  block is still fused with its own weight.
 """
 
 from __future__ import annotations
@@ -57,7 +58,18 @@ class _WeightlessBlock(torch.nn.Module):
         return x + self.b(self.weight * _rms(h))
 
 
-BLOCKS = {"cast": _CastBlock, "weightless": _WeightlessBlock}
+class _AlsoUsedBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(1.0 + 0.2 * torch.randn(64))
+        self.a = torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, x):
+        h = _rms(x)
+        return x + self.a(self.weight * h + h)  # the norm's output is also used: its multiply stays
+
+
+BLOCKS = {"cast": _CastBlock, "weightless": _WeightlessBlock, "also_used": _AlsoUsedBlock}
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +105,26 @@ def test_a_cast_norm_is_recomposed_with_its_weight_and_prepares(quantized):
     assert not [n for n in q.program.graph.nodes if n.target is torch.ops.aten.mul.Tensor], "the weight multiply stayed"
 
 
-def test_the_weightless_norm_stays_decomposed_and_the_weighted_one_is_fused(quantized):
+def _norms(q):
+    return [n for n in q.program.graph.nodes if n.target is torch.ops.aten.rms_norm.default]
+
+
+def test_the_weightless_norm_is_fused_with_a_ones_weight_and_prepares(quantized):
     _, _, q = quantized("weightless")
-    outcomes = sorted((f.outcome, f.weight is None) for f in q.quantization.fusions)
-    assert outcomes == [("fused", False), ("rejected", True)], q.quantization.fusions
-    (rejected,) = [f for f in q.quantization.fusions if f.outcome == "rejected"]
-    assert "no weight" in rejected.reason and "samsung" in rejected.reason, rejected.reason
-    norms = [n for n in q.program.graph.nodes if n.target is torch.ops.aten.rms_norm.default]
-    assert len(norms) == 1 and isinstance(norms[0].args[2], torch.fx.Node), [n.args for n in norms]
-    assert any(n.target is torch.ops.aten.rsqrt.default for n in q.program.graph.nodes)
+    outcomes = sorted((f.outcome, "rms_norm_unit_weight_64" in (f.weight or "")) for f in q.quantization.fusions)
+    assert outcomes == [("fused", False), ("fused", True)], q.quantization.fusions
+    norms = _norms(q)
+    assert len(norms) == 2 and all(isinstance(n.args[2], torch.fx.Node) for n in norms), [n.args for n in norms]
+    assert not any(n.target is torch.ops.aten.rsqrt.default for n in q.program.graph.nodes)
+
+
+def test_the_output_also_used_norm_is_fused_with_a_ones_weight_and_its_multiply_stays(quantized):
+    _, _, q = quantized("also_used")
+    (fusion,) = q.quantization.fusions
+    assert fusion.outcome == "fused" and "rms_norm_unit_weight_64" in fusion.weight, fusion
+    (norm,) = _norms(q)
+    assert isinstance(norm.args[2], torch.fx.Node), norm.args
+    assert any(n.target is torch.ops.aten.mul.Tensor for n in q.program.graph.nodes), "the weight multiply went"
 
 
 def test_the_callers_program_keeps_its_asserts():
