@@ -122,12 +122,79 @@ def check_against_program(ep: Any, given: ExampleInputs, *, where: str = "edgepl
     except EdgeplugError:
         spec = None
     if spec == in_spec:
+        _check_tensor_types(ep, given, in_spec, where)
         return
+    detail = ""
+    takes = _program_inputs(ep, in_spec)
+    if takes is not None:  # the whole structure, and the leaves one has that the other lacks
+        want = {pytree.keystr(p) for p, _ in pytree.tree_flatten_with_path((takes.args, takes.kwargs))[0]}
+        have = {pytree.keystr(p) for p, _ in pytree.tree_flatten_with_path((given.args, given.kwargs))[0]}
+        diff = [f"missing {_path_words(p)}" for p in sorted(want - have)]
+        diff += [f"{_path_words(p)} is not one of its inputs" for p in sorted(have - want)]
+        detail = f". The program's inputs: {takes.describe()}" + (f"; {', '.join(diff)}" if diff else "")
     raise EdgeplugError(
         f"{where}: the ExportedProgram takes {expected}, but the example inputs are "
         f"{given.describe()}. Pass the inputs it was exported with (same positions, same keywords, same "
-        "nesting); keyword inputs go in kwargs"
+        f"nesting); keyword inputs go in kwargs{detail}"
     )
+
+
+def _path_words(keystr: str) -> str:
+    """``[0][1]['input_pos']`` (a path into ``(args, kwargs)``) -> ``args[1]['input_pos']``."""
+    head, rest = keystr[:3], keystr[3:]
+    return ("args" if head == "[0]" else "kwargs") + rest
+
+
+def _program_inputs(ep: Any, in_spec: Any) -> Optional[ExampleInputs]:
+    """What ``ep`` takes, as example inputs of its structure (its fake tensors and constants as leaves)."""
+    import torch.utils._pytree as pytree
+    from torch.export.graph_signature import TensorArgument
+
+    specs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    if len(specs) != in_spec.num_leaves:
+        return None
+    vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    leaves = [vals.get(s.arg.name) if isinstance(s.arg, TensorArgument) else getattr(s.arg, "value", None) for s in specs]
+    try:
+        args, kwargs = pytree.tree_unflatten(leaves, in_spec)
+    except (TypeError, ValueError):
+        return None
+    return ExampleInputs(tuple(args), dict(kwargs))
+
+
+def _check_tensor_types(ep: Any, given: ExampleInputs, in_spec: Any, where: str) -> None:
+    """Refuse a tensor input whose dtype, rank or static size is not the one ``ep`` was exported with: the
+    structure alone passes an int32 ``input_pos`` where the program takes int64, which executorch's
+    runtime then refuses without saying which input (``0x12``, InvalidArgument)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    leaves = pytree.tree_flatten_with_path(_ordered(given, in_spec))[0]
+    if len(names) != len(leaves):
+        return
+    vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    for name, (path, leaf) in zip(names, leaves):
+        want = vals.get(name)
+        if not isinstance(leaf, torch.Tensor) or not isinstance(want, torch.Tensor):
+            continue
+        static = [(d, int(w)) for d, w in enumerate(want.shape) if isinstance(w, int)]
+        bad_size = [(d, w) for d, w in static if leaf.dim() == want.dim() and leaf.shape[d] != w]
+        if leaf.dtype == want.dtype and leaf.dim() == want.dim() and not bad_size:
+            continue
+        if leaf.dtype != want.dtype:
+            what = f"dtype {str(leaf.dtype).replace('torch.', '')}, not {str(want.dtype).replace('torch.', '')}"
+        elif leaf.dim() != want.dim():
+            what = f"{leaf.dim()} dimensions, not {want.dim()}"
+        else:
+            what = f"size {leaf.shape[bad_size[0][0]]} at dimension {bad_size[0][0]}, not {bad_size[0][1]}"
+        label = "args" + pytree.keystr(path[1:]) if path[0].idx == 0 else "kwargs" + pytree.keystr(path[1:])
+        shown = ", ".join(str(w) for w in want.shape)
+        raise EdgeplugError(
+            f"{where}: {label} has {what}: the ExportedProgram's input {name!r} is "
+            f"Tensor({shown}; {str(want.dtype).replace('torch.', '')}). Pass inputs of the dtypes and sizes it "
+            "was exported with (its .pte refuses others at run time)"
+        )
 
 
 def inputs_for(source: Any, args: Any, kwargs: Any, dynamic_shapes: Any, *, where: str) -> ExampleInputs:

@@ -35,6 +35,7 @@ from edgeplug._errors import EdgeplugError, LoweringError
 from edgeplug._failures import edgeplug_cause, name_the_plugin, stage_failure
 from edgeplug._fusion import fusion_stage, resolve_target
 from edgeplug._graph import PassResult, run_passes
+from edgeplug._graph.cache_writes import values_at_indexed_shape
 from edgeplug._graph.fold import fold_constant_subgraphs
 from edgeplug._graph.names import copy_exported_program
 from edgeplug._graph.ops import op_name
@@ -298,8 +299,13 @@ def _to_edge(job: Lowering) -> None:
 def _serialize(job: Lowering) -> None:
     from edgeplug._weights import serialized_size, spilled_weights
 
+    ep = job.edge.exported_program()
+    # executorch's in-place index_put_ takes values of the indexed shape only (cache[:, :, pos] = k drops k's
+    # leading 1s): they get them back, or, where a write's values broadcast, every write stays functional
+    in_place, records = values_at_indexed_shape(ep)
+    job.report.transforms.extend(records)
     with spilled_weights(job.external_weights):
-        program = job.edge.to_executorch(_executorch_config(job.edge.exported_program(), job.external_weights))
+        program = job.edge.to_executorch(_executorch_config(ep, job.external_weights, in_place=in_place))
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
         job.result.program, job.result.pte_bytes = program, serialized_size(program)
 
@@ -504,15 +510,18 @@ def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_
     return inputs_for(source, args, kwargs, dynamic_shapes, where="edgeplug.lower")
 
 
-def _executorch_config(ep: ExportedProgram, external_weights: bool = False) -> Any:
+def _executorch_config(ep: ExportedProgram, external_weights: bool = False, in_place: bool = True) -> Any:
     """``to_executorch``'s config: executorch's quantized-op fusion where torchao's dequantize is left on the
     CPU (a weight-only embedding: dequantize + embedding become ``quantized_decomposed.embedding_4bit``,
     which executorch's quantized kernels run; torchao's dequantize has no kernel); with external weights,
-    the parameters left on the CPU go to the delegates' data file (``edgeplug._weights``); else the default."""
+    the parameters left on the CPU go to the delegates' data file (``edgeplug._weights``); else the default.
+    ``in_place``: whether executorch's in-place index_put_ takes every cache write (``values_at_indexed_shape``)."""
     fuse = any(n.op == "call_function" and "torchao.dequantize_affine" in str(n.target) for n in ep.graph.nodes)
     # a cache write left on the CPU (index_put on a mutable buffer) is made in place by executorch's reinplace
     # pass: the functional op copied the whole cache to a new tensor and the write-back copied it again, per step
-    reinplace = any(n.op == "call_function" and "aten.index_put.default" in str(n.target) for n in ep.graph.nodes)
+    reinplace = in_place and any(
+        n.op == "call_function" and "aten.index_put.default" in str(n.target) for n in ep.graph.nodes
+    )
     if not fuse and not external_weights and not reinplace:
         return None
     from executorch.exir import ExecutorchBackendConfig

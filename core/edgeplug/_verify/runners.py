@@ -39,7 +39,10 @@ _RUNTIME_ERRORS = {
     0x14: "OperatorMissing: an op of the program has no kernel in the runtime executorch's Python "
     "package links (its log above says which: 'Missing operator'); the .pte may still run on a "
     "runtime built with that kernel",
-    0x12: "InvalidArgument: the inputs do not match what the program expects",
+    # an input the program does not take, or an op's arguments its kernel refuses (an in-place index_put_
+    # given broadcast values): the runtime's log above says which
+    0x12: "InvalidArgument: an input, or the arguments of an op at run time, are not what the program or the "
+    "op's kernel takes (its log above says which)",
     0x23: "InvalidProgram: the runtime could not read the program",
     0x30: "DelegateInvalidCompatibility: a delegate's payload is not one this runtime's backend reads",
 }
