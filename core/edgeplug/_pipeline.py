@@ -100,6 +100,8 @@ class Lowering:
     quantization: Optional[QuantizationInfo] = None
     #: the weights go into a .ptd beside the .pte (``edgeplug._weights``)
     external_weights: bool = False
+    #: greedy tokens ``verify`` generates and compares token for token (a program with a KV cache), or None
+    verify_steps: Optional[int] = None
     #: ``torch.export``'s dynamic_shapes for a module source
     dynamic_shapes: Any = None
     ep: Optional[ExportedProgram] = None
@@ -311,7 +313,7 @@ def _serialize(job: Lowering) -> None:
 
 
 def _verify(job: Lowering) -> None:
-    job.report.verification = verify(job.result, job.backend, tolerance=job.tolerance)
+    job.report.verification = verify(job.result, job.backend, tolerance=job.tolerance, verify_steps=job.verify_steps)
 
 
 @dataclass(frozen=True)
@@ -417,6 +419,7 @@ def lower(
     model_name: Optional[str] = None,
     progress: Optional[Progress] = None,
     tolerance: Optional[float] = None,
+    verify_steps: Optional[int] = None,
     external_weights: bool = False,
     profile_memory: bool = False,
 ) -> LoweringResult:
@@ -435,7 +438,12 @@ def lower(
     would be delegated. With ``verify`` the lowered program is executed and
     compared against eager (``tolerance``: the max |difference| accepted;
     default by output dtype); ``report.verification.passed`` says whether it
-    held. The caller's model, program and inputs are left as they were;
+    held. With ``verify_steps=N`` as well, a program that keeps a KV cache
+    generates ``N`` tokens greedily from the example prompt (prefill, then
+    one-token decode steps of the loaded ``.pte``), compared token for token
+    with eager (the quantized model where quantized):
+    ``report.verification.greedy`` names the first step that differs and
+    eager's logit margin there. The caller's model, program and inputs are left as they were;
     the lowering shares their weights and never copies them.
 
     With ``external_weights`` the weights go into a ``.ptd`` that ``save``
@@ -449,6 +457,12 @@ def lower(
         model_or_ep = model_or_ep.program
     given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
     b = resolve_backend(backend)
+    if verify_steps is not None and not verify:
+        raise EdgeplugError(
+            f"verify_steps={verify_steps!r} is a mode of verification: pass verify=True as well (--verify); nothing was done"
+        )
+    if verify_steps is not None and (isinstance(verify_steps, bool) or not isinstance(verify_steps, int) or verify_steps < 1):
+        raise EdgeplugError(f"verify_steps must be a whole number >= 1 (tokens to generate), not {verify_steps!r}; nothing was done")
     if verify and not dry_run:
         refuse_verify_without_runtime(b)
     if not dry_run:
@@ -466,6 +480,7 @@ def lower(
         external_weights=external_weights,
         dry_run=dry_run,
         verify=verify,
+        verify_steps=verify_steps,
         tolerance=check_tolerance(tolerance),
         label=model_name or type(model_or_ep).__name__,
         quantization=quantization,

@@ -112,6 +112,54 @@ class OutputCheck(BaseModel):
         return self.name or f"output {self.output}"
 
 
+class GreedyCheck(BaseModel):
+    """Greedy generation through the lowered program against eager (``verify_steps``): the token ids of
+    each, the first step where they differ, and eager's logit margin (top-1 minus top-2) there.
+
+    Step 0 is the token the prefill call gives; step k the k-th one-token decode step. A difference
+    passes only as a near-tie: the two sides' logits at that step (same tokens before it) within the
+    verification's tolerance, and the margin no larger than twice their largest difference.
+    """
+
+    #: tokens asked for
+    steps: int
+    #: the example prompt's length (the prefill call's tokens)
+    prompt_tokens: int = 0
+    #: what the ids are compared with: "eager", or "the quantized model"
+    reference: str = "eager"
+    lowered_ids: list[int] = Field(default_factory=list)
+    reference_ids: list[int] = Field(default_factory=list)
+    #: the first step whose ids differ, or None
+    first_difference: Optional[int] = None
+    #: eager's top-1 minus top-2 logit at ``first_difference``
+    margin: Optional[float] = None
+    #: max |lowered - eager| of the logits at ``first_difference``
+    logits_max_abs_diff: Optional[float] = None
+    #: the difference is a near-tie broken by rounding (see the class docstring)
+    tie: bool = False
+    #: whether all ``steps`` tokens were generated on both sides
+    ran: bool = False
+    #: why generation did not run or stopped (the check then fails)
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.ran and (self.first_difference is None or self.tie)
+
+    def summary(self) -> str:
+        if not self.ran:
+            return f"greedy {self.steps} tokens: not checked: {self.reason}"
+        head = f"greedy {self.steps} tokens after a {self.prompt_tokens}-token prompt vs {self.reference}"
+        if self.first_difference is None:
+            return f"{head}: all {self.steps} ids agree"
+        verdict = "a near-tie broken differently" if self.tie else "FAILED"
+        return (
+            f"{head}: first differs at step {self.first_difference} (.pte {self.lowered_ids[self.first_difference]}, "
+            f"{self.reference} {self.reference_ids[self.first_difference]}), margin {self.margin:.4g}, "
+            f"logits max |difference| there {self.logits_max_abs_diff:.3g}: {verdict}"
+        )
+
+
 class Verification(BaseModel):
     """``edgeplug.verify``'s answer: each output of the lowered program compared with eager."""
 
@@ -119,6 +167,8 @@ class Verification(BaseModel):
     adapter: Optional[str] = None
     outputs: list[OutputCheck] = Field(default_factory=list)
     note: str = ""
+    #: greedy generation compared token for token (``verify_steps``), where asked for
+    greedy: Optional[GreedyCheck] = None
 
     @property
     def max_abs_diff(self) -> float:
@@ -126,11 +176,14 @@ class Verification(BaseModel):
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs)
+        return all(o.passed for o in self.outputs) and (self.greedy is None or self.greedy.passed)
 
     def failures(self) -> list[str]:
-        """One line per failing output: what it is and why it fails."""
-        return [f"{o.label}: {'; '.join(o.problems)}" for o in self.outputs if o.problems]
+        """One line per failing output: what it is and why it fails (and the greedy check's, where it fails)."""
+        lines = [f"{o.label}: {'; '.join(o.problems)}" for o in self.outputs if o.problems]
+        if self.greedy is not None and not self.greedy.passed:
+            lines.append(self.greedy.summary())
+        return lines
 
 
 class QuantizationSummary(BaseModel):
@@ -340,6 +393,8 @@ class LoweringReport(BaseModel):
                 add(f"  {o.label} {tuple(o.shape)}: {o.max_abs_diff:.3e}{tol}{verdict}")
             if v.note:
                 add(f"  note: {v.note}")
+            if v.greedy is not None:
+                add(f"  {v.greedy.summary()}")
         add("")
         if self.output_path:
             add(f"wrote {self.output_path} ({self.output_bytes:,} bytes)")

@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="max |difference| --verify accepts, a finite number >= 0 (default: by output dtype, "
         "1e-4 for fp32, a few ulps of the output's magnitude for fp16/bf16)",
     )
+    lo.add_argument(
+        "--verify-steps", type=positive_int_arg, default=None, metavar="N",
+        help="with --verify (implied), for a decoder with a KV cache: generate N tokens greedily from the "
+        "example prompt through the .pte (prefill, then one-token decode steps) and through eager (the "
+        "quantized model where quantized); fails naming the first step that differs and eager's logit "
+        "margin there, unless it is a near-tie",
+    )
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
     lo.add_argument(
         "--external-weights", action="store_true",

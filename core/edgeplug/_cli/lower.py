@@ -173,6 +173,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_lower(args: argparse.Namespace) -> int:
     from edgeplug._pipeline import lower  # torch, executorch: only when lowering
 
+    if args.verify_steps is not None:  # a mode of --verify: it implies it
+        args.verify = True
     start = time.perf_counter()
 
     def progress(msg: str) -> None:
@@ -192,7 +194,7 @@ def cmd_lower(args: argparse.Namespace) -> int:
         )
     result = lower(
         model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
-        progress=progress, tolerance=args.tolerance, external_weights=args.external_weights,
+        progress=progress, tolerance=args.tolerance, verify_steps=args.verify_steps, external_weights=args.external_weights,
         profile_memory=args.profile_memory,
     )
     report, v = result.report, result.report.verification

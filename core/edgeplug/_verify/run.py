@@ -10,10 +10,11 @@ import torch
 from edgeplug._backend import Backend
 from edgeplug._errors import VerificationError
 from edgeplug._quantized import is_quantized
-from edgeplug._report import Verification
+from edgeplug._report import GreedyCheck, Verification
 from edgeplug._result import LoweringResult
 from edgeplug._stages import resolve_backend
 from edgeplug._verify.compare import compare_outputs
+from edgeplug._verify.greedy import greedy_check
 from edgeplug._verify.quantized import verify_quantized
 from edgeplug._verify.runners import run_program
 from edgeplug._verify.steps import buffers_the_pte_starts_at_zero, compare_steps, decode_steps, steps_note
@@ -60,7 +61,7 @@ def _quantized(result: LoweringResult) -> bool:
 
 def verify(
     result: LoweringResult, backend: str | Backend, *, tolerance: Optional[float] = None,
-    reference: Optional[Sequence[torch.Tensor]] = None,
+    reference: Optional[Sequence[torch.Tensor]] = None, verify_steps: Optional[int] = None,
 ) -> Verification:
     """``edgeplug.verify``: run the lowered program and compare each output with eager.
 
@@ -69,10 +70,17 @@ def verify(
     (default by output dtype; see ``edgeplug._verify.compare``); ``reference``
     replaces eager's outputs (e.g. a quantized model's). NaN and infinities
     are compared by position. ``Verification.passed`` says whether it held.
+
+    With ``verify_steps`` (a program that keeps a KV cache), that many tokens are also
+    generated greedily through the loaded ``.pte`` and through eager (the
+    quantized model where quantized), and compared token for token:
+    ``Verification.greedy`` (``edgeplug._verify.greedy``).
     """
     backend = resolve_backend(backend)
+    if verify_steps is not None and (isinstance(verify_steps, bool) or not isinstance(verify_steps, int) or verify_steps < 1):
+        raise VerificationError(f"verify_steps must be a whole number >= 1 (tokens to generate), not {verify_steps!r}")
     if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
-        return verify_quantized(result, backend, tolerance)
+        return _with_greedy(verify_quantized(result, backend, tolerance), result, backend, verify_steps, tolerance)
     if reference is None and result.reference is None:
         raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
     method = backend.spec.verify_method
@@ -108,5 +116,24 @@ def verify(
     if steps:
         checks += compare_steps(steps, run.steps, tolerance)
     note = "; ".join(x for x in notes if x)
-    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)
+    v = Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)
+    return _with_greedy(v, result, backend, verify_steps, tolerance)
+
+
+def _with_greedy(
+    v: Verification, result: LoweringResult, backend: Backend, steps: Optional[int], tolerance: Optional[float],
+) -> Verification:
+    """``v`` with the greedy check of ``steps`` tokens, where asked for; its logits are held to the tolerance
+    the example call's logits were (the quantized path's, in steps of the output scale)."""
+    if steps is None:
+        return v
+    if backend.spec.verify_method != "pte":
+        v.greedy = GreedyCheck(
+            steps=steps, reason=f"greedy generation runs the .pte in executorch's runtime; backend {backend.name!r} "
+            f"verifies with {backend.spec.verify_method!r}",
+        )
+        return v
+    logits = next((o for o in v.outputs if len(o.shape) >= 2 and o.tolerance is not None), None)
+    v.greedy = greedy_check(result, steps, tolerance if tolerance is not None else (logits.tolerance if logits else None))
+    return v
 
