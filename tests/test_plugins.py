@@ -284,8 +284,9 @@ def test_api_version_refusal_says_which_versions_are_supported(fixture_site):
         assert "future" not in edgeplug.backends()
     msg = _problem("future")
     assert "distribution edgeplug-fixture-future 3.0.0" in msg
-    assert "plugin API version 2 is not supported by this edgeplug (supported: 1)" in msg
-    assert "install a plugin release built for this core, or upgrade edgeplug" in msg
+    assert msg.count("\n") == 0  # one line
+    assert "it wants plugin API 2 (BackendSpec.api_version), this edgeplug speaks plugin API 1 (edgeplug 0.1)" in msg
+    assert "upgrade edgeplug to 0.2 or later, or install a release of the plugin built for API 1" in msg
 
 
 def test_every_other_backend_keeps_working_when_plugins_are_broken(fixture_site):

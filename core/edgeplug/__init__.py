@@ -79,6 +79,10 @@ from edgeplug._records import (
 
 __version__ = "0.1.0"
 
+from edgeplug import _api as _plugin_api  # noqa: E402
+
+_plugin_api.install_old_paths()  # the previous API's module paths (edgeplug.partition, ...): warned, then refused
+
 _LAZY = {
     "backends": ("edgeplug._plugins", "backends"),
     "get_backend": ("edgeplug._plugins", "get_backend"),

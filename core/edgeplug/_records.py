@@ -25,9 +25,9 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-#: Plugin API versions this core accepts in ``BackendSpec.api_version``.
-API_VERSION = 1
-SUPPORTED_API_VERSIONS = (1,)
+#: The plugin API version this core speaks (``BackendSpec.api_version``); the
+#: registry checks the API a plugin wants and the renames it uses (``edgeplug._api``).
+from edgeplug._api import API_VERSION
 
 #: How ``edgeplug.verify`` runs a backend's lowered programs (``BackendSpec.verify_method``).
 VerifyMethod = Literal["pte", "kernels", "none"]
@@ -120,15 +120,34 @@ class BackendSpec(_Record):
     #: ``.pte``. False: the backend refuses external weights before any work.
     external_weights: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        # a keyword of the previous plugin API (edgeplug._api.RENAMES): warned, or refused naming the new one
+        if not isinstance(data, dict):
+            return data
+        from edgeplug import _api
+
+        for old, rename in _api.field_renames("BackendSpec").items():
+            if old not in data:
+                continue
+            new = _api.new_field_name(rename)
+            if new in data:
+                raise ValueError(f"give {new} only ({old} is its old name: {rename.sentence()})")
+            try:
+                _api.used(rename.old)
+            except _api.RemovedSpelling as exc:  # outside a plugin's loading: the record is invalid
+                raise ValueError(str(exc)) from None
+            data = {**data, new: data[old]}
+            del data[old]
+        return data
+
     @field_validator("api_version")
     @classmethod
     def _check_api(cls, v: int) -> int:
-        if v not in SUPPORTED_API_VERSIONS:
-            raise ValueError(
-                f"plugin API version {v} is not supported by this edgeplug "
-                f"(supported: {', '.join(map(str, SUPPORTED_API_VERSIONS))}); "
-                "install a plugin release built for this core, or upgrade edgeplug"
-            )
+        # which versions load is the registry's to say, in one line naming the plugin (edgeplug._api.refusal)
+        if v < 0:
+            raise ValueError(f"plugin API version {v} is not a version (they count from 0; this core speaks {API_VERSION})")
         return v
 
 

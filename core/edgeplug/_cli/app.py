@@ -144,6 +144,10 @@ def _quiet_dependencies() -> None:
 
     for category in (FutureWarning, DeprecationWarning, UserWarning):
         warnings.filterwarnings("ignore", category=category)
+    from edgeplug._api import PluginApiDeprecationWarning
+
+    # not a library's chatter: a plugin's old spelling, named with its new one, for its author to see
+    warnings.filterwarnings("default", category=PluginApiDeprecationWarning)
     import torch  # noqa: F401  (torch configures its loggers on import; adjust after)
 
     for name in ("torchao", "torch", "executorch"):

@@ -13,6 +13,7 @@ from edgeplug._cli.common import err
 from edgeplug._plugins import manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
 from edgeplug._scaffold import write
+from edgeplug import _api
 from edgeplug.examples import list_examples
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -99,6 +100,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                 "plugin": s.plugin.name, "distribution": s.plugin.distribution, "version": s.plugin.version,
                 "entry_point": s.plugin.entry_point, "status": s.status, "reason": s.reason,
                 "contributes": s.contributes, "trouble": s.trouble,
+                "api_version": s.api_version, "deprecated": list(s.deprecated),
             }
             for s in found
         ], indent=2))
@@ -111,6 +113,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(f"{s.plugin.name}: {s.plugin.distribution} {s.plugin.version}".rstrip())
         print(f"  entry point  {s.plugin.entry_point}")
         print(f"  status       {status}")
+        if s.api_version is not None:
+            print(f"  plugin API   {s.api_version}" + (f" (this edgeplug speaks {_api.current})" if s.api_version != _api.current else ""))
+        for sentence in s.deprecated:
+            print(f"  deprecated   {sentence}")
         for backend, what in sorted(s.contributes.items()):
             print(f"  adds to backend {backend!r}" + (f" ({s.trouble[backend]})" if backend in s.trouble else ""))
             for phrase in what:

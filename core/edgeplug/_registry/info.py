@@ -172,6 +172,8 @@ class Loaded:
     unclaimed: list[UnclaimedRecord] = field(default_factory=list)
     #: backend name -> its passes in run order
     pass_order: dict[str, tuple[PassSpec, ...]] = field(default_factory=dict)
+    #: loaded plugin -> (the plugin API it was written for, the old spellings it uses: ``edgeplug._api.Rename``)
+    api: dict[PluginInfo, tuple[int, list[Any]]] = field(default_factory=dict)
 
 
 def normalize_name(name: str) -> str:

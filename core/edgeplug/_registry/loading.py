@@ -17,6 +17,7 @@ from typing import Any, Optional
 import pluggy
 from pydantic import BaseModel, ValidationError
 
+from edgeplug import _api
 from edgeplug import _hookspecs as hookspecs
 from edgeplug._records import HOOK_RECORDS
 from edgeplug._registry.info import (
@@ -276,9 +277,17 @@ def unmarked_hook(plugin: object, pm: pluggy.PluginManager) -> Optional[str]:
     return None
 
 
+def _old_hookspecs() -> type:
+    """Hook specs under the previous API's hook names (``edgeplug._api.RENAMES``), so a plugin's old
+    hook registers; ``collect`` calls it as the new hook (deprecated) or notes it (removed)."""
+    marker = pluggy.HookspecMarker(hookspecs.PROJECT)
+    return type("OldHooks", (), {old: staticmethod(marker(lambda: None)) for old in _api.hook_renames()})
+
+
 def collect(plugin: object, info: PluginInfo) -> tuple[list[BaseModel], Optional[PluginProblem]]:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
+    pm.add_hookspecs(_old_hookspecs())
     try:
         pm.register(plugin, name=info.name)
         pm.check_pending()  # a misspelt hook would otherwise be ignored silently
@@ -291,10 +300,13 @@ def collect(plugin: object, info: PluginInfo) -> tuple[list[BaseModel], Optional
     if unmarked is not None:
         return [], PluginProblem(info, "registration", unmarked)
     out: list[BaseModel] = []
-    for hook, record_type in HOOK_RECORDS.items():
+    old_hooks = [(old, r) for old, r in _api.hook_renames().items()]
+    for hook, record_type in [*HOOK_RECORDS.items(), *((old, HOOK_RECORDS[r.new]) for old, r in old_hooks)]:
         caller = getattr(pm.hook, hook, None)
         for impl in caller.get_hookimpls() if caller is not None else ():
             stage = f"hook {hook}"
+            if hook not in HOOK_RECORDS:
+                _api.used(hook)  # the previous API's name of a hook: warned (its records count) or noted
             try:
                 with time_limit(_hook_seconds(), f"{hook} of {info.describe()}"):
                     result = impl.function()
@@ -427,16 +439,26 @@ def load(
         candidates.append((obj, info, False))
 
     for obj, info, is_ep in candidates:
-        if is_ep:
-            try:
-                obj = obj.load()
-            except Exception as exc:  # a broken plugin must not break the others
-                state.problems.append(PluginProblem(info, "import", failure(exc, info)))
-                continue
-        records, problem = collect(obj, info)
+        with _api.watching(info) as usage:  # the previous API's spellings it imports or writes
+            if is_ep:
+                try:
+                    obj = obj.load()
+                except Exception as exc:  # a broken plugin must not break the others
+                    state.problems.append(PluginProblem(info, "import", failure(exc, info)))
+                    continue
+            records, problem = collect(obj, info)
         if problem is not None:
             state.problems.append(problem)
             continue
+        wanted, where = _api.wanted_api(info, records)
+        refused = [_api.refusal(wanted, where) if wanted is not None else None]
+        if usage.removed:  # each replacement named, with or without a version refusal
+            refused.append(_api.removed_message(usage))
+        refused = "; ".join(r for r in refused if r)
+        if refused:
+            state.problems.append(PluginProblem(info, "the plugin API check", refused))
+            continue
+        state.api[info] = (wanted if wanted is not None else _api.current, usage.deprecated)
         state.plugins.append(info)
         state.contributions.extend(Contribution(info, r) for r in records)
     return state

@@ -146,6 +146,10 @@ class PluginSummary:
     contributes: dict[str, list[str]] = field(default_factory=dict)
     #: backend -> why the backend is unavailable (a conflict) or its records ignored
     trouble: dict[str, str] = field(default_factory=dict)
+    #: the plugin API it was written for (None: broken or blocked before it was read)
+    api_version: Optional[int] = None
+    #: the old spellings it uses, each saying its new spelling and when the old one goes
+    deprecated: tuple[str, ...] = ()
 
 
 def describe_record(record: Any) -> str:
@@ -193,7 +197,8 @@ def summaries(manager: PluginManager) -> list[PluginSummary]:
                 backend = u.contribution.record.backend
                 contributes.setdefault(backend, []).append(describe_record(u.contribution.record))
                 trouble[backend] = "ignored: " + u.message
-        out.append(PluginSummary(info, "loaded", "", contributes, trouble))
+        api, old = state.api.get(info, (None, []))
+        out.append(PluginSummary(info, "loaded", "", contributes, trouble, api, tuple(r.sentence() for r in old)))
     for problem in state.problems:
         out.append(PluginSummary(problem.plugin, "broken", f"failed at {problem.stage}: {problem.cause}"))
     for info, why in state.skipped:
