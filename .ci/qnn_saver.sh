@@ -2,7 +2,7 @@
 # QNN for real without a device: fetch the onnxruntime-qnn wheel (Qualcomm's
 # x86-64 QNN libraries), lay them out as a QNN SDK folder in a temporary
 # directory, and run the qnn plugin's saver-mode tests against them
-# (plugins/qnn/tests/test_saver.py): every partition through ExecuTorch's QNN op
+# (plugins/qnn/tests/test_saver.py, test_saver_cli.py): every partition through ExecuTorch's QNN op
 # builders and Qualcomm's QNN interface, recorded by QNN's saver backend.
 #
 # Fails (never skips) when the layout step fails or the libraries do not load.
@@ -45,4 +45,4 @@ export EDGEPLUG_QNN_SAVER_DIR="$work/saver"
 export EDGEPLUG_QNN_SAVER_REQUIRED=1  # the tests fail instead of skipping if the libraries do not load
 mkdir -p "$EDGEPLUG_QNN_SAVER_DIR"
 echo "qnn_saver: QNN libraries from $(basename "$(ls "$work"/wheel/*.whl)") under \$QNN_SDK_ROOT/lib/x86_64-linux-clang"
-"$PY" -m pytest -q -p no:cacheprovider plugins/qnn/tests/test_saver.py "$@"
+"$PY" -m pytest -q -p no:cacheprovider plugins/qnn/tests/test_saver.py plugins/qnn/tests/test_saver_cli.py "$@"

@@ -8,6 +8,7 @@ lowering; the few that do share one small lowered program.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -199,6 +200,59 @@ def test_a_trailing_slash_on_the_command_line_is_a_folder(cli, tmp_path):
     assert code == 0, stderr
     assert sorted(p.name for p in (tmp_path / "outdir").iterdir()) == [f"model-{BACKEND}.pte"]
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == [f"model-{BACKEND}.json"]
+
+
+# -- nothing unrunnable looks runnable (issue 37) --------------------------------------------
+
+
+def test_a_dry_run_writes_no_pte_and_its_stand_in_only_when_asked(cli, tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    code, stdout, stderr = cli("lower", "model.py:make", "-b", BACKEND, "-q", "--dry-run", "-o", "m.pte", "--report", "r.json")
+    assert code == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".pte") == []
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["dry_run"] is True and report["stand_in"]["kind"] == "dry run" and report["stand_in"]["written"] is None
+    assert "--dry-run: m.pte was not written" in report["notes"] and "not runnable" not in stderr
+    code, stdout, stderr = cli(
+        "lower", "model.py:make", "-b", BACKEND, "-q", "--dry-run", "-o", "m.pte", "--report", "r.json", "--write-stand-in"
+    )
+    assert code == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".pte") == ["m.stand-in.pte"]  # never m.pte
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["stand_in"]["written"] == report["output_path"] == "m.stand-in.pte"
+    assert "wrote the stand-in program m.stand-in.pte" in stdout
+    assert [line for line in stderr.splitlines() if line.startswith("edgeplug:")] == [
+        "edgeplug: not runnable: dry run: the delegate holds an empty stand-in payload (edgeplug compiled nothing), "
+        "so this program does not run; wrote it as m.stand-in.pte"
+    ]
+
+
+def test_write_stand_in_to_stdout_is_refused_before_any_work(cli, tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    code, stdout, stderr = cli("lower", "model.py:make", "-b", BACKEND, "--dry-run", "-o", "-", "--write-stand-in")
+    assert code == 2 and stdout == "" and f"[{BACKEND}] export" not in stderr
+    assert _first(stderr) == "edgeplug: error: --write-stand-in writes STEM.stand-in.pte, a file: give -o FILE.pte, not -"
+
+
+def test_save_writes_a_stand_in_program_only_when_asked_and_under_its_own_name(tmp_path):
+    from edgeplug._errors import EdgeplugError
+
+    model, args = Tiny().eval(), (torch.randn(1, 4),)
+    dry = edgeplug.lower(model, args, BACKEND, dry_run=True)
+    with pytest.raises(EdgeplugError, match="this was a dry run: there is no .pte to write .*keep_stand_in=True"):
+        dry.save(tmp_path / "t.pte", stand_in=True)
+    kept = edgeplug.lower(model, args, BACKEND, dry_run=True, keep_stand_in=True)
+    assert kept.report.stand_in.kind == "dry run" and kept.report.dry_run
+    with pytest.raises(EdgeplugError, match=r"not saving .*t\.pte: dry run: .* Pass stand_in=True .*t\.stand-in\.pte"):
+        kept.save(tmp_path / "t.pte")
+    with pytest.raises(EdgeplugError, match="not to '-'"):
+        kept.save("-", stand_in=True)
+    assert list(tmp_path.iterdir()) == []
+    assert kept.save(tmp_path / "t.pte", stand_in=True) == tmp_path / "t.stand-in.pte"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.stand-in.pte"]
+    real = edgeplug.lower(model, args, BACKEND)  # a program that runs: no stand-in, saved as asked
+    assert real.report.stand_in is None and not real.report.dry_run
+    assert real.save(tmp_path / "t.pte") == tmp_path / "t.pte"
 
 
 # -- verification compares what the README says ---------------------------------------------

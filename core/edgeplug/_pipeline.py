@@ -45,7 +45,9 @@ from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
 from edgeplug._quantization import drop_no_op_casts
 from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
-from edgeplug._report import CpuNode, GraphNode, LoweringReport, StageTiming, annotate_graph, graph_of
+from edgeplug._report import (
+    STAND_IN_KEY, CpuNode, GraphNode, LoweringReport, StageTiming, StandIn, annotate_graph, graph_of,
+)
 from edgeplug._shape_env import kept_shape_envs
 from edgeplug._result import LoweringResult
 from edgeplug._stages import export_stage_passes, fuse, resolve_backend
@@ -100,6 +102,8 @@ class Lowering:
     quantization: Optional[QuantizationInfo] = None
     #: the weights go into a .ptd beside the .pte (``edgeplug._weights``)
     external_weights: bool = False
+    #: keep a dry run's serialized program (stand-in delegates), for ``save(path, stand_in=True)``
+    keep_stand_in: bool = False
     #: greedy tokens ``verify`` generates and compares token for token (a program with a KV cache), or None
     verify_steps: Optional[int] = None
     #: ``torch.export``'s dynamic_shapes for a module source
@@ -310,6 +314,8 @@ def _serialize(job: Lowering) -> None:
         program = job.edge.to_executorch(_executorch_config(ep, job.external_weights, in_place=in_place))
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
         job.result.program, job.result.pte_bytes = program, serialized_size(program)
+    elif job.keep_stand_in:  # unless asked: save(path, stand_in=True) writes it as STEM.stand-in.pte
+        job.result.program, job.result.pte_bytes = program, serialized_size(program)
 
 
 def _verify(job: Lowering) -> None:
@@ -376,6 +382,17 @@ def _describe(job: Lowering) -> LoweringReport:
         decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
         notes=foreign_passes(b),
     )
+    report.stand_in = _stand_in(job)
+    if report.stand_in is not None:
+        report.dry_run = True  # no delegate holds a compiled program, whoever stood in for the compiler
+        held = report.stand_in
+        if held.kind == "backend":
+            report.notes.append(held.reason)
+        if held.recording:
+            report.notes.append(
+                f"the stand-in preprocess recorded its work in {held.recording}"
+                + (" (kept)" if held.recording_kept else f", removed when the process ends{held.keep_hint and f' ({held.keep_hint})'}")
+            )
     if p.stranded:
         report.notes.append(p.stranded_message())
     if not parts and cpu:
@@ -388,6 +405,30 @@ def _describe(job: Lowering) -> LoweringReport:
         reference=job.reference, quantization=job.quantization,
     )
     return report
+
+
+def _stand_in(job: Lowering) -> Optional[StandIn]:
+    """What the lowered program's delegates hold when it is not a compiled program: edgeplug's dry run, or
+    a backend's stand-in preprocess (``STAND_IN_KEY`` in what its preprocess returned as delegate info)."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    lowered = [m for _name, m, _node in get_lowered_submodules(job.edge.exported_program().graph_module)]
+    if job.dry_run:
+        return StandIn(
+            kind="dry run", delegates=len(lowered),
+            reason=f"dry run: {'the delegate holds' if len(lowered) == 1 else f'the {len(lowered)} delegates hold'} "
+            "an empty stand-in payload (edgeplug compiled nothing), so this program does not run",
+        )
+    said = [m.meta.get("_delegate_info_meta") for m in lowered]
+    said = [s[STAND_IN_KEY] for s in said if isinstance(s, dict) and isinstance(s.get(STAND_IN_KEY), dict)]
+    if not said:
+        return None
+    folders = [s.get("folder") for s in said if s.get("folder")]
+    return StandIn(
+        kind="backend", delegates=len(said), reason=str(said[0].get("reason") or "stand-in delegate payloads"),
+        recording=str(folders[-1]) if folders else None, recording_kept=bool(said[-1].get("kept")),
+        keep_hint=str(said[-1].get("keep_hint") or ""),
+    )
 
 
 def _undone(fusions: list[FusionRecord], undone: Mapping[str, str]) -> list[FusionRecord]:
@@ -422,6 +463,7 @@ def lower(
     verify_steps: Optional[int] = None,
     external_weights: bool = False,
     profile_memory: bool = False,
+    keep_stand_in: bool = False,
 ) -> LoweringResult:
     """Lower a model (or aten-dialect ExportedProgram) for ``backend``.
 
@@ -451,6 +493,12 @@ def lower(
     ``BackendSpec.external_weights`` says their delegate stores them there,
     others refuse). With ``profile_memory`` each stage's peak resident
     memory is in ``report.stages`` (``edgeplug._memory``: Linux only).
+
+    A program whose delegates hold stand-in payloads (a dry run; a backend's
+    stand-in preprocess, recording the SDK's calls instead of compiling) does not run:
+    ``report.stand_in`` says why, ``report.dry_run`` is true, and ``save``
+    writes it only with ``stand_in=True``, as ``STEM.stand-in.pte``. A dry
+    run keeps its serialized program for that only with ``keep_stand_in``.
     """
     quantization = model_or_ep.quantization if isinstance(model_or_ep, QuantizedModel) else None
     if isinstance(model_or_ep, QuantizedModel):  # what quantize did rides in its result; its program is lowered
@@ -478,6 +526,7 @@ def lower(
         backend=b,
         clock=StageClock(b.name, progress or (lambda msg: None), _stage_memory() if profile_memory else None),
         external_weights=external_weights,
+        keep_stand_in=keep_stand_in,
         dry_run=dry_run,
         verify=verify,
         verify_steps=verify_steps,

@@ -7,7 +7,7 @@ import math
 import operator
 import re
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
@@ -272,13 +272,60 @@ class QuantizationSummary(BaseModel):
         return lines
 
 
+#: the key of a delegate's ``_delegate_info_meta`` (a dict, what its preprocess returned) that says the
+#: delegate holds a stand-in payload, not a compiled program: ``{"reason": SENTENCE, "folder": PATH or None,
+#: "kept": bool, "keep_hint": SENTENCE}`` (``folder``: where the stand-in preprocess recorded its work,
+#: ``kept``: whether it outlives the process, ``keep_hint``: how to keep it)
+STAND_IN_KEY = "edgeplug_stand_in"
+
+
+class StandIn(BaseModel):
+    """Why a lowering's program does not run: its delegates hold stand-in payloads, not compiled programs.
+
+    Set for a dry run (edgeplug's stand-in preprocess) and for a backend whose preprocess stands in
+    for the vendor's compiler (recording the SDK's calls instead of compiling). Such a program is never written under the
+    requested name; ``LoweringResult.save(path, stand_in=True)`` writes it as ``STEM.stand-in.pte``.
+    """
+
+    #: "dry run": edgeplug's stand-in preprocess (``dry_run=True``); "backend": the backend's own
+    #: preprocess put stand-ins in (``STAND_IN_KEY`` on its delegates)
+    kind: Literal["dry run", "backend"]
+    #: what the delegates hold instead of a compiled program, and who put it there
+    reason: str
+    #: delegates holding a stand-in payload
+    delegates: int = 0
+    #: the folder the stand-in preprocess recorded its work in (the SDK calls it recorded), if any
+    recording: Optional[str] = None
+    #: whether ``recording`` is kept after the process ends (asked for), else it is removed then
+    recording_kept: bool = False
+    #: how to keep ``recording`` (the backend's words), where it is not kept
+    keep_hint: str = ""
+    #: where the stand-in program was written (only when asked: ``--write-stand-in``), else None
+    written: Optional[str] = None
+
+
+def stand_in_path(path: Any) -> Any:
+    """``x.pte`` -> ``x.stand-in.pte``: the only name a program with stand-in delegates is written under."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.name.endswith(".stand-in.pte"):
+        return p
+    stem = p.name[: -len(".pte")] if p.name.endswith(".pte") else p.name
+    return p.with_name(f"{stem}.stand-in.pte")
+
+
 class LoweringReport(BaseModel):
     """What a lowering did: partitions, ops on the CPU and why, fusions, transforms, timings, verification."""
 
     model: str
     backend: str
     distribution: str
+    #: true where no delegate holds a compiled program: a dry run, or a backend's stand-in preprocess
+    #: (``stand_in`` says which and why); false only for a program that runs
     dry_run: bool = False
+    #: set where the delegates hold stand-in payloads (the program does not run): why, and what was kept
+    stand_in: Optional[StandIn] = None
     stages: list[StageTiming] = Field(default_factory=list)
     partitions: list[PartitionSummary] = Field(default_factory=list)
     delegated_ops: dict[str, int] = Field(default_factory=dict)
@@ -330,6 +377,8 @@ class LoweringReport(BaseModel):
         lines: list[str] = []
         add = lines.append
         mode = " (dry run: nothing serialized)" if self.dry_run else ""
+        if self.stand_in is not None and self.stand_in.kind == "backend":
+            mode = " (stand-in delegates: this program does not run)"
         add(f"edgeplug lowering report: {self.model} -> {self.backend} [{self.distribution}]{mode}")
         add("")
         add("stages")
@@ -397,7 +446,8 @@ class LoweringReport(BaseModel):
                 add(f"  {v.greedy.summary()}")
         add("")
         if self.output_path:
-            add(f"wrote {self.output_path} ({self.output_bytes:,} bytes)")
+            what = "the stand-in program " if self.stand_in is not None else ""
+            add(f"wrote {what}{self.output_path} ({self.output_bytes:,} bytes)")
         for n in self.notes:
             add(f"note: {n}")
         return "\n".join(lines)

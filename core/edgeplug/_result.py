@@ -14,7 +14,7 @@ from edgeplug._eager import Reference
 from edgeplug._errors import EdgeplugError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._quantized import QuantizationInfo
-from edgeplug._report import LoweringReport
+from edgeplug._report import LoweringReport, stand_in_path
 
 
 @dataclass
@@ -58,13 +58,18 @@ class LoweringResult:
         return bytes(next(iter(files.values()))) if files else None
 
     def save(
-        self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None, *, force: bool = False
+        self, path: str | os.PathLike, report: Optional[str | os.PathLike] = None, *, force: bool = False,
+        stand_in: bool = False,
     ) -> Path:
         """Write the .pte (and the JSON report, with ``report``): each file whole or not at all.
 
         A regular file is replaced atomically; ``-`` (stdout), a FIFO or a
         character device is streamed (``edgeplug._outputs``). A result whose
         verification failed is refused (``VerificationError``) unless ``force``.
+        A program whose delegates hold stand-in payloads (``report.stand_in``:
+        it does not run) is refused unless ``stand_in``; then it is written as
+        ``STEM.stand-in.pte`` beside ``path`` (the path returned), never under
+        a name a runnable program would have.
         """
         from edgeplug._outputs import check_output_paths, write_files
 
@@ -76,8 +81,21 @@ class LoweringResult:
             )
         from edgeplug._weights import check_saved_whole, data_files, ptd_path
 
+        held = self.report.stand_in
         if self.program is None:
-            raise EdgeplugError("this was a dry run: there is no .pte to write")
+            raise EdgeplugError(
+                "this was a dry run: there is no .pte to write (lower(..., dry_run=True, keep_stand_in=True) keeps "
+                "its stand-in program, which save(path, stand_in=True) writes as STEM.stand-in.pte)"
+            )
+        if held is not None and not stand_in:
+            raise EdgeplugError(
+                f"not saving {os.fspath(path)}: {held.reason}. Pass stand_in=True to write it anyway, as "
+                f"{stand_in_path(path) if os.fspath(path) != '-' else 'a .stand-in.pte file'}"
+            )
+        if held is not None:
+            if os.fspath(path) == "-":
+                raise EdgeplugError("a stand-in program is written to a file named STEM.stand-in.pte, not to '-'")
+            path = stand_in_path(path)
         weights = data_files(self.program)
         check_saved_whole(self.program, weights)
         if weights and os.fspath(path) == "-":
@@ -91,6 +109,8 @@ class LoweringResult:
         path = Path(path) if os.fspath(path) != "-" else path
         self.report.output_path = str(path)
         self.report.output_bytes = self.pte_bytes if self.pte_bytes is not None else len(self.buffer)
+        if held is not None:
+            held.written = str(path)
         # the program streams its serialized pieces into the file: the .pte is never one bytes object here
         files: dict[Path, Any] = {path: self.program}
         if weights:
@@ -101,5 +121,7 @@ class LoweringResult:
             write_files(files)
         except BaseException:
             self.report.output_path = self.report.output_bytes = None
+            if held is not None:
+                held.written = None
             raise
         return path

@@ -18,6 +18,8 @@ Records (what hooks yield; see ``edgeplug._hookspecs``):
 - ``FusionRecord``: one fusion decision, as the report shows it.
 - ``TransformRecord``: one change a graph transform made, as the report shows it.
 - ``hookimpl``: the marker for a plugin's hook functions (``@hookimpl``).
+- ``STAND_IN_KEY``: the key of a delegate's ``_delegate_info_meta`` saying its payload is a stand-in, not
+  a compiled program (``{"reason": ..., "folder": ..., "kept": ...}``): the program is then never written as runnable.
 
 Partitioning:
 
@@ -87,6 +89,7 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "refuse": ("edgeplug._partition.verdict", "refuse"),
     "FilterContext": ("edgeplug._partition.verdict", "FilterContext"),
     "SupportTablePartitioner": ("edgeplug._partition.table", "SupportTablePartitioner"),
+    "STAND_IN_KEY": ("edgeplug._report", "STAND_IN_KEY"),
     "rewrite_pass": ("edgeplug._graph.canonical.table", "rewrite_pass"),
     "apply_rewrite": ("edgeplug._graph.canonical.table", "apply_rewrite"),
     "NodeBuilder": ("edgeplug._graph.rewrite", "NodeBuilder"),

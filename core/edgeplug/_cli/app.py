@@ -14,6 +14,7 @@ import sys
 from typing import Optional, Sequence
 
 from edgeplug._cli.common import DEBUG_ENV, err
+from edgeplug._cli.quiet import silence_at_exit
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
 from edgeplug._errors import EdgeplugError
@@ -91,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
     lo.add_argument(
+        "--write-stand-in", action="store_true",
+        help="where the delegates hold stand-in payloads (--dry-run, a backend whose preprocess stands in for its compiler), write the program "
+        "anyway, as OUT.stand-in.pte: it does not run. Without it such a lowering writes no .pte",
+    )
+    lo.add_argument(
         "--external-weights", action="store_true",
         help="write the weights once into OUT.ptd beside OUT.pte (executorch's named data; backends whose "
         "delegate supports it)",
@@ -167,6 +173,29 @@ def _quiet_dependencies() -> None:
     root.setLevel(logging.WARNING)
 
 
+def _plugin_problems_as_lines() -> None:
+    """A plugin problem (a broken ``EDGEPLUG_REGISTER_PLUGINS`` entry, a plugin that fails to import) is one
+    ``edgeplug: warning:`` line on every command, ``-v`` or not: it is edgeplug's own message, naming the
+    variable or plugin and the fix, not a library's chatter (``_quiet_dependencies`` drops UserWarnings)."""
+    import warnings
+
+    from edgeplug._registry import PluginWarning
+
+    warnings.filterwarnings("default", category=PluginWarning)  # first in the list: before the ignores
+    if getattr(warnings.showwarning, "edgeplug_lines", False):
+        return
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202 (warnings' signature)
+        if issubclass(category, PluginWarning):
+            print(f"edgeplug: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.edgeplug_lines = True
+    warnings.showwarning = show
+
+
 #: errors writing to stdout/stderr that are the environment's, and the exit code each ends with
 _STREAM_ERRORS = {errno.EPIPE: 141, errno.ENOSPC: 74, errno.EIO: 74, errno.EDQUOT: 74, errno.EFBIG: 74}
 
@@ -212,6 +241,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if not getattr(args, "verbose", False):
         _quiet_dependencies()
+        if argv is None and args.fn is cmd_lower:  # the command itself: libraries' destructors print at exit
+            silence_at_exit()
+    _plugin_problems_as_lines()
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -246,6 +278,9 @@ def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
     if _debugging(args):
         import traceback
 
+        hidden = getattr(exc, "hidden_output", "")
+        if hidden:  # what the libraries printed while -v was off
+            print(f"the libraries printed, while edgeplug kept it off the terminal:\n{hidden.rstrip()}", file=sys.stderr)
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         partial = getattr(root_cause(exc), "partial_fx_graph", None)
         if partial:

@@ -4,6 +4,7 @@ the report and its views (HTML, Model Explorer)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -12,12 +13,14 @@ from typing import Optional
 
 from edgeplug import examples
 from edgeplug._cli.common import err
+from edgeplug._cli.quiet import native_output_hidden
 from edgeplug._errors import EdgeplugError
 from edgeplug._explorer import _model_explorer, explorer_command, write_explorer
 from edgeplug._outputs import check_output_paths, names_a_folder, write_file
 from edgeplug._plugins import get_backend, manager
 from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES, load_calibration, quant_scheme, quantize
 from edgeplug._records import QuantScheme
+from edgeplug._report import stand_in_path
 from edgeplug._report_html import is_html, load_report, stock_partitioning, write_report
 
 
@@ -101,16 +104,27 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     args.output = _in_folder(args.output, default)
     args.report = _in_folder(args.report, default.with_suffix(".json"))
     out = Path(args.output) if args.output and args.output != "-" else (args.output or default)
-    check_output_paths(
-        {"the .pte": None if args.dry_run else out, "the report": args.report},  # a dry run writes no .pte
-        inputs=_input_files(args),
-    )
+    if args.write_stand_in and out == "-":
+        raise EdgeplugError("--write-stand-in writes STEM.stand-in.pte, a file: give -o FILE.pte, not -")
+    targets = {"the .pte": None if args.dry_run else out, "the report": args.report}  # a dry run writes no .pte
+    if args.write_stand_in:  # where a program with stand-in delegates would go (a dry run's, or a backend's)
+        targets["the stand-in .pte"] = stand_in_path(out)
+    check_output_paths(targets, inputs=_input_files(args))
     return out
+
+
+def _not_written(out: object) -> str:
+    if out == "-":
+        return "nothing was written to stdout (--write-stand-in writes the program to -o FILE as FILE.stand-in.pte)"
+    return f"{out} was not written (--write-stand-in writes it as {stand_in_path(out)})"
 
 
 def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: bool) -> None:
     try:
-        if args.dry_run or failed:
+        held = result.report.stand_in
+        if held is not None and args.write_stand_in and not failed:
+            result.save(out, report=args.report, stand_in=True)  # as STEM.stand-in.pte, never as `out`
+        elif args.dry_run or failed or held is not None:
             if args.report:
                 write_file(args.report, result.report.to_json())
         else:
@@ -182,31 +196,42 @@ def cmd_lower(args: argparse.Namespace) -> int:
             print(f"{time.perf_counter() - start:7.1f}s {msg}", file=sys.stderr, flush=True)
 
     backend = get_backend(args.backend)
-    out = _check_before_work(args, backend)
+    with contextlib.nullcontext() if args.verbose else native_output_hidden():  # a partitioner factory may print
+        out = _check_before_work(args, backend)
     _check_views(args)
-    model, inputs, kwargs, label = examples.load_model(args.model, progress=progress)
-    if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
-        limit = args.calibration_batches
-        calibration = load_calibration(args.calibration, limit) if args.calibration else None
-        model = quantize(
-            model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
-            calibration_batches=limit,
+    # without -v, what native libraries print (a vendor SDK's log, executorch's C++ log) stays off the terminal
+    hidden = contextlib.nullcontext() if args.verbose else native_output_hidden()
+    with hidden:
+        model, inputs, kwargs, label = examples.load_model(args.model, progress=progress)
+        if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
+            limit = args.calibration_batches
+            calibration = load_calibration(args.calibration, limit) if args.calibration else None
+            model = quantize(
+                model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
+                calibration_batches=limit,
+            )
+        result = lower(
+            model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
+            progress=progress, tolerance=args.tolerance, verify_steps=args.verify_steps, external_weights=args.external_weights,
+            profile_memory=args.profile_memory, keep_stand_in=args.write_stand_in,
         )
-    result = lower(
-        model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
-        progress=progress, tolerance=args.tolerance, verify_steps=args.verify_steps, external_weights=args.external_weights,
-        profile_memory=args.profile_memory,
-    )
-    report, v = result.report, result.report.verification
-    if args.compare_stock:
-        _compare_stock(report, model, inputs, backend, progress)
+        report, v = result.report, result.report.verification
+        if args.compare_stock:
+            _compare_stock(report, model, inputs, backend, progress)
     failed = v is not None and not v.passed
-    if args.dry_run and args.output:
+    held = report.stand_in
+    if held is not None and held.kind == "backend" and not args.write_stand_in:
+        report.notes.append(_not_written(out))
+    elif args.dry_run and args.output and not args.write_stand_in:
         report.notes.append(f"--dry-run: {out} was not written")
     elif failed:
         report.notes.append(f"verification failed: {out} was not written")
     _write_outputs(args, result, out, failed)
     _write_views(args, report)
+    if held is not None and (held.kind == "backend" or args.write_stand_in):
+        # the one line that says what this lowering is, wherever the table goes
+        done = f"wrote it as {held.written}" if held.written else _not_written(out)
+        print(f"edgeplug: not runnable: {held.reason}; {done}", file=sys.stderr)
     # stdout carries the .pte or the report when one of them is "-": the table goes to stderr then
     table_to = sys.stderr if any(_is_stdout(p) for p in (out, args.report)) else sys.stdout
     print(report.to_table(), file=table_to)

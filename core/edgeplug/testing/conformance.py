@@ -40,6 +40,9 @@ The tests (``__all__``, what ``import *`` brings into a plugin's test module):
     ``--verify`` catches a weight corrupted by ``edgeplug.testing.faults.CorruptWeight``.
 ``test_llm_custom_ops_are_delegated_or_named``
     ExecuTorch's LLM custom ops pass every stage: delegated, or left on the CPU with a reason.
+``test_the_command_prints_only_edgeplugs_lines``
+    ``edgeplug lower llama --backend NAME`` (a dry run where it cannot serialize here), in a process of
+    its own and without ``-v``: stderr holds edgeplug's lines only, none of an SDK's or executorch's.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ __all__ = [
     "test_verification_matches_eager",
     "test_verification_fails_on_a_corrupted_weight",
     "test_llm_custom_ops_are_delegated_or_named",
+    "test_the_command_prints_only_edgeplugs_lines",
 ]
 
 #: The example every backend must lower.
@@ -311,7 +315,9 @@ def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
     if edgeplug_backend.availability().ok:
         from executorch.exir._serialize._program import deserialize_pte_binary
 
-        assert not report.dry_run
+        # a backend whose preprocess stands in for the compiler (a vendor's saver mode) says so, and is no dry run's
+        assert report.dry_run == (report.stand_in is not None)
+        assert report.stand_in is None or report.stand_in.kind == "backend"
         program = deserialize_pte_binary(result.buffer).program
         ids = {d.id for plan in program.execution_plan for d in plan.delegates}
         assert edgeplug_backend.spec.backend_id in ids
@@ -418,4 +424,36 @@ _THEIRS = r"(torch|executorch|torchao|coremltools|copyreg)(\..*)?"
 for _name in __all__:
     for _category in ("DeprecationWarning", "FutureWarning"):
         globals()[_name] = pytest.mark.filterwarnings(f"ignore::{_category}:{_THEIRS}")(globals()[_name])
+#: what edgeplug itself writes to stderr: a progress line (``   2.5s [NAME] export ...``), or ``edgeplug: ...``
+EDGEPLUG_LINE = r"( *\d+\.\ds .*|edgeplug: .*)"
+
+
+def foreign_lines(stderr: str) -> list[str]:
+    """The lines of ``stderr`` that edgeplug did not write (a library's log, a Python logging record, a warning)."""
+    import re
+
+    return [line for line in stderr.splitlines() if line.strip() and not re.fullmatch(EDGEPLUG_LINE, line)]
+
+
+def test_the_command_prints_only_edgeplugs_lines(edgeplug_backend, tmp_path):
+    """Quiet by default: ``edgeplug lower llama --backend NAME`` without ``-v``, in a process of its own (what
+    native libraries print to the process's stderr included), writes only edgeplug's lines to stderr."""
+    import os
+    import subprocess
+    import sys
+
+    if edgeplug_backend.plugin.registered and not edgeplug_backend.plugin.named_in_env:
+        pytest.skip(f"{edgeplug_backend.name!r} was registered in this process only: another process has no such backend")
+    argv = [sys.executable, "-m", "edgeplug._cli", "lower", EXAMPLE, "--backend", edgeplug_backend.name,
+            "-o", str(tmp_path / "out.pte")]
+    if not edgeplug_backend.availability().ok:
+        argv.append("--dry-run")
+    env = {k: v for k, v in os.environ.items() if k != "EDGEPLUG_DEBUG"}
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"[{edgeplug_backend.name}] export ..." in p.stderr  # the progress lines are there, and read as edgeplug's
+    assert foreign_lines(p.stderr) == [], p.stderr[-3000:]
+
+
 del _name, _category
+

@@ -19,34 +19,36 @@ config), so HTP-specific refusals show only on a device.
 
 What is written: nothing runnable. Each delegate's payload is a stand-in,
 ``PAYLOAD_MAGIC`` followed by the partition's ``SaverRecord`` as JSON: no QNN
-context binary, so QNN's runtime cannot run it (a lowering that recorded
-partitions says so on stderr, as a warning). The records are also
-on each lowered module's ``meta["_delegate_info_meta"]`` and, with the
-recorded API calls of each partition's graph, under the saver folder
-(``EDGEPLUG_QNN_SAVER_DIR``, or one temporary folder per process):
-``<method>-<n>.c``, beside the saver's own ``saver_output.c`` and ``params.bin``.
+context binary, so QNN's runtime cannot run it. Each delegate says so
+(``edgeplug.plugin.STAND_IN_KEY`` in its ``_delegate_info_meta``, beside the
+record), so the report's ``stand_in`` and ``notes`` say it and no ``.pte`` is
+written under the requested name (``edgeplug lower --write-stand-in`` writes
+``STEM.stand-in.pte``). The recorded API calls of each partition's graph are
+under the saver folder: ``<method>-<n>.c``, beside the saver's own
+``saver_output.c`` and ``params.bin``. That folder is ``EDGEPLUG_QNN_SAVER_DIR``
+where it is set (kept), else one temporary folder per process, removed when
+the process ends; the report names it either way.
 
 The one patch of ExecuTorch internals is ``per_partition_saver`` (see there).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import itertools
 import json
-import logging
 import os
 import re
+import shutil
 import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from edgeplug.plugin import Availability
-
-logger = logging.getLogger(__name__)
+from edgeplug.plugin import STAND_IN_KEY, Availability
 
 MODE_VAR = "EDGEPLUG_QNN_SAVER"
 DIR_VAR = "EDGEPLUG_QNN_SAVER_DIR"
@@ -176,11 +178,26 @@ _API_CALL = re.compile(r"\binterface\.(\w+)\(")
 def _process_dir() -> str:
     """The saver folder of this process: ``EDGEPLUG_QNN_SAVER_DIR``, or one temporary folder."""
     global _PROCESS_DIR
-    if os.environ.get(DIR_VAR):
+    if os.environ.get(DIR_VAR):  # asked for: kept
+        os.makedirs(os.environ[DIR_VAR], exist_ok=True)
         return os.environ[DIR_VAR]
     if _PROCESS_DIR is None:
         _PROCESS_DIR = tempfile.mkdtemp(prefix="edgeplug-qnn-saver-")
+        # nobody asked to keep it: no folder is left behind, one per run
+        atexit.register(shutil.rmtree, _PROCESS_DIR, ignore_errors=True)
     return _PROCESS_DIR
+
+
+def _stand_in_note(folder: Path, partitions: int) -> dict:
+    """What each delegate says of itself to the core (``STAND_IN_KEY``): the report's ``stand_in``."""
+    held = "the QNN delegate holds" if partitions == 1 else f"each of the {partitions} QNN delegates holds"
+    return {
+        "reason": f"QNN saver mode ({MODE_VAR}=1): {held} a stand-in payload (what QNN's saver recorded), "
+        "not a context binary, so this program does not run",
+        "folder": str(folder),
+        "kept": bool(os.environ.get(DIR_VAR)),
+        "keep_hint": f"set {DIR_VAR}=DIR to keep it",
+    }
 
 
 _PROCESS_DIR: Optional[str] = None
@@ -286,10 +303,18 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
                 folder = Path(option.saver_output_dir)
                 record = _graph_record(method, i, folder, folder / f"{method}-{next(_GRAPHS)}.c")
                 records.append(record)
-                results[method].append(
-                    PreprocessResult(processed_bytes=record.payload(), debug_handle_map={}, _delegate_info_meta=asdict(record))
+                results[method].append(record)
+        count = sum(len(v) for v in results.values())
+        return {
+            method: [
+                PreprocessResult(
+                    processed_bytes=r.payload(), debug_handle_map={},
+                    _delegate_info_meta={**asdict(r), STAND_IN_KEY: _stand_in_note(Path(r.calls_file).parent, count)},
                 )
-        return results
+                for r in recorded
+            ]
+            for method, recorded in results.items()
+        }
 
     _keep_saver_started(specs)
     with QnnManagerContext({"forward": specs}):
@@ -298,13 +323,6 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
             yield records
         finally:
             QnnBackend.preprocess_multimethod = original
-    if records:  # what a .pte of this lowering is, said where the user sees it
-        ops = sum(r.nodes for r in records)
-        logger.warning(
-            "QNN saver mode (%s): %d partition(s), %d QNN nodes, recorded by QNN's saver under %s; each QNN "
-            "delegate holds a stand-in payload, not a context binary: a .pte from this lowering does not run",
-            MODE_VAR, len(records), ops, Path(records[-1].calls_file).parent,
-        )
 
 
 def lowered_records(edge_ep: Any) -> list[SaverRecord]:

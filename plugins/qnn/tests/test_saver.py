@@ -102,6 +102,18 @@ def test_the_delegates_hold_a_stand_in_payload_not_a_context_binary(llama_saver_
         saver.SaverRecord.from_payload(b"\x00QNN context binary")
 
 
+def test_a_saver_lowering_is_saved_only_as_a_stand_in(llama_saver_lowering, tmp_path):
+    report = llama_saver_lowering.report
+    assert report.dry_run and report.stand_in.kind == "backend" and report.stand_in.delegates == 1
+    assert report.stand_in.reason in report.notes and Path(report.stand_in.recording).is_dir()
+    with pytest.raises(edgeplug.EdgeplugError, match=r"not saving .*q\.pte: QNN saver mode .* Pass stand_in=True"):
+        llama_saver_lowering.save(tmp_path / "q.pte")
+    assert list(tmp_path.iterdir()) == []
+    written = llama_saver_lowering.save(tmp_path / "q.pte", stand_in=True)
+    assert written == tmp_path / "q.stand-in.pte" and saver.PAYLOAD_MAGIC in written.read_bytes()
+    assert report.stand_in.written == str(written) and not (tmp_path / "q.pte").exists()
+
+
 def test_the_patch_of_qnn_preprocess_is_undone_after_the_lowering_and_after_an_error(llama_saver_lowering):
     from executorch.backends.qualcomm.qnn_preprocess import QnnBackend
     from executorch.backends.qualcomm.utils.utils import generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
