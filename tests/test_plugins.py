@@ -665,18 +665,25 @@ def test_records_for_a_backend_no_plugin_registers_are_reported(fixture_site):
     assert edgeplug.get_backend("toyaccel").fusion_policies == ()
 
 
-def test_one_name_per_concept_old_names_are_refused(edgeplug_register):
-    """0.1 keeps no aliases: each old name fails loudly, naming what to use."""
+def test_old_names_warn_for_one_api_then_fail_naming_the_new_one(edgeplug_register, monkeypatch):
+    """An old spelling (edgeplug._api.RENAMES) works for one API with a warning naming the new one, then
+    fails naming it; names that were never part of the author's API stay gone."""
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="verify"):
-        edgeplug.BackendSpec(backend="x", description="d", backend_id="X", partitioner=list, verify="pte")
-    spec = edgeplug.BackendSpec(backend="x", description="d", backend_id="X", partitioner=list, verify_method="pte")
-    assert not hasattr(spec, "verify")
+    from edgeplug import _api
+
+    new_name = r"`BackendSpec\(verify=\)` is now `BackendSpec\(verify_method=\)`"
+    with pytest.warns(_api.PluginApiDeprecationWarning, match=new_name + r" \(deprecated in plugin API 1"):
+        spec = edgeplug.BackendSpec(backend="x", description="d", backend_id="X", partitioner=list, verify="pte")
+    assert spec.verify_method == "pte" and not hasattr(spec, "verify")
     with pytest.raises(AttributeError, match="SkipDecomp"):
         edgeplug.SkipDecomp  # noqa: B018
     assert not hasattr(edgeplug.get_backend(edgeplug.backends()[0]), "skip_ops")
     assert not hasattr(plugins.manager(), "records")
+
+    monkeypatch.setattr(_api, "current", _api.API_VERSION + 1)  # the next release: these spellings removed
+    with pytest.raises(ValidationError, match=new_name + r" \(removed in plugin API 2, edgeplug 0.2\)"):
+        edgeplug.BackendSpec(backend="x", description="d", backend_id="X", partitioner=list, verify="pte")
 
     class OldHook:
         @edgeplug.hookimpl
@@ -687,7 +694,8 @@ def test_one_name_per_concept_old_names_are_refused(edgeplug_register):
     with pytest.warns(PluginWarning):
         edgeplug.backends()
     msg = _problem("old-hook")
-    assert "edgeplug_skip_decomp" in msg and "edgeplug_keep_whole" in msg  # the hooks it lists
+    assert "failed at the plugin API check: it uses spellings removed in plugin API 2" in msg
+    assert "`edgeplug_skip_decomp` is now `edgeplug_keep_whole` (removed in plugin API 2, edgeplug 0.2)" in msg
 
 
 # -- `edgeplug plugins` --------------------------------------------------------------

@@ -178,6 +178,150 @@ def _surface() -> list[str]:
     return lines
 
 
+# -- additive or breaking ------------------------------------------------------------------
+
+
+def _entries(lines: list[str]) -> dict[str, tuple[str, dict[str, str]]]:
+    """name -> (its line after 'name: ', {member name: member line}) from snapshot lines."""
+    out: dict[str, tuple[str, dict[str, str]]] = {}
+    current = None
+    for line in lines:
+        if line.startswith("    ."):
+            member = re.match(r"    \.(\w+)", line).group(1)
+            out[current][1][member] = line.strip()
+        else:
+            current, _, rest = line.partition(": ")
+            out[current] = (rest, {})
+    return out
+
+
+def _split(text: str) -> list[str]:
+    """Top-level comma-separated parts (brackets and quotes nest)."""
+    parts, depth, quote, cur = [], 0, "", ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+            continue
+        cur += ch
+    return [p for p in [*parts, cur.strip()] if p]
+
+
+def _params(line: str) -> "dict[str, tuple[str, str]] | None":
+    """A signature's parameters: name -> (annotation, default); None for a line without one."""
+    m = re.search(r"(?:class\([^)]*\)|function|\.\w+)(\(.*\))", line)
+    if not m or m.group(1) == "(...)":
+        return None
+    text = m.group(1)
+    depth = 0
+    for i, ch in enumerate(text):  # the parenthesis that closes the parameters
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            break
+    out = {}
+    for part in _split(text[1:i]):
+        if part in ("*", "/"):
+            continue
+        name, _, rest = part.partition(":")
+        annotation, _, default = rest.partition(" = ")
+        if not rest:
+            name, _, default = part.partition("=")
+        out[name.strip().lstrip("*")] = (annotation.strip(), default.strip())
+    return out
+
+
+def _literal(annotation: str) -> "set[str] | None":
+    m = re.fullmatch(r"(?:typing\.)?Literal\[(.*)\]", annotation)
+    return set(_split(m.group(1))) if m else None
+
+
+def _compare(name: str, before: str, now: str) -> list[tuple[str, str]]:
+    """(kind, what) for one line that changed: 'additive' or 'breaking'."""
+    old, new = _params(before), _params(now)
+    if old is None or new is None:
+        size = re.compile(r"^(\w+) of (\d+) ")
+        a, b = size.match(before.split(": ", 1)[-1]), size.match(now.split(": ", 1)[-1])
+        if a and b and a.group(1) == b.group(1) and int(b.group(2)) >= int(a.group(2)):
+            return [("additive", f"{name}: a catalogue grew")]
+        return [("breaking", f"{name} changed: {before} -> {now}")]
+    found = []
+    for p, (annotation, default) in old.items():
+        if p not in new:
+            found.append(("breaking", f"{name}({p}=) removed"))
+            continue
+        annotation2, default2 = new[p]
+        if annotation2 != annotation:
+            widened = _literal(annotation) is not None and _literal(annotation) <= (_literal(annotation2) or set())
+            found.append(("additive" if widened else "breaking", f"{name}({p}=): {annotation} -> {annotation2}"))
+        if default2 != default:
+            found.append(("breaking", f"{name}({p}=) default {default or 'none'} -> {default2 or 'none'}"))
+    for p, (_, default) in new.items():
+        if p not in old:
+            found.append(("additive" if default else "breaking", f"{name}({p}=) added" + ("" if default else ", required")))
+    if not found and old == new:
+        found.append(("additive" if before.split(" -> ")[0] == now.split(" -> ")[0] else "breaking", f"{name}: {before} -> {now}"))
+    return found
+
+
+def classify(before: list[str], now: list[str]) -> list[tuple[str, str, str]]:
+    """Each change between two snapshots as (``'additive'`` or ``'breaking'``, the name, what changed)."""
+    a, b = _entries(before), _entries(now)
+    out = []
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            out.append(("breaking", name, f"{name} removed"))
+        elif name not in a:
+            out.append(("additive", name, f"{name} added"))
+        else:
+            (line_a, members_a), (line_b, members_b) = a[name], b[name]
+            if line_a != line_b and name.endswith(".API_VERSION"):
+                out.append(("version", name, f"{name}: {line_a} -> {line_b}"))
+            elif line_a != line_b:
+                out += [(kind, name, what) for kind, what in _compare(name, line_a, line_b)]
+            for m in sorted(set(members_a) | set(members_b)):
+                if m not in members_b:
+                    out.append(("breaking", name, f"{name}.{m} removed"))
+                elif m not in members_a:
+                    out.append(("additive", name, f"{name}.{m} added"))
+                elif members_a[m] != members_b[m]:
+                    out += [(kind, name, what) for kind, what in _compare(f"{name}.{m}", members_a[m], members_b[m])]
+    return out
+
+
+def _api_version(lines: list[str]) -> int:
+    [line] = [x for x in lines if x.startswith("edgeplug.plugin.API_VERSION: ")]
+    return int(line.rsplit("= ", 1)[1])
+
+
+def breaking_without_a_rename(before: list[str], now: list[str]) -> list[str]:
+    """What a breaking change lacks: an API version bump, and a ``RENAMES`` entry naming each old spelling."""
+    from edgeplug._api import RENAMES
+
+    breaking = [(name, what) for kind, name, what in classify(before, now) if kind == "breaking"]
+    if not breaking:
+        return []
+    missing = []
+    if _api_version(now) <= _api_version(before):
+        missing.append(f"edgeplug.plugin.API_VERSION is still {_api_version(before)}: a breaking change bumps it")
+    olds = [r.old for r in RENAMES if r.since == _api_version(now)]
+    for name, what in breaking:
+        short = name.rsplit(".", 1)[1]
+        field = re.match(r"[\w.]+\((\w+)=\)", what)
+        wanted = f"{short}({field.group(1)}=)" if field else name
+        if not any(o == wanted or o.startswith(wanted + ".") for o in olds):
+            missing.append(f"{what}: no edgeplug._api.RENAMES entry for `{wanted}` (since API {_api_version(now)})")
+    return missing
+
+
 def test_the_surfaces_match_the_checked_in_snapshot():
     now = _surface()
     if os.environ.get(UPDATE):
@@ -185,9 +329,12 @@ def test_the_surfaces_match_the_checked_in_snapshot():
     assert SNAPSHOT.is_file(), f"{SNAPSHOT.name} is missing: run {UPDATE}=1 pytest tests/test_public_surface.py"
     before = SNAPSHOT.read_text().splitlines()
     diff = "\n".join(difflib.unified_diff(before, now, "tests/public_surface.txt", "the code now", lineterm=""))
+    changes = "\n".join(f"  {kind}: {what}" for kind, _, what in classify(before, now))
     assert now == before, (
         f"the public surface changed (the __all__ of {', '.join(SNAPSHOT_MODULES)}, a signature, a member):\n"
-        f"{diff}\n"
+        f"{changes}\n{diff}\n"
+        "A breaking change needs an edgeplug._api.RENAMES entry for each old spelling and an API version bump "
+        "(test_a_breaking_change_names_its_renames_and_bumps_the_api checks). "
         "If the change is deliberate, document the name in its module's docstring, then update the snapshot with "
         f"`{UPDATE}=1 pytest tests/test_public_surface.py` and commit tests/public_surface.txt with the change."
     )
@@ -244,3 +391,80 @@ def test_a_deprecation_warning_from_edgeplug_fails_the_tests():
             with pytest.raises(DeprecationWarning):
                 warnings.warn_explicit("old", DeprecationWarning, "x.py", 1, module=module)
         warnings.warn_explicit("old", DeprecationWarning, "x.py", 1, module="torch.export")  # quiet
+
+
+def test_a_breaking_change_names_its_renames_and_bumps_the_api():
+    """Against the checked-in snapshot: additive changes pass; a breaking one needs RENAMES entries and a bump."""
+    before = SNAPSHOT.read_text().splitlines()
+    missing = breaking_without_a_rename(before, _surface())
+    assert not missing, "breaking changes to the public surface:\n  " + "\n  ".join(missing)
+
+
+_SPEC = (
+    "edgeplug.plugin.BackendSpec: class(_Record)(*, backend: str, partitioner: Callable[[], Any], "
+    "verify_method: Literal['pte', 'kernels', 'none'] = 'none', external_weights: bool = False{extra}) -> None"
+)
+
+
+def _snapshot(spec: str, *, api: int = 1, extra_names: tuple[str, ...] = ()) -> list[str]:
+    return [
+        f"edgeplug.plugin.API_VERSION: int = {api}",
+        spec,
+        "edgeplug.plugin.KernelError: class(EdgeplugError)(...)",
+        *extra_names,
+        "edgeplug.testing.rms_norm_cases.CASES: tuple of 28 Case",
+    ]
+
+
+def test_the_classification_calls_a_new_optional_field_and_new_names_additive():
+    """The device_runtime field and the runtime errors another change adds are additive: no bump, no rename."""
+    before = _snapshot(_SPEC.format(extra=""))
+    now = _snapshot(
+        _SPEC.format(extra=", device_runtime: Optional[Callable[[], Any]] = None"),
+        extra_names=(
+            "edgeplug.plugin.RuntimeNotFound: class(EdgeplugError)(...)",
+            "edgeplug.plugin.RuntimeRefusedError: class(VerificationError)(...)",
+        ),
+    )
+    now[-1] = "edgeplug.testing.rms_norm_cases.CASES: tuple of 31 Case"
+    changes = classify(before, now)
+    assert {kind for kind, _, _ in changes} == {"additive"}, changes
+    assert {what for _, _, what in changes} >= {
+        "edgeplug.plugin.BackendSpec(device_runtime=) added", "edgeplug.plugin.RuntimeNotFound added"
+    }
+    assert breaking_without_a_rename(before, now) == []
+
+
+def test_the_classification_calls_a_removed_field_breaking_and_asks_for_its_rename_and_a_bump():
+    before = _snapshot(_SPEC.format(extra=", verify: Literal['pte', 'kernels', 'none'] = 'none'").replace(
+        "verify_method: Literal['pte', 'kernels', 'none'] = 'none', ", ""))
+    now = _snapshot(_SPEC.format(extra=""))
+    kinds = {what: kind for kind, _, what in classify(before, now)}
+    assert kinds["edgeplug.plugin.BackendSpec(verify=) removed"] == "breaking"
+    missing = breaking_without_a_rename(before, now)
+    assert any("API_VERSION is still 1" in m for m in missing), missing
+    # with the bump to the API whose rename it is (RENAMES: BackendSpec(verify=), since API 1), nothing is missing
+    assert breaking_without_a_rename([before[0].replace("= 1", "= 0"), *before[1:]], now) == []
+
+
+@pytest.mark.parametrize(
+    "before, now, kind",
+    [
+        ("Literal['keep', 'fold']", "Literal['keep', 'fold', 'ones']", "additive"),  # a Literal widened
+        ("Literal['keep', 'fold', 'ones']", "Literal['keep', 'fold']", "breaking"),  # narrowed
+        ("bool = False", "bool = True", "breaking"),  # a default changed
+    ],
+)
+def test_the_classification_of_a_changed_field(before, now, kind):
+    line = "edgeplug.plugin.FusionPolicy: class(_Record)(*, backend: str, weightless: {}) -> None"
+    changes = classify(_snapshot(line.format(before)), _snapshot(line.format(now)))
+    assert [k for k, _, _ in changes] == [kind], changes
+
+
+def test_the_classification_calls_a_removed_name_or_member_breaking():
+    before = _snapshot(_SPEC.format(extra=""), extra_names=("edgeplug.plugin.Verdict: class(object)(ok: bool) -> None", "    .reason: property"))
+    gone = _snapshot(_SPEC.format(extra=""), extra_names=("edgeplug.plugin.Verdict: class(object)(ok: bool) -> None",))
+    assert [(k, w) for k, _, w in classify(before, gone)] == [("breaking", "edgeplug.plugin.Verdict.reason removed")]
+    assert [(k, w) for k, _, w in classify(before, _snapshot(_SPEC.format(extra="")))] == [
+        ("breaking", "edgeplug.plugin.Verdict removed")
+    ]

@@ -56,8 +56,10 @@ class PluginApiDeprecationWarning(DeprecationWarning):
     """A plugin uses a spelling of the previous plugin API; the message names the new one and when the old goes."""
 
 
-# shown where a plain DeprecationWarning is not (a command line run): an author must see it
-warnings.filterwarnings("default", category=PluginApiDeprecationWarning)
+# shown where a plain DeprecationWarning is not (a script, a command line run): an author must see it;
+# a -W option or PYTHONWARNINGS (e.g. -W error::DeprecationWarning in an author's CI) decides instead
+if not sys.warnoptions:
+    warnings.filterwarnings("default", category=PluginApiDeprecationWarning)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class Usage:
 
 
 _local = threading.local()
-_warned: set[tuple[str, str]] = set()  # (plugin, old spelling): each warned once per process
+_warned: set[tuple[str, str]] = set()  # (plugin or file:line, old spelling): each warned once per process
 
 
 @contextmanager
@@ -221,11 +223,12 @@ def used(old: str) -> None:
         return
     if usage is not None and rename not in usage.deprecated:
         usage.deprecated.append(rename)
-    key = (getattr(usage.plugin, "name", "") if usage is not None else "", old)
+    filename, lineno, module = _caller()
+    # once per plugin while it loads; elsewhere once per line of code (a filter reading it per node)
+    key = (usage.plugin.name if usage is not None else f"{filename}:{lineno}", old)
     if key in _warned:
         return
     _warned.add(key)
-    filename, lineno, module = _caller()
     warnings.warn_explicit(
         f"{who}{rename.sentence()}; write the new spelling (docs/plugin-api-changes.md)",
         PluginApiDeprecationWarning,
