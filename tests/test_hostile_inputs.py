@@ -446,6 +446,41 @@ def test_the_users_mistake_names_the_model_the_line_and_the_fix(cli, tmp_path, c
     assert fix in first and len(stderr.strip().splitlines()) == 1
 
 
+class NoDevice:
+    """Backend "no-device" (fixture-keep's partitioner and delegate): its lowering context finds the vendor's
+    libraries present but unable to make their device, as a plugin does that reads their release."""
+
+    @edgeplug.hookimpl
+    def edgeplug_backends(self):
+        import edgeplug_fixture_backends as fb
+
+        yield edgeplug.BackendSpec(
+            backend="no-device", description="fixture-keep whose vendor libraries cannot make a device",
+            backend_id=fb.BACKEND_IDS[fb.KEEP], partitioner=fb.keep_partitioner, lowering_context=self.device,
+        )
+
+    @staticmethod
+    def device():
+        from edgeplug import BackendUnavailableError
+
+        raise BackendUnavailableError(
+            "the vendor libraries under VENDOR_ROOT are release 9.1, the delegate is built against 9.0: they "
+            "cannot make the device. Set VENDOR_ROOT to the 9.0 libraries, or lower with --dry-run"
+        )
+
+
+def test_a_present_sdk_that_cannot_make_its_device_is_the_environments_fault(cli, edgeplug_register, tmp_path):
+    # the wrong party before: the plugin's file and line in front, as if the plugin had a bug
+    (tmp_path / "model.py").write_text(MODEL)
+    edgeplug_register(NoDevice(), name="no-device-plugin")
+    code, stdout, stderr = cli("lower", "model.py:make", "-b", "no-device", "-q")
+    assert code == 2 and stdout == ""
+    assert stderr.splitlines() == [
+        "edgeplug: error: stage 'to_edge': the vendor libraries under VENDOR_ROOT are release 9.1, the delegate is "
+        "built against 9.0: they cannot make the device. Set VENDOR_ROOT to the 9.0 libraries, or lower with --dry-run"
+    ]
+
+
 @pytest.mark.parametrize(
     "stdout, code, stderr",
     [("closed pipe", 141, ""), ("/dev/full", 74, "edgeplug: output failed: No space left on device\n")],

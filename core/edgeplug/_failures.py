@@ -363,7 +363,15 @@ def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optiona
 
 
 def name_the_plugin(exc: BaseException, backend: Any) -> BaseException:
-    """Put the plugin at fault (found in ``exc``'s traceback) at the front of an edgeplug error that lacks it."""
+    """Put the plugin at fault (found in ``exc``'s traceback) at the front of an edgeplug error that lacks it.
+
+    A ``BackendUnavailableError`` is left as it is: a plugin raising it says the environment is at fault
+    (an SDK present that cannot make its device), and its message names what to do."""
+    from edgeplug._errors import BackendUnavailableError
+
+    if isinstance(exc, BackendUnavailableError):
+        exc.at_fault = "the environment"
+        return exc
     who = at_fault(exc, backend)
     named = who.rsplit(" at ", 1)[0]  # the plugin without its file and line
     if who.startswith("plugin ") and named not in str(exc) and exc.args and isinstance(exc.args[0], str):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import re
 from pathlib import Path
+from typing import Iterator, Optional
 
 from edgeplug.plugin import Availability
 
@@ -39,7 +43,104 @@ def availability() -> Availability:
                 hint=f"add {lib.parent} to LD_LIBRARY_PATH (its libraries load one another from there), "
                 "or install the SDK's missing dependency",
             )
+    found, expected = qnn_release(lib), expected_qnn_release()
+    if found and expected and found.split(".")[:2] != expected.split(".")[:2]:
+        # the device cannot be created with them (seen: QNN 2.47 and 2.51 under ExecuTorch 1.5.1, built for 2.37)
+        return Availability(ok=False, reason=_wrong_release(root, found, expected), hint=_without_the_device(expected))
     return Availability(ok=True)
+
+
+#: the QNN SDK release (major.minor) each ExecuTorch release (major.minor) is built against: its QNN
+#: adaptor creates the HTP device with that release's libraries only (ExecuTorch 1.5's build of QNN 2.37
+#: fails on 2.47 and 2.51 with "unknown custom config socModel")
+BUILT_AGAINST = {"1.5": "2.37"}
+#: how QNN's libraries name their release: "AISW_VERSION: 2.51.0", or the build tag "v2.51.0.260929181845"
+_RELEASE = (re.compile(rb"AISW_VERSION: (\d+\.\d+\.\d+)"), re.compile(rb"\bv(\d+\.\d+\.\d+)\.\d{6,}\b"))
+
+
+def qnn_release(lib: Path) -> Optional[str]:
+    """The QNN SDK release a QNN library is from (``"2.51.0"``), read from the version text it carries; None if it has none."""
+    try:
+        st = lib.stat()
+    except OSError:
+        return None
+    return _release_of(str(lib), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _release_of(path: str, _mtime: int, _size: int) -> Optional[str]:
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for pattern in _RELEASE:
+                m = pattern.search(data)
+                if m:
+                    return m.group(1).decode()
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def executorch_release() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("executorch")
+    except PackageNotFoundError:
+        return ""
+
+
+def expected_qnn_release() -> Optional[str]:
+    """The QNN release the installed ExecuTorch is built against (``"2.37"``), where edgeplug knows it."""
+    return BUILT_AGAINST.get(".".join(executorch_release().split(".")[:2]))
+
+
+def _wrong_release(root: str, found: str, expected: str) -> str:
+    return (
+        f"{SDK_VAR}={root} holds QNN {found} (lib/x86_64-linux-clang/libQnnHtp.so), but ExecuTorch "
+        f"{executorch_release()} is built against QNN {expected}: it cannot create the HTP device with these "
+        "libraries. The environment is at fault, not the model or ExecuTorch"
+    )
+
+
+def _without_the_device(expected: Optional[str]) -> str:
+    sdk = f"the QNN {expected} SDK" if expected else "the QNN SDK release ExecuTorch is built against"
+    return (
+        f"Install {sdk} and set {SDK_VAR} to its root; or, without a device: "
+        f"`EDGEPLUG_QNN_SAVER=1 edgeplug lower MODEL --backend qnn` (these libraries, every partition through "
+        "QNN's saver) or `edgeplug lower MODEL --backend qnn --dry-run` (the support table, no QNN library)"
+    )
+
+
+#: what ExecuTorch's QNN adaptor raises when the HTP device cannot be made with the libraries it loaded
+_NO_DEVICE = ("Failed to initialize QNN backend", "Fail to configure Qnn device", "Failed to create device_handle")
+
+
+@contextlib.contextmanager
+def device_failure_named() -> Iterator[None]:
+    """A failure to create the HTP device (libraries present, of a release ExecuTorch cannot use) is the
+    environment's: ``BackendUnavailableError`` naming the library, its release, the one expected and the
+    commands that work, instead of ExecuTorch's own error blamed on ExecuTorch."""
+    from edgeplug import BackendUnavailableError
+
+    try:
+        yield
+    except Exception as exc:
+        chain, cur = [], exc
+        while cur is not None and cur not in chain:
+            chain.append(cur)
+            cur = cur.__cause__ or cur.__context__
+        if not any(marker in str(e) for e in chain for marker in _NO_DEVICE):
+            raise
+        root = os.environ.get(SDK_VAR, "")
+        lib = Path(root) / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
+        found, expected = qnn_release(lib), expected_qnn_release()
+        raise BackendUnavailableError(
+            f"QNN could not create the HTP device with {lib} (QNN {found or 'of a release it does not name'}); "
+            f"ExecuTorch {executorch_release()} is built against QNN {expected or 'another release'}. The environment "
+            f"is at fault, not the model or ExecuTorch. {_without_the_device(expected)}"
+        ) from exc
 
 
 def _load_error(path: Path) -> str:
@@ -166,11 +267,12 @@ def make_partitioner():
 
 
 def lowering_context():
-    """Around partitioning and preprocess: in the saver mode, each partition recorded by QNN's saver."""
-    import contextlib
-
+    """Around partitioning and preprocess: in the saver mode, each partition recorded by QNN's saver; with
+    the device's partitioner, a device QNN cannot create named as the environment's fault."""
     from edgeplug_qnn import saver
 
     if saver.enabled() and saver.availability().ok:
         return saver.per_partition_saver(saver.compile_specs(soc()))
+    if not saver.enabled() and availability().ok:  # the real partitioner: it creates the HTP device
+        return device_failure_named()
     return contextlib.nullcontext()
