@@ -481,6 +481,36 @@ def test_a_present_sdk_that_cannot_make_its_device_is_the_environments_fault(cli
     ]
 
 
+# -- the environment: one line naming the variable and the fix (issue 37) ------------------------
+
+
+@pytest.mark.parametrize(
+    "entry, expect",
+    [
+        ("%%garbage", "EDGEPLUG_REGISTER_PLUGINS entry '%%garbage' is not MODULE or MODULE:OBJECT (dotted Python "
+         "names, comma-separated): fix the variable"),
+        ("no_such_module_37", "EDGEPLUG_REGISTER_PLUGINS names module 'no_such_module_37', which this Python cannot "
+         "find (No module named 'no_such_module_37'): install it, or put the folder that holds it on PYTHONPATH"),
+        ("edgeplug_fixture_backends:nothing_here", "EDGEPLUG_REGISTER_PLUGINS entry 'edgeplug_fixture_backends:nothing_here': "
+         "module 'edgeplug_fixture_backends' has no attribute 'nothing_here': fix the OBJECT after the colon"),
+    ],
+)
+def test_a_broken_register_plugins_entry_is_one_line_and_the_rest_lowers(tmp_path, entry, expect):
+    # a process of its own, as a user's shell starts it: the fixture backends come from the variable too
+    import edgeplug_fixture_backends
+
+    (tmp_path / "model.py").write_text(MODEL)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPLUG_")}
+    env["EDGEPLUG_REGISTER_PLUGINS"] = f"edgeplug_fixture_backends,{entry}"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(edgeplug_fixture_backends.__file__).parent), env.get("PYTHONPATH")]))
+    p = subprocess.run([*EDGEPLUG, "lower", "model.py:make", "-b", BACKEND, "-q", "-o", "m.pte"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (line,) = p.stderr.splitlines()  # the one line, not a Python warning with its source line
+    assert line.startswith(f"edgeplug: warning: plugin {entry!r} (named in EDGEPLUG_REGISTER_PLUGINS) failed at import: {expect}"), line
+    assert (tmp_path / "m.pte").is_file()  # the other plugins still work
+
+
 @pytest.mark.parametrize(
     "stdout, code, stderr",
     [("closed pipe", 141, ""), ("/dev/full", 74, "edgeplug: output failed: No space left on device\n")],

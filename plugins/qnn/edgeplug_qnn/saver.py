@@ -77,6 +77,10 @@ def availability() -> Availability:
     root = os.environ.get(SDK_VAR)
     if not root:
         return Availability(ok=False, reason=f"{MODE_VAR} is set but {SDK_VAR} is not", hint=hint)
+    if not Path(root).is_dir():
+        from edgeplug_qnn.support import _not_a_folder
+
+        return Availability(ok=False, reason=f"{MODE_VAR} is set and {SDK_VAR}={root} {_not_a_folder(root)}", hint=hint)
     lib_dir = Path(root) / LIB_DIR
     missing = [lib for lib in LIBRARIES if not (lib_dir / lib).is_file()]
     if missing:

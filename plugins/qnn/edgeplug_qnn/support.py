@@ -28,6 +28,8 @@ def availability() -> Availability:
     )
     if not root:
         return Availability(ok=False, reason=f"the QNN SDK is not configured ({SDK_VAR} is not set)", hint=hint)
+    if not Path(root).is_dir():
+        return Availability(ok=False, reason=f"{SDK_VAR}={root} {_not_a_folder(root)}", hint=hint)
     lib = Path(root) / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
     if not lib.is_file():
         return Availability(ok=False, reason=f"{SDK_VAR}={root} has no lib/x86_64-linux-clang/libQnnHtp.so", hint=hint)
@@ -141,6 +143,11 @@ def device_failure_named() -> Iterator[None]:
             f"ExecuTorch {executorch_release()} is built against QNN {expected or 'another release'}. The environment "
             f"is at fault, not the model or ExecuTorch. {_without_the_device(expected)}"
         ) from exc
+
+
+def _not_a_folder(root: str) -> str:
+    """What is wrong with a ``QNN_SDK_ROOT`` that is not a folder: it does not exist, or it is a file."""
+    return "is a file, not the SDK's folder" if os.path.exists(root) else "does not exist"
 
 
 def _load_error(path: Path) -> str:
