@@ -40,6 +40,10 @@ class RuntimeRefusedError(VerificationError):
     """executorch's runtime refused to load or run a lowered program (a kernel it does not link, ...)."""
 
 
+class RuntimeNotFound(EdgeplugError):
+    """A backend's own runtime (``BackendSpec.device_runtime``) is not on this machine; the message says how to get one."""
+
+
 class OutputPathError(EdgeplugError):
     """An output path cannot be written (checked before any work)."""
 

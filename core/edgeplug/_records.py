@@ -119,6 +119,25 @@ class BackendSpec(_Record):
     #: external_weights=True)``) can put them into a ``.ptd`` beside the
     #: ``.pte``. False: the backend refuses external weights before any work.
     external_weights: bool = False
+    #: The backend's own runtime, built for this host (e.g. ExecuTorch's
+    #: Vulkan runtime built from source): ``device_runtime()`` returns an
+    #: object with ``name`` (e.g. "ExecuTorch Vulkan runtime cff6f4d") and
+    #: ``run(pte, data, calls)`` -> ``(outputs_per_call, adapter)``, which
+    #: loads the ``.pte`` (and its ``.ptd`` bytes, or None) once and calls its
+    #: method on each of ``calls`` (flat inputs in the program's order),
+    #: keeping the program's buffers between calls; it raises
+    #: ``RuntimeRefusedError`` with the runtime's own message when the runtime
+    #: refuses. ``device_runtime()`` raises ``RuntimeNotFound`` (saying how to
+    #: get one) when none is on this machine. Verification runs the ``.pte``
+    #: through it when it is found (method "pte", the adapter naming the
+    #: runtime) and by ``verify_method`` otherwise, the note saying why.
+    device_runtime: Optional[Callable[[], Any]] = None
+    #: A buffer the program writes (a KV cache) may be moved into the
+    #: delegate that reads and writes it (executorch's ``tag_mutated_buffer``).
+    #: False: every such buffer stays a program input, its new value a
+    #: delegate output the program writes back (for a runtime that does not
+    #: keep a delegate's buffers: ExecuTorch's Vulkan backend).
+    delegate_buffers: bool = True
 
     @model_validator(mode="before")
     @classmethod

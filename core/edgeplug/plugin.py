@@ -57,6 +57,11 @@ Kernels (the host-side contract the GPU plugins implement):
 - ``gpu_device``: the process's ``GpuDevice`` (adapter from ``EDGEPLUG_WGPU_ADAPTER``), opened on first use, then shared.
 - ``KernelError``: raised when a kernel cannot run a call (bad arguments, no adapter, a shader that fails).
 
+Runtimes (a backend's own runtime, built for this host: ``BackendSpec.device_runtime``):
+
+- ``RuntimeNotFound``: raised by ``device_runtime()`` when no such runtime is on this machine (say how to get one).
+- ``RuntimeRefusedError``: raised by a runtime's ``run`` when it refuses the program (the runtime's own message).
+
 Importing this module is cheap: torch, executorch and wgpu load when a name
 that needs them is first used.
 """
@@ -66,7 +71,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from edgeplug._errors import KernelError
+from edgeplug._errors import KernelError, RuntimeNotFound, RuntimeRefusedError
 from edgeplug._hookspecs import hookimpl
 from edgeplug._records import (
     API_VERSION,
@@ -143,5 +148,7 @@ __all__ = [
     "TransformRecord",
     "hookimpl",
     "KernelError",
+    "RuntimeNotFound",
+    "RuntimeRefusedError",
     *_LAZY,
 ]

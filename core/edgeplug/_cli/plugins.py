@@ -31,6 +31,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows if specs else ():  # no backend: the error below, not an empty table
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    _print_device_runtimes(m, specs)
     kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
     if specs and (args.adapter or (kernels and not args.no_adapter)):
         try:
@@ -49,6 +50,21 @@ def cmd_backends(args: argparse.Namespace) -> int:
     else:
         err(f"no backends installed: install a backend plugin, e.g. {INSTALL_HINT}")
     return 1
+
+
+def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
+    """For each backend that has a runtime of its own (``BackendSpec.device_runtime``): whether it is
+    built here, so the user knows what ``--verify`` will run."""
+    from edgeplug._verify.runners import find_device_runtime
+
+    for name in sorted(specs):
+        if specs[name][1].device_runtime is None:
+            continue
+        runtime, why_not = find_device_runtime(resolve_backend(m, name))
+        if runtime is not None:
+            print(f"\n{name} runtime: {runtime.name} (--verify runs the .pte in it)")
+        else:
+            print(f"\n{name} runtime: none, --verify runs the host emulation ({why_not})")
 
 
 #: how long ``edgeplug backends`` waits for one partitioner factory

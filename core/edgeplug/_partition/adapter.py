@@ -241,6 +241,7 @@ class CorePartitioner(Partitioner):
             logged=logged,
             inner_specs=inner_specs,
             constant_only_policy=self.backend.spec.constant_only_policy,
+            delegate_buffers=self.backend.spec.delegate_buffers,
             kept_whole=decomposable(self._kept_ops(ep)),
             fused=self._fused,
         )

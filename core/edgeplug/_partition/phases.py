@@ -350,6 +350,8 @@ def tag_constants(
     constants: Mapping[torch.fx.Node, str],
     tags: Mapping[torch.fx.Node, str],
     writes: Mapping[torch.fx.Node, Optional[torch.fx.Node]] = MappingProxyType({}),
+    *,
+    delegate_buffers: bool = True,
 ) -> dict[torch.fx.Node, str]:
     """A constant the partitioner gave a delegate stays with it while every user is in one partition.
 
@@ -357,14 +359,15 @@ def tag_constants(
     delegate only if that partition also computes the value written back: executorch moves a tagged
     buffer into its delegate, so a write from elsewhere (another partition, the CPU) would name a buffer
     the program no longer has ("Buffer output ... does not point to a buffer that exists"). Otherwise
-    the buffer stays a program input the delegate reads.
+    the buffer stays a program input the delegate reads. ``delegate_buffers=False``
+    (``BackendSpec.delegate_buffers``): no mutated buffer goes to a delegate at all.
     """
     out: dict[torch.fx.Node, str] = {}
     for node in constants:
         users = {tags.get(u) for u in node.users}
         if len(users) == 1 and None not in users:
             tag = users.pop()
-            if node in writes and (writes[node] is None or tags.get(writes[node]) != tag):
+            if node in writes and (not delegate_buffers or writes[node] is None or tags.get(writes[node]) != tag):
                 continue
             out[node] = tag
     return out
@@ -454,6 +457,7 @@ def partition_graph(
     constant_only_policy: bool,
     kept_whole: frozenset,
     fused: Mapping[str, str],
+    delegate_buffers: bool = True,
 ) -> tuple[PartitionOutcome, dict[torch.fx.Node, str], dict[str, Any]]:
     """The phases in order, on a graph the backend's partitioner tagged.
 
@@ -473,7 +477,7 @@ def partition_graph(
     dropped: dict[str, str] = {}
     if constant_only_policy:
         tags, dropped = drop_constant_only(tags, ctx)
-    tags.update(tag_constants(constants, tags, buffer_writes(gm, ctx.ep)))
+    tags.update(tag_constants(constants, tags, buffer_writes(gm, ctx.ep), delegate_buffers=delegate_buffers))
     tags = {n: tags[n] for n in gm.graph.nodes if n in tags}
     specs = {tag: inner_specs.get(calls.get(n) or constants.get(n)) for n, tag in tags.items()}
     reasons = cpu_reasons(gm, tags, {**refused, **dropped}, logged, explain)

@@ -16,7 +16,7 @@ from edgeplug._stages import resolve_backend
 from edgeplug._verify.compare import compare_outputs
 from edgeplug._verify.greedy import greedy_check
 from edgeplug._verify.quantized import verify_quantized
-from edgeplug._verify.runners import run_program
+from edgeplug._verify.runners import run_program, verify_method_of
 from edgeplug._verify.steps import buffers_the_pte_starts_at_zero, compare_steps, decode_steps, steps_note
 
 
@@ -83,7 +83,7 @@ def verify(
         return _with_greedy(verify_quantized(result, backend, tolerance), result, backend, verify_steps, tolerance)
     if reference is None and result.reference is None:
         raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
-    method = backend.spec.verify_method
+    method = verify_method_of(backend)
     # a program that keeps state runs prefill then decode steps: the .pte's runtime and the host kernels'
     # runner both keep its buffers between calls
     steps, why_not = decode_steps(result) if reference is None and method in ("pte", "kernels") else ([], "")

@@ -12,7 +12,7 @@ import torch
 
 from edgeplug._backend import Backend
 from edgeplug._eager import _tensors
-from edgeplug._errors import RuntimeRefusedError, VerificationError
+from edgeplug._errors import RuntimeNotFound, RuntimeRefusedError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._result import LoweringResult
 
@@ -96,10 +96,44 @@ def _with_copied_inputs(result: LoweringResult) -> LoweringResult:
     )
 
 
+def find_device_runtime(backend: Backend) -> tuple[Any, str]:
+    """``backend``'s own runtime (``BackendSpec.device_runtime``) if one is on this machine, else None and
+    why not (empty when the backend declares none)."""
+    factory = backend.spec.device_runtime
+    if factory is None:
+        return None, ""
+    try:
+        return factory(), ""
+    except RuntimeNotFound as exc:
+        return None, str(exc)
+
+
+def verify_method_of(backend: Backend) -> str:
+    """How the backend's programs run here: "pte" when its own runtime is found, else its ``verify_method``."""
+    return "pte" if find_device_runtime(backend)[0] is not None else backend.spec.verify_method
+
+
+def run_device_runtime(result: LoweringResult, runtime: Any, calls: Sequence[ExampleInputs] = ()) -> _Run:
+    """Run the ``.pte`` in the backend's own runtime: the example inputs, then each of ``calls``, the program
+    loaded once so its buffers persist between calls."""
+    flat = [_runtime_inputs(result), *(_runtime_inputs(result, c) for c in calls)]
+    outs, adapter = runtime.run(result.buffer, result.data_buffer, flat)
+    outs = [_tensors(o) for o in outs]
+    return _Run(outs[0], "pte", f"{runtime.name} on {adapter}", steps=outs[1:])
+
+
 def run_program(result: LoweringResult, backend: Backend, calls: Sequence[ExampleInputs] = ()) -> _Run:
-    """Run the lowered program as ``backend``'s ``BackendSpec.verify_method`` says: the ``.pte``, or the
-    delegates on host kernels; either way then each of ``calls``, the program's buffers kept between calls."""
+    """Run the lowered program in the backend's own runtime where one is found (``BackendSpec.device_runtime``),
+    else as its ``BackendSpec.verify_method`` says: the ``.pte``, or the delegates on host kernels; either way
+    then each of ``calls``, the program's buffers kept between calls."""
+    runtime, why_not = find_device_runtime(backend)
+    if runtime is not None:
+        return run_device_runtime(result, runtime, calls)
     method = backend.spec.verify_method
+    if method == "kernels" and why_not:
+        run = run_kernels(result, backend, calls)
+        run.note = "; ".join(x for x in (f"host emulation ({why_not})", run.note) if x)
+        return run
     if method == "pte":
         return run_pte(result, calls)
     if method == "kernels":

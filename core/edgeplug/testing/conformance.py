@@ -362,8 +362,14 @@ def test_verification_matches_eager(edgeplug_backend, edgeplug_lowering):
         pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host (verify='none')")
     if not edgeplug_backend.availability().ok:
         pytest.skip(f"{edgeplug_backend.name!r} cannot serialize here, so there is nothing to run")
+    from edgeplug._verify.runners import find_device_runtime
+
     report = edgeplug_lowering(EXAMPLE, edgeplug_backend.name, verify=True).report
-    assert report.verification.method == edgeplug_backend.spec.verify_method
+    runtime, _ = find_device_runtime(edgeplug_backend)  # the backend's own runtime runs the .pte where it is built
+    expected = "pte" if runtime is not None else edgeplug_backend.spec.verify_method
+    assert report.verification.method == expected
+    if runtime is not None:
+        assert report.verification.adapter.startswith(runtime.name), report.verification.adapter
     assert report.verification.max_abs_diff < TOLERANCE, report.to_table()
 
 

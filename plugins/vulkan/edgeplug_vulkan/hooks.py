@@ -9,6 +9,7 @@ import edgeplug
 from edgeplug.plugin import Kernel
 
 from edgeplug_vulkan_delegate import fusion, records, rewrites
+from edgeplug_vulkan_delegate.runtime import device_runtime
 
 BACKEND = "vulkan"
 
@@ -22,7 +23,8 @@ def _partitioner():
 @edgeplug.hookimpl
 def edgeplug_backends():
     yield records.backend_spec(
-        BACKEND, description="ExecuTorch Vulkan delegate (GPU compute through Vulkan)", partitioner=_partitioner
+        BACKEND, description="ExecuTorch Vulkan delegate (GPU compute through Vulkan)", partitioner=_partitioner,
+        device_runtime=device_runtime,  # ExecuTorch's own Vulkan runtime, where it is built here
     )
 
 

@@ -13,7 +13,7 @@ description, kernels, whether its kernel accumulates in fp32).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 from edgeplug.plugin import BackendSpec, KeepWhole, QuantScheme
 
@@ -31,9 +31,19 @@ def delegate_constants(original: Any, named: Any) -> Any:
     return VulkanConstants(original, named)
 
 
-def backend_spec(backend: str, *, description: str, partitioner: Callable[[], Any]) -> BackendSpec:
-    """A backend serialized by the Vulkan delegate, verified on the host with its kernels."""
+def backend_spec(
+    backend: str, *, description: str, partitioner: Callable[[], Any], device_runtime: Optional[Callable[[], Any]] = None
+) -> BackendSpec:
+    """A backend serialized by the Vulkan delegate, verified on the host with its kernels, or in its own
+    runtime where ``device_runtime`` finds one (``edgeplug_vulkan_delegate.runtime.device_runtime``:
+    ExecuTorch's Vulkan runtime built from source)."""
     return BackendSpec(
+        device_runtime=device_runtime,
+        # ExecuTorch's Vulkan runtime (cff6f4d) does not keep a buffer moved into its delegate: the graph
+        # declares the buffer's new value as an output the delegate call does not pass ("Vulkan graph
+        # declares 1 inputs and 2 outputs, but the delegate call supplied 2 arguments"), stock's .pte
+        # alike; so a KV cache stays a program input, its new value an output written back
+        delegate_buffers=device_runtime is None,
         backend=backend,
         description=description,
         backend_id=BACKEND_ID,

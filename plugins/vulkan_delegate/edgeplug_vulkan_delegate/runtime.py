@@ -1,0 +1,270 @@
+"""ExecuTorch's own Vulkan runtime, driven from Python: the real runtime a device runs, built on this
+host from ExecuTorch's source (``tools/vulkan-runtime/build.sh``; docs/vulkan-runtime.md).
+
+The build yields ``edgeplug-vulkan-runner``, a small program of ours linked with ExecuTorch's runtime,
+its portable and quantized CPU kernels and its Vulkan backend. It loads one ``.pte`` and runs its method
+on request over a pipe, keeping the method's state (mutable buffers: a KV cache) between requests, so a
+prefill and its decode steps run as they would on a device.
+
+Where the runner is found, in order: ``EDGEPLUG_VULKAN_RUNNER`` (the runner's path), then the newest
+build in the cache folder ``build.sh`` writes to (``$EDGEPLUG_CACHE_DIR`` or ``$XDG_CACHE_HOME/edgeplug``
+or ``~/.cache/edgeplug``, then ``vulkan-runtime/<commit>/bin``). ``EDGEPLUG_VULKAN_RUNNER=off`` turns
+the real runtime off (verification then uses the host emulation).
+
+This module needs only torch and the standard library: it also runs on a machine without executorch
+(the H200 benchmark drives it with ``.pte`` files made elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+RUNNER_VARIABLE = "EDGEPLUG_VULKAN_RUNNER"
+RUNNER_NAME = "edgeplug-vulkan-runner"
+BUILD_HINT = (
+    "build it with tools/vulkan-runtime/build.sh EXECUTORCH_SRC (docs/vulkan-runtime.md), "
+    f"or point {RUNNER_VARIABLE} at a built {RUNNER_NAME}"
+)
+
+# ExecuTorch's ScalarType codes (the same numbering as torch's), for the dtypes a program's inputs take
+_DTYPES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
+    torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15,
+}
+_FROM_CODE = {code: dtype for dtype, code in _DTYPES.items()}
+
+
+class RunnerNotFound(Exception):
+    """No built runner on this machine; the message says where it looked and how to build one."""
+
+
+class RunnerError(RuntimeError):
+    """The runtime refused to load or run the program; the message is the runtime's own, with its log."""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("EDGEPLUG_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "edgeplug"
+    )
+    return Path(root) / "vulkan-runtime"
+
+
+@dataclass(frozen=True)
+class RunnerBuild:
+    """A built runner: where it is and which ExecuTorch commit it was built from."""
+
+    path: Path
+    commit: str
+    built_seconds: Optional[int] = None
+    jobs: Optional[int] = None
+
+    @property
+    def name(self) -> str:
+        return f"ExecuTorch Vulkan runtime {self.commit[:7]}"
+
+
+def _build_of(path: Path) -> RunnerBuild:
+    meta: dict[str, Any] = {}
+    info = path.parent / "runtime.json"
+    if info.is_file():
+        try:
+            meta = json.loads(info.read_text())
+        except ValueError:
+            meta = {}
+    commit = str(meta.get("executorch_commit") or path.parent.parent.name or "unknown")
+    return RunnerBuild(path, commit, meta.get("built_seconds"), meta.get("jobs"))
+
+
+def find_runner() -> RunnerBuild:
+    """The runner to use, or ``RunnerNotFound`` saying where it looked and what to do."""
+    given = os.environ.get(RUNNER_VARIABLE, "").strip()
+    if given.lower() in ("off", "0", "no", "none"):
+        raise RunnerNotFound(f"{RUNNER_VARIABLE}={given} turns ExecuTorch's Vulkan runtime off")
+    if given:
+        path = Path(given)
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise RunnerNotFound(f"{RUNNER_VARIABLE}={given} is not an executable file; {BUILD_HINT}")
+        return _build_of(path)
+    folder = cache_dir()
+    found = sorted(folder.glob(f"*/bin/{RUNNER_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    found = [p for p in found if os.access(p, os.X_OK)]
+    if not found:
+        raise RunnerNotFound(f"no {RUNNER_NAME} in {folder} and {RUNNER_VARIABLE} is not set; {BUILD_HINT}")
+    return _build_of(found[0])
+
+
+def _describe(value: Any) -> tuple[dict[str, Any], bytes]:
+    if isinstance(value, torch.Tensor):
+        if value.dtype not in _DTYPES:
+            raise RunnerError(f"an input of dtype {value.dtype} cannot be passed to the runtime")
+        t = value.detach().contiguous().cpu()
+        data = t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.view(torch.int16).numpy().tobytes()
+        return {"kind": "tensor", "dtype": _DTYPES[t.dtype], "sizes": list(t.shape), "nbytes": len(data)}, data
+    if value is None:
+        return {"kind": "none"}, b""
+    if isinstance(value, bool):
+        return {"kind": "bool", "value": value}, b""
+    if isinstance(value, int):
+        return {"kind": "int", "value": value}, b""
+    if isinstance(value, float):
+        return {"kind": "double", "value": value}, b""
+    raise RunnerError(f"an input of type {type(value).__name__} cannot be passed to the runtime")
+
+
+class RunnerSession:
+    """One ``.pte`` loaded in the runner: ``run(inputs)`` calls its method, state kept between calls.
+
+    ``adapter`` is the Vulkan device ExecuTorch's backend opened (e.g. "llvmpipe (LLVM 15.0.6, 256 bits)").
+    Use as a context manager; the process ends on exit.
+    """
+
+    def __init__(self, pte: bytes | str | os.PathLike, data: Optional[bytes] = None, *,
+                 build: Optional[RunnerBuild] = None, method: str = "forward", env: Optional[dict] = None):
+        self.build = build or find_runner()
+        self._tmp = tempfile.TemporaryDirectory(prefix="edgeplug-vk-")
+        if isinstance(pte, (bytes, bytearray, memoryview)):
+            path = Path(self._tmp.name) / "program.pte"
+            path.write_bytes(bytes(pte))
+        else:
+            path = Path(pte)
+        argv = [str(self.build.path), str(path)]
+        if data is not None:
+            ptd = Path(self._tmp.name) / "program.ptd"
+            ptd.write_bytes(bytes(data))
+            argv.append(str(ptd))
+        argv.append(f"--method={method}")
+        self._log: list[str] = []
+        self._proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+        self._stderr = threading.Thread(target=self._drain, daemon=True)
+        self._stderr.start()
+        hello = self._answer()
+        if not hello.get("ok"):
+            self.close()
+            raise RunnerError(self._with_log(hello.get("error", "the runner did not start")))
+        self.adapter: str = hello.get("adapter", "")
+        self.inputs: list[dict] = hello.get("inputs", [])
+
+    def _drain(self) -> None:
+        assert self._proc.stderr is not None
+        for raw in self._proc.stderr:
+            self._log.append(raw.decode("utf-8", "replace").rstrip())
+            del self._log[:-200]
+
+    def _with_log(self, message: str) -> str:
+        # ExecuTorch's own log lines say which op or check refused (its 'E ...' lines)
+        lines = [ln for ln in self._log if " E " in ln[:40] or "rror" in ln]
+        tail = "; ".join(x.split("] ", 1)[-1] for x in lines[-3:])
+        return message + (f" (runtime log: {tail})" if tail else "")
+
+    def _answer(self) -> dict:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            code = self._proc.wait(timeout=30)
+            self._stderr.join(timeout=5)
+            raise RunnerError(self._with_log(f"the runtime exited with status {code} without answering"))
+        return json.loads(line)
+
+    def run(self, inputs: Sequence[Any], repeat: int = 1) -> tuple[list[Any], list[float]]:
+        """Call the method on ``inputs`` (flat, in the program's order) ``repeat`` times; the outputs of
+        the last call and each call's time in microseconds."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        heads, blobs = zip(*(_describe(v) for v in inputs)) if inputs else ((), ())
+        request = json.dumps({"cmd": "run", "repeat": int(repeat), "inputs": list(heads)}).encode() + b"\n"
+        try:
+            self._proc.stdin.write(request + b"".join(blobs))
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            raise RunnerError(self._with_log("the runtime exited before taking the inputs")) from None
+        ans = self._answer()
+        if not ans.get("ok"):
+            raise RunnerError(self._with_log(ans.get("error", "the run failed")))
+        outputs: list[Any] = []
+        for out in ans["outputs"]:
+            if out["kind"] != "tensor":
+                outputs.append(out.get("value"))
+                continue
+            raw = self._proc.stdout.read(out["nbytes"])
+            dtype = _FROM_CODE[out["dtype"]]
+            if dtype == torch.bfloat16:
+                t = torch.frombuffer(bytearray(raw), dtype=torch.int16).view(torch.bfloat16)
+            else:
+                t = torch.frombuffer(bytearray(raw), dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+            outputs.append(t.reshape(out["sizes"]).clone())
+        return outputs, list(ans.get("times_us", []))
+
+    def reset(self) -> None:
+        """Load the method again: its buffers start afresh."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(b'{"cmd": "reset"}\n')
+        self._proc.stdin.flush()
+        ans = self._answer()
+        if not ans.get("ok"):
+            raise RunnerError(self._with_log(ans.get("error", "the reset failed")))
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write(b'{"cmd": "quit"}\n')
+                self._proc.stdin.close()
+                self._proc.wait(timeout=10)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "RunnerSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class VulkanRuntime:
+    """``BackendSpec.device_runtime``'s answer for the vulkan backend: a found runner build."""
+
+    def __init__(self, build: RunnerBuild):
+        self.build = build
+        self.name = build.name
+
+    def run(self, pte: bytes, data: Optional[bytes], calls: Sequence[Sequence[Any]]) -> tuple[list[list[Any]], str]:
+        from edgeplug.plugin import RuntimeRefusedError
+
+        done = 0
+        try:
+            with RunnerSession(pte, data, build=self.build) as session:
+                outputs = []
+                for call in calls:
+                    outputs.append(session.run(call)[0])
+                    done += 1
+                return outputs, session.adapter
+        except RunnerError as exc:
+            raise RuntimeRefusedError(
+                f"{self.name} could not run the .pte: {exc}"
+                + (f" (it ran {done} calls before this one)" if done else "")
+                + ". This is the runtime's refusal, not a lowering error; lower without --verify to write the "
+                f".pte anyway, or set {RUNNER_VARIABLE}=off to verify on the host emulation"
+            ) from exc
+
+
+def device_runtime() -> VulkanRuntime:
+    """The vulkan backend's ``BackendSpec.device_runtime``: ExecuTorch's Vulkan runtime, if built here."""
+    from edgeplug.plugin import RuntimeNotFound
+
+    try:
+        return VulkanRuntime(find_runner())
+    except RunnerNotFound as exc:
+        raise RuntimeNotFound(f"ExecuTorch's Vulkan runtime not found: {exc}") from None

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Build ExecuTorch's runtime with its Vulkan backend from a source tree the
+# user points at, plus edgeplug's small runner over it (runner/). Nothing of
+# ExecuTorch's is copied into this repository: the build lives in a cache
+# folder outside the checkout.
+#
+#   tools/vulkan-runtime/build.sh SRC_DIR [--glslang GLSLANG_SRC] [--jobs N] [--cache DIR]
+#
+# SRC_DIR: an ExecuTorch checkout with the Vulkan submodules (see
+# docs/vulkan-runtime.md). ExecuTorch's shaders need a glslc that knows
+# GL_EXT_integer_dot_product (Vulkan SDK 1.4.341 or newer); where the glslc on
+# PATH does not (Debian 12's), pass --glslang with a glslang checkout
+# (tag vulkan-sdk-1.4.350.0 or newer): it is built once into the cache and
+# driven through the glslc shim beside this script. Prints the runner's path last; point
+# EDGEPLUG_VULKAN_RUNNER at it, or leave it in the default cache folder, where
+# edgeplug finds it on its own.
+set -euo pipefail
+
+die() { echo "build.sh: error: $*" >&2; exit 2; }
+
+SRC=""
+GLSLANG=""
+JOBS="$(nproc)"
+CACHE="${EDGEPLUG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgeplug}/vulkan-runtime"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --jobs) JOBS="$2"; shift 2 ;;
+    --glslang) GLSLANG="$2"; shift 2 ;;
+    --cache) CACHE="$2"; shift 2 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    -*) die "unknown option $1" ;;
+    *) [ -z "$SRC" ] || die "one SRC_DIR, got '$SRC' and '$1'"; SRC="$1"; shift ;;
+  esac
+done
+[ -n "$SRC" ] || die "usage: build.sh SRC_DIR [--glslang GLSLANG_SRC] [--jobs N] [--cache DIR]"
+[ -f "$SRC/CMakeLists.txt" ] && [ -d "$SRC/backends/vulkan/runtime" ] \
+  || die "'$SRC' is not an ExecuTorch source tree (no backends/vulkan/runtime)"
+SRC="$(cd "$SRC" && pwd)"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+
+for sub in Vulkan-Headers/include/vulkan/vulkan.h volk/volk.c VulkanMemoryAllocator/include/vk_mem_alloc.h; do
+  [ -f "$SRC/backends/vulkan/third-party/$sub" ] || die "submodule file backends/vulkan/third-party/$sub is missing: run 'git submodule update --init backends/vulkan/third-party/Vulkan-Headers backends/vulkan/third-party/volk backends/vulkan/third-party/VulkanMemoryAllocator third-party/flatbuffers' in $SRC"
+done
+[ -f "$SRC/third-party/flatbuffers/CMakeLists.txt" ] || die "submodule third-party/flatbuffers is missing: run 'git submodule update --init third-party/flatbuffers' in $SRC"
+
+missing=""
+for tool in cmake ninja g++; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+[ -z "$missing" ] || die "missing tools:$missing (Debian: apt-get install cmake ninja-build g++ libvulkan1 glslc)"
+
+# A glslc that compiles ExecuTorch's integer-dot-product shaders: the one on PATH, or glslang built
+# from --glslang behind the shim
+probe="$(mktemp -d)"
+printf '#version 450\n#extension GL_EXT_integer_dot_product : require\nlayout(local_size_x = 1) in;\nlayout(set = 0, binding = 0) buffer B { int v[]; };\nvoid main() { v[0] = dotPacked4x8AccSatEXT(v[1], v[2], v[3]); }\n' > "$probe/p.comp"
+if [ -n "$GLSLANG" ]; then
+  [ -f "$GLSLANG/CMakeLists.txt" ] && [ -d "$GLSLANG/glslang" ] || die "'$GLSLANG' is not a glslang source tree"
+  GL_OUT="$CACHE/glslang"
+  if [ ! -x "$GL_OUT/install/bin/glslangValidator" ]; then
+    echo "== glslang from $GLSLANG -> $GL_OUT"
+    cmake -S "$GLSLANG" -B "$GL_OUT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENABLE_OPT=OFF \
+      -DGLSLANG_TESTS=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_INSTALL_PREFIX="$GL_OUT/install" > "$GL_OUT.log" 2>&1 \
+      && cmake --build "$GL_OUT/build" -j "$JOBS" --target install >> "$GL_OUT.log" 2>&1 \
+      || { tail -20 "$GL_OUT.log" >&2; die "glslang build failed (log: $GL_OUT.log)"; }
+  fi
+  export EDGEPLUG_GLSLANG_VALIDATOR="$GL_OUT/install/bin/glslangValidator"
+  mkdir -p "$probe/bin" && cp "$HERE/glslc" "$probe/bin/glslc"
+  SHIM_BIN="$CACHE/glslc-shim"; mkdir -p "$SHIM_BIN"; cp "$HERE/glslc" "$SHIM_BIN/glslc"
+  export PATH="$SHIM_BIN:$PATH"
+fi
+glslc -fshader-stage=compute "$probe/p.comp" -o "$probe/p.spv" --target-env=vulkan1.1 >/dev/null 2>&1 \
+  || die "$(command -v glslc) ($(glslc --version 2>/dev/null | head -1)) cannot compile GL_EXT_integer_dot_product, which ExecuTorch's shaders use: pass --glslang GLSLANG_SRC (a checkout of https://github.com/KhronosGroup/glslang at vulkan-sdk-1.4.350.0 or newer), or put a Vulkan SDK 1.4.341+ glslc first on PATH"
+rm -rf "$probe"
+
+PY="${PYTHON:-python3}"
+"$PY" -c 'import torchgen, yaml' 2>/dev/null \
+  || die "$PY cannot import torchgen and yaml (ExecuTorch's kernel registration codegen needs them): set PYTHON to the venv holding torch, e.g. PYTHON=.venv/bin/python"
+
+# The commit names the build: a git checkout's HEAD, or the first word of
+# SRC_DIR/.executorch-commit for a tree assembled from archives.
+if COMMIT="$(git -C "$SRC" rev-parse HEAD 2>/dev/null)"; then :;
+elif [ -f "$SRC/.executorch-commit" ]; then COMMIT="$(awk '{print $1; exit}' "$SRC/.executorch-commit")";
+else die "cannot tell which ExecuTorch commit '$SRC' is: not a git checkout and no .executorch-commit file"; fi
+SHORT="${COMMIT:0:7}"
+OUT="$CACHE/$SHORT"
+mkdir -p "$OUT"
+echo "== ExecuTorch $SHORT from $SRC -> $OUT ($JOBS jobs)"
+
+start=$(date +%s)
+cmake -S "$SRC" -B "$OUT/build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_INSTALL_PREFIX="$OUT/install" \
+  -DPYTHON_EXECUTABLE="$(realpath -s "$(command -v "$PY")")" \
+  -DEXECUTORCH_BUILD_VULKAN=ON \
+  -DGLSLC_PATH="$(command -v glslc)" \
+  -DEXECUTORCH_BUILD_EXTENSION_MODULE=ON \
+  -DEXECUTORCH_BUILD_EXTENSION_DATA_LOADER=ON \
+  -DEXECUTORCH_BUILD_EXTENSION_FLAT_TENSOR=ON \
+  -DEXECUTORCH_BUILD_EXTENSION_NAMED_DATA_MAP=ON \
+  -DEXECUTORCH_BUILD_EXTENSION_TENSOR=ON \
+  -DEXECUTORCH_BUILD_KERNELS_QUANTIZED=ON \
+  -DEXECUTORCH_BUILD_PORTABLE_OPS=ON \
+  -DEXECUTORCH_BUILD_XNNPACK=OFF \
+  -DEXECUTORCH_BUILD_PTHREADPOOL=OFF \
+  -DEXECUTORCH_BUILD_CPUINFO=OFF \
+  -DEXECUTORCH_BUILD_DEVTOOLS=OFF \
+  -DEXECUTORCH_BUILD_EXECUTOR_RUNNER=OFF \
+  -DEXECUTORCH_BUILD_TESTS=OFF \
+  -DEXECUTORCH_ENABLE_LOGGING=ON \
+  -DEXECUTORCH_VULKAN_SHADER_COMPILE_NTHREADS="$JOBS" \
+  > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log" >&2; die "cmake configure failed (whole log: $OUT/configure.log)"; }
+# progress: every 25th step of ninja's count (the shader step alone takes minutes: it compiles every variant)
+if ! (set -o pipefail; cmake --build "$OUT/build" -j "$JOBS" --target install 2>&1 | tee "$OUT/build.log" \
+      | awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 25 == 0) { print "   " $1; fflush() } }'); then
+  grep -E 'error|FAILED' "$OUT/build.log" | grep -v template_file_path | head -30 >&2
+  die "ExecuTorch build failed (whole log: $OUT/build.log)"
+fi
+
+cmake -S "$HERE/runner" -B "$OUT/runner-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$OUT/install" -DEXECUTORCH_SRC="$SRC" -DEXECUTORCH_BUILD="$OUT/build" \
+  > "$OUT/runner-configure.log" 2>&1 || { tail -30 "$OUT/runner-configure.log" >&2; die "runner configure failed"; }
+cmake --build "$OUT/runner-build" -j "$JOBS" > "$OUT/runner-build.log" 2>&1 \
+  || { grep -E 'error' "$OUT/runner-build.log" | head -30 >&2; die "runner build failed (log: $OUT/runner-build.log)"; }
+mkdir -p "$OUT/bin"
+cp "$OUT/runner-build/edgeplug-vulkan-runner" "$OUT/bin/"
+end=$(date +%s)
+
+cat > "$OUT/bin/runtime.json" <<JSON
+{"executorch_commit": "$COMMIT", "built_seconds": $((end - start)), "jobs": $JOBS, "glslc": "$(glslc --version 2>/dev/null | head -1)", "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
+JSON
+echo "== built in $((end - start)) s with $JOBS jobs"
+echo "$OUT/bin/edgeplug-vulkan-runner"
