@@ -95,6 +95,12 @@ def verify_quantized(result: Any, backend: Any, tolerance: Optional[float] = Non
             f"the lowered program returned {len(outs)} outputs, the quantized model returned {len(reference)}"
         )
     steps = output_steps(result.exported_program)
+    # activations quantized at run time: edgeplug's source-transform scheme, or a program quantized
+    # elsewhere (torchao's quantize_, as optimum-executorch's 8da4w) whose graph chooses them per call
+    dynamic = (
+        bool(info.kind == "source_transform" and info.activation_bits) if info is not None
+        else chooses_activation_qparams(result.exported_program)
+    )
     checks = []
     for i, (a, e) in enumerate(zip(outs, reference)):
         step = steps[i] if i < len(steps) and len(steps) == len(reference) else None
@@ -103,7 +109,7 @@ def verify_quantized(result: Any, backend: Any, tolerance: Optional[float] = Non
         if tol is None and step is not None:
             tol = QUANT_STEPS * step
             why = f"default for a quantized output: {QUANT_STEPS} steps of its output scale {step:.4g}"
-        elif tol is None and info is not None and info.kind == "source_transform" and info.activation_bits and e.is_floating_point():
+        elif tol is None and dynamic and e.is_floating_point():
             largest = e.detach().abs().max().item() if e.numel() else 0.0
             tol = DYNAMIC_RELATIVE * largest
             why = (
@@ -129,6 +135,12 @@ def verify_quantized(result: Any, backend: Any, tolerance: Optional[float] = Non
     result.report.quantization = summary
     note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
     return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)
+
+
+def chooses_activation_qparams(ep: Any) -> bool:
+    """Whether the program picks quantization parameters at run time (dynamically quantized activations):
+    a ``choose_qparams`` op (torchao's or quantized_decomposed's) in its graph."""
+    return any(n.op == "call_function" and "choose_qparams" in str(n.target) for n in ep.graph.nodes)
 
 
 def _cosine(a: Any, b: Any) -> float:

@@ -128,3 +128,42 @@ def test_verify_steps_is_refused_before_any_work_without_verify_or_below_one(mod
         edgeplug.lower(model, (prompt, {"input_pos": torch.arange(SEQ)}), backend="xnnpack", verify_steps=4)
     with pytest.raises(EdgeplugError, match="whole number >= 1"):
         edgeplug.lower(model, (prompt, {"input_pos": torch.arange(SEQ)}), backend="xnnpack", verify=True, verify_steps=0)
+
+
+@pytest.fixture(scope="module")
+def optimum_8da4w():
+    """A tiny Llama quantized by optimum-executorch's own recipe (linear 8da4w group 32, embedding 8w)
+    and exported by its CausalLMExportableModule: dynamic length, keyword inputs, torchao's ops."""
+    integrations = pytest.importorskip("optimum.exporters.executorch.integrations")
+    quantization = pytest.importorskip("optimum.exporters.executorch.quantization")
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=128, max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=48, cache_config={"batch_size": 1, "max_cache_len": 48}
+    )
+    quantization.quantize_model_(model, qlinear_config="8da4w", qlinear_group_size=32, qembedding_config="8w",
+                                 qembedding_group_size=0)
+    ep = integrations.CausalLMExportableModule(
+        model, max_seq_len=48, use_custom_sdpa=False, use_custom_kv_cache=False
+    ).export()["model"]
+    kwargs = {"input_ids": torch.randint(0, 128, (1, SEQ), generator=torch.Generator().manual_seed(2)),
+              "cache_position": torch.arange(SEQ)}
+    return edgeplug.lower(ep, kwargs=kwargs, backend="xnnpack", verify=True, verify_steps=24)
+
+
+def test_optimums_8da4w_program_is_checked_against_the_quantized_model(optimum_8da4w):
+    """Its activations are quantized per call (torchao's choose_qparams): the logits are held to a fraction
+    of their magnitude, not fp32's 1e-4, and greedy generation compares with the quantized model."""
+    v = optimum_8da4w.report.verification
+    assert v.passed, v.failures()
+    assert all("dynamically quantized activations" in o.tolerance_reason for o in v.outputs), v.outputs
+    assert v.max_abs_diff > 1e-4  # XNNPACK's activation rounding is not torchao's bit for bit
+    g = v.greedy
+    assert g.ran and g.reference == "the quantized model" and len(g.lowered_ids) == 24
+    assert g.first_difference is None or (g.tie and g.margin <= 2 * g.logits_max_abs_diff), g.summary()
