@@ -110,14 +110,24 @@ def run_case(set_name: str, name: str, model: Any, args: tuple, kwargs: Optional
                                     for r, e, x in zip(reals, emus, ref))
     except Exception as exc:  # a case that cannot run is named with the runtime's own error
         row.error = first_line(exc)
-        row.seconds = time.perf_counter() - t0
-        return row
+        result = None
     if stock and scheme is None:
         try:
             from edgeplug_vulkan_delegate.runtime import RunnerSession
 
-            pte = _stock_pte(copy.deepcopy(model), args, kwargs)
-            flat = [_runtime_inputs(result), *(_runtime_inputs(result, c) for c in calls)]
+            if result is None:  # edgeplug's side failed: stock still runs, on the example inputs alone
+                from edgeplug._inputs import runtime_inputs
+
+                ep = model if isinstance(model, torch.export.ExportedProgram) else torch.export.export(
+                    copy.deepcopy(model), args, kwargs or None)
+                flat = [runtime_inputs(ep, ExampleInputs(args, kwargs))]
+                with torch.no_grad():
+                    out = ep.module()(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+                ref = [list(out) if isinstance(out, (tuple, list)) else [out]]
+            else:
+                flat = [_runtime_inputs(result), *(_runtime_inputs(result, c) for c in calls)]
+            with torch.no_grad():
+                pte = _stock_pte(copy.deepcopy(model), args, kwargs)
             with RunnerSession(pte, build=runtime.build) as s:
                 outs = [s.run(f)[0] for f in flat]
             row.stock_vs_eager = max(_max_diff([o for o in out if isinstance(o, torch.Tensor)], e)
@@ -275,10 +285,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows: list[Row] = []
     from edgeplug._zoo._cell import _quiet
 
+    _quiet()  # executorch's partitioners log every node at INFO
     for set_name, name, model, args, kwargs, scheme in gather(sets, models):
         print(f"[{len(rows) + 1}] {set_name}: {name} ...", file=sys.stderr, flush=True)
-        with _quiet():
-            row = run_case(set_name, name, model, args, kwargs, scheme)
+        row = run_case(set_name, name, model, args, kwargs, scheme)
         rows.append(row)
         print(f"    real {_fmt(row.real_vs_eager)}  emulation {_fmt(row.emulation_vs_eager)}  "
               f"real-emulation {_fmt(row.real_vs_emulation)}  stock {_fmt(row.stock_vs_eager) if row.stock_vs_eager is not None else row.stock_note or '—'}"

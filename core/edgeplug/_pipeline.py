@@ -310,6 +310,9 @@ def _serialize(job: Lowering) -> None:
     # leading 1s): they get them back, or, where a write's values broadcast, every write stays functional
     in_place, records = values_at_indexed_shape(ep)
     job.report.transforms.extend(records)
+    if any(n.op == "call_function" and "quantized_decomposed" in str(n.target) for n in ep.graph.nodes):
+        # a quantize/dequantize left on the CPU needs its out variant, which this import registers
+        import executorch.kernels.quantized  # noqa: F401
     with spilled_weights(job.external_weights):
         program = job.edge.to_executorch(_executorch_config(ep, job.external_weights, in_place=in_place))
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing

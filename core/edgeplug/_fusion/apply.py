@@ -149,7 +149,7 @@ class _WeightFolder:
     def __init__(self, ep: ExportedProgram, fused: FusedOp, ops: _GraphOps) -> None:
         self.ep, self.fused, self.ops = ep, fused, ops
         self.graph = ep.graph_module.graph
-        self.units: dict[tuple[int, Optional[torch.dtype]], Node] = {}
+        self.units: dict[tuple[int, Optional[torch.dtype], int], Node] = {}
 
     def fold(self, decisions: list[Decision]) -> dict[int, tuple[Decision, Optional[Node]]]:
         """id(decision) -> (the decision as it stands after folding, the fused op's weight node)."""
@@ -166,7 +166,7 @@ class _WeightFolder:
                 node, new = self._fold_target(d)
                 hint = _weight_name(self.ep, d.match.weight)
             else:
-                node, new, hint = self._unit_weight_node(*key[1:]), [], _unit_name(*key[1:])
+                node, new, hint = self._unit_weight_node(*key[1:3]), [], _unit_name(*key[1:3])
             batch.append(node)
             hints.append(hint)
             added.append(new)
@@ -204,16 +204,19 @@ class _WeightFolder:
         if d.weight == "fold":
             return ("fold", *d.fold_key)
         if d.weight in ("unit", "none") and self.fused.unit_weight_is_ones:
-            return ("unit", d.match.dim, d.input_dtype)
+            # one ones([D]) per fused norm, not one per (D, dtype): a constant two partitions read becomes a
+            # runtime input of both, and a delegate that prepacks its norm weights cannot load it (ExecuTorch's
+            # Vulkan runtime: "prepack_standard ... val_is_tref"); the .pte's named data stores equal bytes once
+            return ("unit", d.match.dim, d.input_dtype, id(d))
         return None
 
     def unit_weight(self, d: Decision) -> Optional[Node]:
         """The constant ``ones([D])`` in the norm's dtype (None where the op takes None for no weight)."""
         if not self.fused.unit_weight_is_ones:
             return None
-        key = (d.match.dim, d.input_dtype)
+        key = (d.match.dim, d.input_dtype, id(d))
         if key not in self.units:  # only a failed fold needs one the batch did not make
-            (self.units[key],) = fold_constants(self.ep, [self._unit_weight_node(*key)], _unit_name(*key))
+            (self.units[key],) = fold_constants(self.ep, [self._unit_weight_node(*key[:2])], _unit_name(*key[:2]))
         return self.units[key]
 
     def _unit_weight_node(self, dim: int, dt: Optional[torch.dtype]) -> Node:

@@ -6,9 +6,9 @@ What every backend on the Vulkan delegate shares is in ``edgeplug_vulkan_delegat
 from __future__ import annotations
 
 import edgeplug
-from edgeplug.plugin import Kernel
+from edgeplug.plugin import Kernel, PartitionerFilter
 
-from edgeplug_vulkan_delegate import fusion, records, rewrites
+from edgeplug_vulkan_delegate import filters, fusion, records, rewrites
 from edgeplug_vulkan_delegate.runtime import device_runtime
 
 BACKEND = "vulkan"
@@ -26,6 +26,16 @@ def edgeplug_backends():
         BACKEND, description="ExecuTorch Vulkan delegate (GPU compute through Vulkan)", partitioner=_partitioner,
         device_runtime=device_runtime,  # ExecuTorch's own Vulkan runtime, where it is built here
     )
+
+
+@edgeplug.hookimpl
+def edgeplug_partitioner_filters():
+    # ExecuTorch's Vulkan runtime passes an activation's quantize/dequantize through unchanged
+    yield PartitionerFilter(backend=BACKEND, name=filters.NAME, fn=filters.activation_fake_quant)
+    # ... and cannot load a delegate in which an op computes a 0-d tensor
+    yield PartitionerFilter(backend=BACKEND, name=filters.ZERO_DIM_NAME, fn=filters.zero_dim_results)
+    # ... and has no kernel for ops its partitioner takes
+    yield PartitionerFilter(backend=BACKEND, name=filters.RUNTIME_GAPS_NAME, fn=filters.runtime_gaps)
 
 
 @edgeplug.hookimpl

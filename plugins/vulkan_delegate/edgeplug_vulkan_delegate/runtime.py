@@ -162,9 +162,10 @@ class RunnerSession:
             self._log.append(raw.decode("utf-8", "replace").rstrip())
             del self._log[:-200]
 
-    def _with_log(self, message: str) -> str:
-        # ExecuTorch's own log lines say which op or check refused (its 'E ...' lines)
-        lines = [ln for ln in self._log if " E " in ln[:40] or "rror" in ln]
+    def _with_log(self, message: str, died: bool = False) -> str:
+        # ExecuTorch's own log lines say which op or check refused (its 'E ...' lines); a runtime that died
+        # (an abort from a failed check) said why in its last lines
+        lines = [ln for ln in self._log if " E " in ln[:40] or "rror" in ln or (died and ln.strip())]
         tail = "; ".join(x.split("] ", 1)[-1] for x in lines[-3:])
         return message + (f" (runtime log: {tail})" if tail else "")
 
@@ -174,7 +175,7 @@ class RunnerSession:
         if not line:
             code = self._proc.wait(timeout=30)
             self._stderr.join(timeout=5)
-            raise RunnerError(self._with_log(f"the runtime exited with status {code} without answering"))
+            raise RunnerError(self._with_log(f"the runtime exited with status {code} without answering", died=True))
         return json.loads(line)
 
     def run(self, inputs: Sequence[Any], repeat: int = 1) -> tuple[list[Any], list[float]]:

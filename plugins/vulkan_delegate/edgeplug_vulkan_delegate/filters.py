@@ -1,0 +1,89 @@
+"""Partitioner filters every backend on the Vulkan delegate shares (``edgeplug_partitioner_filters``).
+
+``activation_fake_quant``: ExecuTorch's Vulkan runtime (cff6f4d, on llvmpipe and on an NVIDIA H200) returns a
+standalone ``quantize_per_tensor`` -> ``dequantize_per_tensor`` of a runtime value unchanged: no rounding to the
+scale's grid and no clamping to the quantized range (``x = 3.0`` at scale 0.02 in int8 comes back 3.0, eager gives
+2.54), in stock ExecuTorch's ``.pte`` as in edgeplug's. The pair stays on the CPU, whose quantized kernels compute
+it as eager does. Quantize/dequantize of a constant (a quantized weight the delegate packs) is not touched.
+
+``zero_dim_results``: the same runtime cannot load a delegate in which an op computes a 0-d tensor (``x * (1 -
+lam)`` with a 0-d parameter ``lam``: "vector::_M_range_check: __n (which is 18446744073709551615) >= this->size()
+(which is 0)" at load_method, stock's ``.pte`` alike). Such an op (a scalar's arithmetic) runs on the CPU; the
+delegate reads its 0-d result as it reads a 0-d parameter, which loads and computes as eager.
+
+``runtime_gaps``: ops ``VulkanPartitioner`` takes (its op registry lists them) for which that runtime has no
+kernel, so the delegate fails at load: ``aten.logical_not`` ("Missing operator: aten.logical_not.default", an
+abort in build_graph), and ``aten.eq`` of int32 tensors (the runtime asks for the shader
+``binary_eq_texture3d_int32``, the build names it ``binary_eq_int32_texture3d``: "Could not find ShaderInfo").
+They stay on the CPU. Stock ExecuTorch's ``.pte`` of executorch's own Llama example and of transformers' decoders
+fails to load on both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from edgeplug.plugin import op_name, refuse, tensor_of
+
+NAME = "activation_fake_quant"
+ZERO_DIM_NAME = "zero_dim_results"
+ZERO_DIM_REASON = (
+    "it computes a 0-d tensor: ExecuTorch's Vulkan runtime cannot load a delegate with such an op "
+    "(vector::_M_range_check at load_method), so this scalar arithmetic runs on the CPU"
+)
+
+_QUANTIZE = {"quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.quantize_per_tensor.tensor"}
+_DEQUANTIZE = {"quantized_decomposed.dequantize_per_tensor.default", "quantized_decomposed.dequantize_per_tensor.tensor"}
+
+REASON = (
+    "a quantize/dequantize of a runtime value: ExecuTorch's Vulkan runtime passes such a pair through unchanged "
+    "(no rounding, no clamping), so it runs on the CPU's quantized kernels"
+)
+
+
+def _is_runtime_quantize(node: Any, ctx: Any) -> bool:
+    return (
+        getattr(node, "op", None) == "call_function" and op_name(node.target) in _QUANTIZE
+        and not ctx.is_constant_only(node)
+    )
+
+
+def activation_fake_quant(node: Any, ctx: Any) -> Optional[Any]:
+    """Refuse a quantize of a runtime value, and the dequantize that reads one."""
+    if getattr(node, "op", None) != "call_function":
+        return None
+    name = op_name(node.target)
+    if name in _QUANTIZE and _is_runtime_quantize(node, ctx):
+        return refuse(REASON)
+    if name in _DEQUANTIZE and node.args and _is_runtime_quantize(node.args[0], ctx):
+        return refuse(REASON)
+    return None
+
+
+def zero_dim_results(node: Any, ctx: Any) -> Optional[Any]:
+    """Refuse an op whose result is a 0-d tensor."""
+    if getattr(node, "op", None) != "call_function":
+        return None
+    value = tensor_of(node)
+    if value is not None and getattr(value, "dim", lambda: -1)() == 0:
+        return refuse(ZERO_DIM_REASON)
+    return None
+
+
+RUNTIME_GAPS_NAME = "runtime_gaps"
+
+
+def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
+    """Refuse an op ExecuTorch's Vulkan runtime has no kernel for, though its partitioner takes it."""
+    if getattr(node, "op", None) != "call_function":
+        return None
+    name = op_name(node.target)
+    if name == "aten.logical_not.default":
+        return refuse("ExecuTorch's Vulkan runtime has no kernel for aten.logical_not (its partitioner takes it; "
+                      "the delegate would fail at load with 'Missing operator')")
+    if name.startswith("aten.eq."):
+        values = [tensor_of(a) for a in node.args[:2] if hasattr(a, "op")]
+        if any(v is not None and str(v.dtype) == "torch.int32" for v in values):
+            return refuse("ExecuTorch's Vulkan runtime looks up binary_eq_texture3d_int32, a shader its build "
+                          "names binary_eq_int32_texture3d (binary_eq_buffer_int32 likewise): an int32 == fails at load")
+    return None
