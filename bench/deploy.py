@@ -434,9 +434,13 @@ def profile(sides: list[Side], prompt: torch.Tensor, decode: int, rounds: int, t
         shares: dict[str, list[float]] = {}
         for e in block.events:
             if e.perf_data is not None and len(e.perf_data.raw) == calls:
-                acc = shares.setdefault(_categories(e.name), [0.0] * calls)
-                for i, ms in enumerate(e.perf_data.raw):
-                    acc[i] += ms
+                category = _categories(e.name)
+                # XNNPACK's operators also by kind ("xnn op Transpose (ND, X32)"): which of them the step is
+                kinds = [category] + ([f"xnn op {e.name.split(' #')[0]}"] if category.startswith("xnn") else [])
+                for kind in kinds:
+                    acc = shares.setdefault(kind, [0.0] * calls)
+                    for i, ms in enumerate(e.perf_data.raw):
+                        acc[i] += ms
         steps = [i for i in range(decode + 1, calls) if i % (decode + 1)]  # decode steps after the warm-up round
         best = {k: min(v[i] for i in steps) for k, v in shares.items()}
         xnn = best.get("xnn fully connected", 0.0) + best.get("xnn other", 0.0)
@@ -447,8 +451,8 @@ def profile(sides: list[Side], prompt: torch.Tensor, decode: int, rounds: int, t
 def profile_table(rows: list[dict[str, Any]], threads: int) -> str:
     lines = [
         f"| model | side | decode step ms ({threads}t) | XNNPACK fully connected | other XNNPACK ops | delegate calls' "
-        "overhead | CPU ops | largest CPU ops |",
-        "| --- " * 8 + "|",
+        "overhead | CPU ops | largest CPU ops | largest XNNPACK operators |",
+        "| --- " * 9 + "|",
     ]
     for r in rows:
         for key in ("optimum", "edgeplug"):
@@ -459,6 +463,8 @@ def profile_table(rows: list[dict[str, Any]], threads: int) -> str:
             cells = [r["model"], key] + [f"{p.get(k, 0.0):.3f}" for k in (
                 "Method::execute", "xnn fully connected", "xnn other", "delegate overhead", "OPERATOR_CALL")]
             cells.append(", ".join(f"{name} {ms:.3f}" for ms, name in cpu))
+            xnn = sorted(((v, k[len("xnn op "):]) for k, v in p.items() if k.startswith("xnn op ")), reverse=True)[:4]
+            cells.append(", ".join(f"{name} {ms:.3f}" for ms, name in xnn))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
