@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PLUGINS := vulkan_delegate vulkan webgpu qnn samsung xnnpack coreml
 STAMP := $(VENV)/.edgeplug-installed
 
-.PHONY: setup demo test test-fast bench zoo clean
+.PHONY: setup demo test test-fast bench zoo vulkan-runtime clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -59,6 +59,16 @@ zoo: setup
 	  --compare-stock --jobs 2 --layers 1 --out out/zoo-quantized.jsonl --markdown docs/zoo.md
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} EDGEPLUG_ZOO=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_et_examples.py tests/test_zoo.py tests/test_quantize_examples.py plugins/vulkan_delegate/tests/test_bf16_rms_norm.py tests/test_quantize_verify.py \
 	  plugins/vulkan_delegate/tests/test_quantized_host_verification.py
+
+# ExecuTorch's own Vulkan runtime, built from source trees you fetched (docs/vulkan-runtime.md), then the
+# tests that run programs in it and the real-runtime-against-emulation-against-stock table (docs/benchmarks.md)
+ET_SRC ?= $(HOME)/src/executorch
+GLSLANG_SRC ?= $(HOME)/src/glslang
+vulkan-runtime: setup
+	PYTHON=$(BIN)/python tools/vulkan-runtime/build.sh $(ET_SRC) $(if $(wildcard $(GLSLANG_SRC)),--glslang $(GLSLANG_SRC))
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  plugins/vulkan/tests/test_real_runtime.py plugins/vulkan/tests/test_runtime_gaps.py plugins/vulkan/tests/test_backend.py
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/vulkan_runtime.py --json out/vulkan-runtime.json
 
 clean:
 	rm -rf $(VENV) out

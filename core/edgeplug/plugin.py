@@ -89,12 +89,12 @@ from edgeplug._records import (
 
 # name -> (module, attribute); attribute None: the module itself
 _LAZY: dict[str, tuple[str, Any]] = {
+    "STAND_IN_KEY": ("edgeplug._report", "STAND_IN_KEY"),
     "Verdict": ("edgeplug._partition.verdict", "Verdict"),
     "TAKEN": ("edgeplug._partition.verdict", "TAKEN"),
     "refuse": ("edgeplug._partition.verdict", "refuse"),
     "FilterContext": ("edgeplug._partition.verdict", "FilterContext"),
     "SupportTablePartitioner": ("edgeplug._partition.table", "SupportTablePartitioner"),
-    "STAND_IN_KEY": ("edgeplug._report", "STAND_IN_KEY"),
     "rewrite_pass": ("edgeplug._graph.canonical.table", "rewrite_pass"),
     "apply_rewrite": ("edgeplug._graph.canonical.table", "apply_rewrite"),
     "NodeBuilder": ("edgeplug._graph.rewrite", "NodeBuilder"),

@@ -424,12 +424,6 @@ def test_llm_custom_ops_are_delegated_or_named(edgeplug_backend):
     assert again.cpu_ops == report.cpu_ops, "a second lowering of the same program partitioned it differently"
 
 
-#: torch's, executorch's and their dependencies' deprecation notices, which every lowering prints and a
-#: plugin's author can do nothing about: the conformance tests ignore them (a plugin's own still show)
-_THEIRS = r"(torch|executorch|torchao|coremltools|copyreg)(\..*)?"
-for _name in __all__:
-    for _category in ("DeprecationWarning", "FutureWarning"):
-        globals()[_name] = pytest.mark.filterwarnings(f"ignore::{_category}:{_THEIRS}")(globals()[_name])
 #: what edgeplug itself writes to stderr: a progress line (``   2.5s [NAME] export ...``), or ``edgeplug: ...``
 EDGEPLUG_LINE = r"( *\d+\.\ds .*|edgeplug: .*)"
 
@@ -461,5 +455,11 @@ def test_the_command_prints_only_edgeplugs_lines(edgeplug_backend, tmp_path):
     assert foreign_lines(p.stderr) == [], p.stderr[-3000:]
 
 
+#: torch's, executorch's and their dependencies' deprecation notices, which every lowering prints and a
+#: plugin's author can do nothing about: the conformance tests ignore them (a plugin's own still show)
+_THEIRS = r"(torch|executorch|torchao|coremltools|copyreg)(\..*)?"
+for _name in __all__:
+    for _category in ("DeprecationWarning", "FutureWarning"):
+        globals()[_name] = pytest.mark.filterwarnings(f"ignore::{_category}:{_THEIRS}")(globals()[_name])
 del _name, _category
 

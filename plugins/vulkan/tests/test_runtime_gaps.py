@@ -58,6 +58,7 @@ CASES = {
     "0-d arithmetic": (ZeroDim, (X,), "aten.sub.Tensor", "computes a 0-d tensor"),
     "logical_not": (LogicalNot, (X,), "aten.logical_not.default", "no kernel for aten.logical_not"),
     "int32 eq": (IntEq, (A, B), "aten.eq.Tensor", "binary_eq_texture3d_int32"),
+    "int64 eq": (IntEq, (A.long(), B.long()), "aten.eq.Tensor", "binary_eq_texture3d_int32"),
 }
 
 

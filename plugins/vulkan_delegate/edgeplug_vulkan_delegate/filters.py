@@ -14,7 +14,8 @@ delegate reads its 0-d result as it reads a 0-d parameter, which loads and compu
 ``runtime_gaps``: ops ``VulkanPartitioner`` takes (its op registry lists them) for which that runtime has no
 kernel, so the delegate fails at load: ``aten.logical_not`` ("Missing operator: aten.logical_not.default", an
 abort in build_graph), and ``aten.eq`` of int32 tensors (the runtime asks for the shader
-``binary_eq_texture3d_int32``, the build names it ``binary_eq_int32_texture3d``: "Could not find ShaderInfo").
+``binary_eq_texture3d_int32``, the build names it ``binary_eq_int32_texture3d``: "Could not find ShaderInfo"; int64
+tensors are stored as int32 in the delegate, so their == fails alike).
 They stay on the CPU. Stock ExecuTorch's ``.pte`` of executorch's own Llama example and of transformers' decoders
 fails to load on both.
 """
@@ -83,7 +84,8 @@ def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
                       "the delegate would fail at load with 'Missing operator')")
     if name.startswith("aten.eq."):
         values = [tensor_of(a) for a in node.args[:2] if hasattr(a, "op")]
-        if any(v is not None and str(v.dtype) == "torch.int32" for v in values):
+        # int64 too: the delegate stores int64 tensors as int32
+        if any(v is not None and str(v.dtype) in ("torch.int32", "torch.int64") for v in values):
             return refuse("ExecuTorch's Vulkan runtime looks up binary_eq_texture3d_int32, a shader its build "
-                          "names binary_eq_int32_texture3d (binary_eq_buffer_int32 likewise): an int32 == fails at load")
+                          "names binary_eq_int32_texture3d (binary_eq_buffer_int32 likewise): an integer == fails at load")
     return None
