@@ -16,7 +16,7 @@ message naming the replacement (an import raises ``ImportError``; a plugin
 that uses it is refused, its line naming each replacement).
 
 ``RENAMES`` is the only list of renames: ``docs/plugin-api-changes.md`` is
-generated from it (``changelog()``, checked by tests/test_plugin_api.py), and
+generated from it (``changelog()``, checked by plugins/xnnpack/tests/test_plugin_api_old_spellings.py), and
 the public-surface snapshot test asks for an entry here for every name a
 breaking change removes.
 """

@@ -1,6 +1,6 @@
 """The plugin API's version and its renames (``edgeplug._api``), through real plugin loading and the CLI.
 
-The fixture ``tests/fixtures/old_api`` is a backend over XNNPACK's partitioner
+The fixture ``plugins/xnnpack/tests/fixtures/old_api`` is a backend over XNNPACK's partitioner
 written against plugin API 0 (before the boundary redesign): ``verify=``,
 ``edgeplug.partition``, ``edgeplug.graph.ops``, ``edgeplug.records``. Its
 distribution states ``Requires-Dist: edgeplug<0.1``. Each case runs the CLI in
@@ -22,8 +22,9 @@ import pytest
 import edgeplug
 from edgeplug import _api
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[3]
+#: old_api lives beside this file (it is a backend over XNNPACK's partitioner); future_api is the core's fixture
+FIXTURE_DIRS = {"old_api": Path(__file__).resolve().parent / "fixtures", "future_api": ROOT / "tests" / "fixtures"}
 #: the old spellings the fixture uses, each with its replacement
 OLD_SPELLINGS = {
     "edgeplug.graph.ops.op_name": "edgeplug.plugin.op_name",
@@ -43,7 +44,7 @@ DRIVER = (
 
 def _edgeplug(*args: str, sites: tuple[str, ...] = ("old_api",), api: int = _api.API_VERSION, cwd=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPLUG_") and k != "PYTHONWARNINGS"}
-    env["PYTHONPATH"] = os.pathsep.join(str(FIXTURES / s) for s in sites)
+    env["PYTHONPATH"] = os.pathsep.join(str(FIXTURE_DIRS[s] / s) for s in sites)
     env["EDGEPLUG_PLUGINS"] = "oldxnn,future,xnnpack"
     return subprocess.run(
         [sys.executable, "-c", DRIVER, str(api), *args],
