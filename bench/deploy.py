@@ -405,6 +405,8 @@ def _categories(name: str) -> str:
         return name
     if name.startswith("native_call_"):
         return "cpu " + name[len("native_call_"):]
+    if "::" in name:  # a custom op's kernel on the CPU (llama::custom_sdpa.out), not an XNNPACK operator
+        return "cpu " + name
     return "xnn fully connected" if "Fully Connected" in name else "xnn other"
 
 

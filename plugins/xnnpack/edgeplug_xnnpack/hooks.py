@@ -51,6 +51,8 @@ def edgeplug_passes():
     yield PassSpec(backend=BACKEND, stage="export", name=passes.NAME, fn=passes.div_by_power_of_two_to_mul)
     # the core's exact rewrites into forms XNNPACK's partitioner takes (fp32 / fp16 ops)
     yield rewrite_pass("drop_identity_copies", backend=BACKEND)
+    # a cache returned transposed and transposed back (executorch's custom-op Llama): XNNPACK would copy it twice
+    yield rewrite_pass("cancel_inverse_permutes", backend=BACKEND)
     # a dynamic sequence length (KV-cache decoders): its slices refuse a symbolic input size, and it has no
     # eq / logical_not / any / where config; both rewrites make ops it takes (mm, clamp, add, mul)
     yield rewrite_pass("rotate_half_as_matmul", backend=BACKEND, symbolic_only=True, dtypes=FLOATS)

@@ -20,6 +20,11 @@
   an ``expand_copy`` or a dim-order-preserving clone to the same shape and
   dtype, a ``cat`` of one tensor and empty ones) are replaced by what they
   copy (``edgeplug._graph.copies``).
+- ``cancel_inverse_permutes()``: ``permute_copy(permute_copy(x, p), q)`` whose
+  two orders undo each other reads ``x`` (a cache returned transposed and
+  transposed back before attention, as executorch's ``CustomKVCache`` and
+  ``SDPACustom`` do); the first permute goes where nothing else reads it.
+  The same elements: no copy is made.
 - ``expand_as_cat(max_inputs=None, distinct_inputs=False, max_copies=64,
   dtypes=FLOATS)``: an ``expand_copy`` that broadcasts size-1 dims becomes a
   ``cat`` of copies along each (cats of at most ``max_inputs`` inputs;
@@ -209,6 +214,55 @@ def drop_identity_copies(ep: ExportedProgram, *, ops: Optional[Sequence[str]] = 
     return records
 
 
+# -- inverse permutes -------------------------------------------------------------------
+
+
+_PERMUTES = ("aten.permute_copy.default", "aten.permute.default")
+
+
+def _dims(node: torch.fx.Node) -> Optional[list[int]]:
+    """A permute node's order, each dim non-negative; None when it is not a permute of a known rank."""
+    if node.op != "call_function" or op_name(node) not in _PERMUTES or len(node.args) < 2:
+        return None
+    t = tensor_of(node)
+    if t is None:
+        return None
+    rank = t.dim()
+    dims = [int(d) % rank if rank else int(d) for d in node.args[1]]
+    return dims if sorted(dims) == list(range(rank)) else None
+
+
+def cancel_inverse_permutes(ep: ExportedProgram) -> list[TransformRecord]:
+    """A permute of a permute whose orders compose to the identity replaced by the first one's input.
+
+    ``permute(permute(x, p), q)[i]`` takes ``x``'s dim ``p[q[i]]``: the identity when that is ``i``
+    for every dim. Neither value may be a program output or written in place.
+    """
+    build = NodeBuilder(ep)
+    records = []
+    for node in list(ep.graph_module.graph.nodes):
+        outer = _dims(node)
+        inner_node = node.args[0] if outer is not None and isinstance(node.args[0], torch.fx.Node) else None
+        inner = _dims(inner_node) if inner_node is not None else None
+        if inner is None or len(inner) != len(outer) or any(inner[outer[i]] != i for i in range(len(outer))):
+            continue
+        source = inner_node.args[0]
+        if not isinstance(source, torch.fx.Node) or any(u.op == "output" for u in node.users):
+            continue
+        if is_written(node) or is_written(inner_node) or is_written(source):
+            continue
+        build.replace(node, source)
+        removed = 1
+        if not inner_node.users and not any(u.op == "output" for u in inner_node.users):
+            build.graph.erase_node(inner_node)
+            removed = 2
+        records.append(note_rewrite(
+            "cancel_inverse_permutes", node, 0,
+            f"permute {outer} of permute {inner} of {source.name} is {source.name}", removed=removed,
+        ))
+    return records
+
+
 # -- expand as cat ---------------------------------------------------------------------
 
 
@@ -335,6 +389,7 @@ __all__ = [
     "cat_distinct_inputs",
     "collapse_view_chains",
     "drop_identity_copies",
+    "cancel_inverse_permutes",
     "expand_as_cat",
     "select_as_slice",
     "split_as_slices",

@@ -45,6 +45,7 @@ REWRITES: dict[str, Rewrite] = {
     "collapse_view_chains": Rewrite("collapse_view_chains", shape.collapse_view_chains),
     "cat_distinct_inputs": Rewrite("cat_distinct_inputs", shape.cat_distinct_inputs),
     "drop_identity_copies": Rewrite("drop_identity_copies", shape.drop_identity_copies),
+    "cancel_inverse_permutes": Rewrite("cancel_inverse_permutes", shape.cancel_inverse_permutes),
     "expand_as_cat": Rewrite("expand_as_cat", shape.expand_as_cat),
     "split_as_slices": Rewrite("split_as_slices", shape.split_as_slices),
     "select_as_slice": Rewrite("select_as_slice", shape.select_as_slice),
