@@ -15,6 +15,8 @@ from torch import nn
 import edgeplug
 from edgeplug.plugin import RuntimeNotFound, RuntimeRefusedError
 
+pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
+
 from edgeplug_vulkan_delegate.runtime import RUNNER_VARIABLE, RunnerNotFound, RunnerSession, device_runtime, find_runner
 
 
@@ -26,7 +28,7 @@ def _runtime_or_skip():
 
 
 @pytest.fixture(scope="module")
-def runtime():
+def runtime(real_vulkan_runtime_env):
     return _runtime_or_skip()
 
 

@@ -15,6 +15,8 @@ import edgeplug
 from edgeplug.plugin import RuntimeNotFound
 from edgeplug.testing.rms_norm_cases import ROUNDED, Bundle
 
+pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
+
 from edgeplug_vulkan_delegate.runtime import RunnerSession, device_runtime
 
 
@@ -44,6 +46,11 @@ class LogicalNot(nn.Module):
         return (x > 0).logical_not().float() * x
 
 
+class FloorDiv(nn.Module):
+    def forward(self, a):
+        return a // 4
+
+
 class IntEq(nn.Module):
     def forward(self, a, b):
         return (a == b).float() + 1
@@ -55,9 +62,10 @@ B = torch.randint(0, 3, (2, 8), dtype=torch.int32, generator=torch.Generator().m
 
 CASES = {
     "activation fake-quant": (FakeQuant, (X,), "quantized_decomposed.quantize_per_tensor.default", "passes such a pair through unchanged"),
-    "0-d arithmetic": (ZeroDim, (X,), "aten.sub.Tensor", "computes a 0-d tensor"),
+    "0-d arithmetic": (ZeroDim, (X,), "aten.sub.Tensor", "combines 0-d tensors only"),
     "logical_not": (LogicalNot, (X,), "aten.logical_not.default", "no kernel for aten.logical_not"),
     "int32 eq": (IntEq, (A, B), "aten.eq.Tensor", "binary_eq_texture3d_int32"),
+    "int32 floor division": (FloorDiv, (torch.tensor([[-7, -8, -1, 7, 9]], dtype=torch.int32),), "aten.div.Tensor_mode", "toward zero"),
     "int64 eq": (IntEq, (A.long(), B.long()), "aten.eq.Tensor", "binary_eq_texture3d_int32"),
 }
 

@@ -6,16 +6,18 @@ scale's grid and no clamping to the quantized range (``x = 3.0`` at scale 0.02 i
 2.54), in stock ExecuTorch's ``.pte`` as in edgeplug's. The pair stays on the CPU, whose quantized kernels compute
 it as eager does. Quantize/dequantize of a constant (a quantized weight the delegate packs) is not touched.
 
-``zero_dim_results``: the same runtime cannot load a delegate in which an op computes a 0-d tensor (``x * (1 -
-lam)`` with a 0-d parameter ``lam``: "vector::_M_range_check: __n (which is 18446744073709551615) >= this->size()
-(which is 0)" at load_method, stock's ``.pte`` alike). Such an op (a scalar's arithmetic) runs on the CPU; the
-delegate reads its 0-d result as it reads a 0-d parameter, which loads and computes as eager.
+``zero_dim_results``: the same runtime cannot load a delegate in which an op combines 0-d tensors only (``1 - lam``
+or ``a * b`` of 0-d parameters: "vector::_M_range_check: __n (which is 18446744073709551615) >= this->size() (which
+is 0)" at load_method, stock's ``.pte`` alike). Such scalar arithmetic runs on the CPU; the delegate reads its 0-d
+result as it reads a 0-d parameter, which loads and computes as eager (as does an op with one 0-d operand).
 
 ``runtime_gaps``: ops ``VulkanPartitioner`` takes (its op registry lists them) for which that runtime has no
 kernel, so the delegate fails at load: ``aten.logical_not`` ("Missing operator: aten.logical_not.default", an
 abort in build_graph), and ``aten.eq`` of int32 tensors (the runtime asks for the shader
 ``binary_eq_texture3d_int32``, the build names it ``binary_eq_int32_texture3d``: "Could not find ShaderInfo"; int64
 tensors are stored as int32 in the delegate, so their == fails alike).
+An integer floor division (``aten.div.Tensor_mode``, ``rounding_mode="floor"``) is computed rounding toward zero
+(-7 // 4 gives -1; eager -2; the emulation floors, as eager does). Likewise ``aten.index.Tensor`` of an integer tensor (no ``index_tensor_buffer_int32``; olmoe's expert routing).
 They stay on the CPU. Stock ExecuTorch's ``.pte`` of executorch's own Llama example and of transformers' decoders
 fails to load on both.
 """
@@ -29,7 +31,7 @@ from edgeplug.plugin import op_name, refuse, tensor_of
 NAME = "activation_fake_quant"
 ZERO_DIM_NAME = "zero_dim_results"
 ZERO_DIM_REASON = (
-    "it computes a 0-d tensor: ExecuTorch's Vulkan runtime cannot load a delegate with such an op "
+    "it combines 0-d tensors only: ExecuTorch's Vulkan runtime cannot load a delegate with such an op "
     "(vector::_M_range_check at load_method), so this scalar arithmetic runs on the CPU"
 )
 
@@ -62,11 +64,12 @@ def activation_fake_quant(node: Any, ctx: Any) -> Optional[Any]:
 
 
 def zero_dim_results(node: Any, ctx: Any) -> Optional[Any]:
-    """Refuse an op whose result is a 0-d tensor."""
+    """Refuse an op all of whose tensor operands (two or more) are 0-d: the runtime cannot load it. An op
+    with one 0-d operand (a 0-d clone, a tensor times a 0-d parameter) loads and computes as eager."""
     if getattr(node, "op", None) != "call_function":
         return None
-    value = tensor_of(node)
-    if value is not None and getattr(value, "dim", lambda: -1)() == 0:
+    operands = [tensor_of(a) for a in node.args if hasattr(a, "op")]
+    if len(operands) >= 2 and all(t is not None and t.dim() == 0 for t in operands):
         return refuse(ZERO_DIM_REASON)
     return None
 
@@ -88,4 +91,14 @@ def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
         if any(v is not None and str(v.dtype) in ("torch.int32", "torch.int64") for v in values):
             return refuse("ExecuTorch's Vulkan runtime looks up binary_eq_texture3d_int32, a shader its build "
                           "names binary_eq_int32_texture3d (binary_eq_buffer_int32 likewise): an integer == fails at load")
+    if name == "aten.div.Tensor_mode" and node.kwargs.get("rounding_mode") == "floor":
+        value = tensor_of(node)
+        if value is not None and not value.dtype.is_floating_point:
+            return refuse("ExecuTorch's Vulkan runtime rounds an integer floor division toward zero "
+                          "(-7 // 4 gives -1, eager -2), so it runs on the CPU")
+    if name == "aten.index.Tensor":
+        value = tensor_of(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
+        if value is not None and str(value.dtype) in ("torch.int32", "torch.int64"):
+            return refuse("ExecuTorch's Vulkan runtime has no index_tensor_buffer_int32 shader (its partitioner takes "
+                          "an integer tensor's aten.index.Tensor; the delegate would fail at load)")
     return None

@@ -11,12 +11,6 @@ import edgeplug
 
 pytest.importorskip("edgeplug_vulkan")
 
-
-@pytest.fixture(autouse=True)
-def _host_emulation(monkeypatch):
-    """These tests are about the host emulation: ExecuTorch's Vulkan runtime, where it is built, is off."""
-    monkeypatch.setenv("EDGEPLUG_VULKAN_RUNNER", "off")
-
 _NAMES = ["prefill: output 0", "decode 1: output 0", "decode 2: output 0", "decode 3: output 0"]
 
 

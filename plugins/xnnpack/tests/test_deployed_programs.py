@@ -365,10 +365,12 @@ def test_lowering_leaves_the_callers_model_and_cache_buffers_as_they_were(deploy
 
 
 @pytest.mark.slow
-def test_optimum_program_lowers_on_vulkan_and_verifies_on_host_kernels(deployed_llama):
+def test_optimum_program_lowers_on_vulkan_and_verifies_on_host_kernels(deployed_llama, monkeypatch):
     """The static cache's ``cumulative_length`` is read by one Vulkan partition and written by another;
     executorch's verifier refused the lowering ("Buffer output getitem_24 does not point to a buffer
-    that exists") until the core kept such a buffer a program input."""
+    that exists") until the core kept such a buffer a program input. (The host emulation: ExecuTorch's
+    Vulkan runtime, where it is built, is off here; plugins/vulkan/tests/test_real_runtime.py runs it.)"""
+    monkeypatch.setenv("EDGEPLUG_VULKAN_RUNNER", "off")
     _, ep, kwargs, _ = deployed_llama
     result = edgeplug.lower(ep, kwargs=kwargs, backend="vulkan", verify=True)
     report = result.report
@@ -378,7 +380,7 @@ def test_optimum_program_lowers_on_vulkan_and_verifies_on_host_kernels(deployed_
     assert [o.name for o in report.verification.outputs] == [
         "prefill: output 0", "decode 1: output 0", "decode 2: output 0", "decode 3: output 0"
     ]
-    assert all(o.max_abs_diff <= 1e-6 for o in report.verification.outputs)
+    assert all(o.max_abs_diff <= 1e-6 for o in report.verification.outputs), [o.max_abs_diff for o in report.verification.outputs]
     # the cache writes have no Vulkan kernel; each CPU node says why (aten.scalar_tensor of the symbolic
     # length: to_edge keeps it an aten op, which Vulkan does not register)
     assert report.cpu_ops["aten.index_put.default"] == 4 and all(c.reason for c in report.cpu_nodes)
@@ -396,4 +398,6 @@ def test_optimum_program_lowers_on_vulkan_and_verifies_on_host_kernels(deployed_
     assert [o.name for o in lost.outputs if o.problems][0] == "decode 1: output 0" and not lost.outputs[0].problems
     # safe_softmax_as_floats: SDPA's bool guard at the dynamic length (any.dim has no Vulkan kernel) is delegated
     assert "aten.any.dim" not in report.cpu_ops
-    assert len(report.partitions) <= 3 and report.cpu_node_count <= 6  # 5 / 8 without it
+    # (the two 0-d adds of the cache position stay on the CPU: ExecuTorch's Vulkan runtime cannot load an op of 0-d
+    # operands only, the zero_dim_results filter)
+    assert len(report.partitions) <= 5 and report.cpu_node_count <= 10, report.cpu_ops
