@@ -197,7 +197,7 @@ def test_a_pass_that_raises_names_its_plugin(cli, edgeplug_register, tmp_path):
     assert_no_traceback(stderr)
 
 
-def test_an_exported_program_whose_inputs_do_not_match_fails_in_the_eager_reference(cli, tmp_path):
+def test_an_exported_program_whose_inputs_do_not_match_is_refused_before_any_work(cli, tmp_path):
     (tmp_path / "ep.py").write_text(
         textwrap.dedent(
             """
@@ -212,8 +212,10 @@ def test_an_exported_program_whose_inputs_do_not_match_fails_in_the_eager_refere
     code, stdout, stderr = cli("lower", f"{tmp_path / 'ep.py'}:make", "-b", BACKEND, "-o", tmp_path / "m.pte")
     assert code == 2 and stdout == ""
     first = error_line(stderr)
-    assert first.startswith("edgeplug: error: stage 'eager reference': running the model eagerly on its example inputs")
-    assert "Check that the example inputs are the ones the model (or program) takes" in first
+    # the input that does not match, named before any stage runs (it used to surface in the eager reference)
+    assert first.startswith("edgeplug: error: edgeplug.lower: args[0] has size 3 at dimension 0, not 2"), first
+    assert "Pass inputs of the dtypes and sizes it was exported with" in first
+    assert "stage" not in first
     assert files_under(tmp_path) == ["ep.py"]
     assert_no_traceback(stderr)
 

@@ -6,7 +6,7 @@
 - ``symbolic_view_sizes(dtypes=None)``: a ``view_copy`` whose sizes name a
   symbolic size (``sym_size`` of an input) writes that size ``-1`` and the
   others as ints; it makes the same shape.
-- ``collapse_view_chains(dtypes=None)``: ``view_copy(view_copy(x, a), b)``
+- ``collapse_view_chains(dtypes=None)``: ``view_copy(view_copy(x, a), b)`` (squeezes and unsqueezes count as views)
   reads ``x`` directly (a view keeps the elements in row-major order, so two
   do what the last does), and a view to ``x``'s own shape is ``x``. Run
   before a pass that adds same-shape views on purpose (``expand_as_cat``'s
@@ -145,16 +145,25 @@ def _erase_dead(node: Any) -> int:
     return erased
 
 
+#: ops that only reshape contiguous data (squeeze and unsqueeze are views of a given shape too)
+_RESHAPES = ("aten.view_copy.default", "aten.squeeze_copy.dim", "aten.squeeze_copy.dims", "aten.squeeze_copy.default",
+             "aten.unsqueeze_copy.default")
+
+
 def collapse_view_chains(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch.dtype]] = None) -> list[TransformRecord]:
-    """A ``view_copy`` of a ``view_copy`` reads the first one's input; a view to the input's shape is dropped."""
+    """A ``view_copy`` of a chain of reshapes (views, squeezes, unsqueezes) reads the chain's input; a chain
+    back to the input's own shape is dropped (transformers' Mamba convolves with ``weight.squeeze(1).unsqueeze(1)``:
+    a delegate that prepacks the weight then reads the parameter itself)."""
     build = NodeBuilder(ep)
     records = []
-    for node in calls_to(ep, ["aten.view_copy.default"]):
+    for node in calls_to(ep, list(_RESHAPES)):
+        if node.graph is not ep.graph_module.graph or node not in node.graph.nodes:
+            continue  # erased as a dead link of a chain handled before
         inner, out = node.args[0], tensor_of(node)
         if not is_static(out) or (dtypes is not None and out.dtype not in dtypes):
             continue
         source = inner
-        while isinstance(source, torch.fx.Node) and op_name(source) == "aten.view_copy.default":
+        while isinstance(source, torch.fx.Node) and op_name(source) in _RESHAPES:
             source = source.args[0]
         src = tensor_of(source)
         if not is_static(src) or src.dtype != out.dtype or not src.is_contiguous() or is_written(source):
@@ -162,7 +171,7 @@ def collapse_view_chains(ep: ExportedProgram, *, dtypes: Optional[Sequence[torch
         if tuple(src.shape) == tuple(out.shape) and not any(u.op == "output" for u in node.users):
             build.replace(node, source)
             removed, detail = 1, f"views {source.name} at its own shape {list(out.shape)}: dropped"
-        elif source is not inner:
+        elif source is not inner and op_name(node) == "aten.view_copy.default":  # its target shape is explicit
             node.args = (source, *node.args[1:])
             removed, detail = 0, f"views {source.name} directly, not through {inner.name}"
         else:
