@@ -25,6 +25,7 @@ next to it in their own test modules.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, ClassVar
 
 import pytest
@@ -178,3 +179,29 @@ class RmsNormKernelSuite:
         assert self.where() in text, f"the error does not name {self.where()!r}: {text}"
         assert message in text, text
         assert len(text) < 2000, "an argument error should be a sentence, not a dump"
+
+
+# -- which runner verification uses in a test session -------------------------------------------------
+
+_RUNNER_VARIABLE = "EDGEPLUG_VULKAN_RUNNER"
+_RUNNER_GIVEN = os.environ.get(_RUNNER_VARIABLE)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_emulation_session():
+    """Import into a conftest: its tests verify on the host emulation, ExecuTorch's Vulkan runtime (where one
+    is built) turned off for the session, before any fixture lowers (``EDGEPLUG_VULKAN_RUNNER=off``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(_RUNNER_VARIABLE, "off")
+        yield
+
+
+@pytest.fixture(scope="module")
+def real_vulkan_runtime_env():
+    """For a module that runs programs in the real runtime: the variable back as the shell set it (or unset)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if _RUNNER_GIVEN is None:
+            mp.delenv(_RUNNER_VARIABLE, raising=False)
+        else:
+            mp.setenv(_RUNNER_VARIABLE, _RUNNER_GIVEN)
+        yield
