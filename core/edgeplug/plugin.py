@@ -1,14 +1,18 @@
 """edgeplug.plugin: everything a backend author imports, in one module.
 
 A plugin (``plugins/*`` in this repository, or a third party's distribution)
-imports from ``edgeplug.plugin`` and ``edgeplug`` only; every other module of
-the core may change without notice. The names, one line each:
+imports from ``edgeplug.plugin`` only (its tests use ``edgeplug`` and
+``edgeplug.testing`` too); every other module of the core may change without
+notice. The names, one line each:
 
 Records (what hooks yield; see ``edgeplug._hookspecs``):
 
 - ``API_VERSION``: the plugin API version this core speaks (``BackendSpec.api_version``).
 - ``BackendSpec``: a backend: its partitioner, backend id, availability and verification method.
 - ``Availability``: whether a backend can serialize here, and what to do if not.
+- ``BackendUnavailableError``: raised by a plugin (its partitioner factory, lowering context or preprocess) when
+  this machine lacks what the backend needs (an SDK, a library of the release it needs): the environment's fault, not
+  the plugin's; the message says what to install. The same class as ``edgeplug.BackendUnavailableError``.
 - ``KeepWhole``: operators the backend keeps whole through ``to_edge``.
 - ``PartitionerFilter``: a per-node refinement of what the backend takes.
 - ``FusionPolicy``: which core fusions run for the backend, and how.
@@ -71,7 +75,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from edgeplug._errors import KernelError, RuntimeNotFound, RuntimeRefusedError
+from edgeplug._errors import BackendUnavailableError, KernelError, RuntimeNotFound, RuntimeRefusedError
 from edgeplug._hookspecs import hookimpl
 from edgeplug._records import (
     API_VERSION,
@@ -138,6 +142,7 @@ __all__ = [
     "API_VERSION",
     "Availability",
     "BackendSpec",
+    "BackendUnavailableError",
     "FusionPolicy",
     "FusionRecord",
     "KeepWhole",

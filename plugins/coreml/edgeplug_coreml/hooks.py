@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import edgeplug
-from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter
+from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter, PassSpec, hookimpl
 
 from edgeplug_coreml import support
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_backends():
     yield BackendSpec(
         backend="coreml",
@@ -22,25 +21,25 @@ def edgeplug_backends():
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_keep_whole():
     yield KeepWhole(backend="coreml", ops=support.keep_whole_ops())
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_partitioner_filters():
     yield PartitionerFilter(backend="coreml", name=support.DTYPE_FILTER, fn=support.refuse_dtypes_coreml_lacks)
     yield PartitionerFilter(backend="coreml", name=support.SYMBOLIC_FILTER, fn=support.refuse_data_dependent_scalars)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_passes():
     from edgeplug_coreml import passes
 
-    yield edgeplug.PassSpec(backend="coreml", stage="export", name="positive_cumsum_dims", fn=passes.positive_cumsum_dims, order=10)
+    yield PassSpec(backend="coreml", stage="export", name="positive_cumsum_dims", fn=passes.positive_cumsum_dims, order=10)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_fusion_policies():
     # coremltools converts aten.rms_norm to one MIL op; Core ML takes its weight as a constant of shape [D]
     yield FusionPolicy(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import edgeplug
-from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter
+from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter, PassSpec, QuantScheme, hookimpl
 
 from edgeplug_qnn import filters, support
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_backends():
     yield BackendSpec(
         backend="qnn",
@@ -22,18 +21,18 @@ def edgeplug_backends():
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_keep_whole():
     yield KeepWhole(backend="qnn", ops=support.keep_whole_ops())
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_partitioner_filters():
     yield PartitionerFilter(backend="qnn", name=filters.NAME, fn=filters.constant_only)
     yield PartitionerFilter(backend="qnn", name=filters.RMS_NORM_NAME, fn=filters.rms_norm_one_axis)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_fusion_policies():
     yield FusionPolicy(
         backend="qnn",
@@ -49,13 +48,13 @@ def edgeplug_fusion_policies():
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_passes():
     from edgeplug_qnn import passes
     from edgeplug.plugin import rewrite_pass
 
-    yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_autocast", fn=passes.decompose_autocast, order=10)
-    yield edgeplug.PassSpec(backend="qnn", stage="export", name="decompose_sdpa", fn=passes.decompose_sdpa, order=20)
+    yield PassSpec(backend="qnn", stage="export", name="decompose_autocast", fn=passes.decompose_autocast, order=10)
+    yield PassSpec(backend="qnn", stage="export", name="decompose_sdpa", fn=passes.decompose_sdpa, order=20)
     # the real flow removes layout-only copies before partitioning; so does ours (each one in the report)
     yield rewrite_pass("drop_identity_copies", backend="qnn")
     # QnnPartitioner has no builder for mul/add/sub/div.Scalar (the real flow lifts scalar operands
@@ -63,7 +62,7 @@ def edgeplug_passes():
     yield rewrite_pass("scalar_to_tensor", backend="qnn")
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_quantizers():
     from functools import partial
 
@@ -76,7 +75,7 @@ def edgeplug_quantizers():
         ("8a4w", 8, 4, "8-bit activations, 4-bit per-channel weights (QnnQuantizer; smallest weights)"),
         ("16a4w", 16, 4, "16-bit activations, 4-bit per-channel weights (QnnQuantizer; the LLM recipes' default)"),
     ):
-        yield edgeplug.QuantScheme(
+        yield QuantScheme(
             backend="qnn", scheme=scheme, factory=partial(qnn_quantizer, scheme),
             activation_bits=act, weight_bits=weight, per_channel=True, description=what,
         )

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Iterator, Optional
 
-from edgeplug.plugin import Availability
+from edgeplug.plugin import Availability, BackendUnavailableError
 
 SDK_VAR = "QNN_SDK_ROOT"
 SOC_VAR = "EDGEPLUG_QNN_SOC"  # e.g. SM8650; which HTP to compile for
@@ -124,8 +124,6 @@ def device_failure_named() -> Iterator[None]:
     """A failure to create the HTP device (libraries present, of a release ExecuTorch cannot use) is the
     environment's: ``BackendUnavailableError`` naming the library, its release, the one expected and the
     commands that work, instead of ExecuTorch's own error blamed on ExecuTorch."""
-    from edgeplug import BackendUnavailableError
-
     try:
         yield
     except Exception as exc:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import edgeplug
-from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole
+from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PassSpec, QuantScheme, hookimpl
 
 from edgeplug_samsung import support
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_backends():
     yield BackendSpec(
         backend="samsung",
@@ -19,12 +18,12 @@ def edgeplug_backends():
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_keep_whole():
     yield KeepWhole(backend="samsung", ops=support.keep_whole_ops())
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_fusion_policies():
     yield FusionPolicy(
         backend="samsung",
@@ -44,13 +43,13 @@ def edgeplug_fusion_policies():
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_passes():
     from edgeplug_samsung import passes
     from edgeplug.plugin import rewrite_pass
 
-    yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_roll", fn=passes.decompose_roll, order=10)
-    yield edgeplug.PassSpec(backend="samsung", stage="export", name="decompose_remainder", fn=passes.decompose_remainder, order=20)
+    yield PassSpec(backend="samsung", stage="export", name="decompose_roll", fn=passes.decompose_roll, order=10)
+    yield PassSpec(backend="samsung", stage="export", name="decompose_remainder", fn=passes.decompose_remainder, order=20)
     # the real flow removes layout-only copies before partitioning; so does ours (each one in the report)
     yield rewrite_pass("drop_identity_copies", backend="samsung")
 
@@ -63,9 +62,9 @@ def _enn_a8w8():
     return quantizer
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_quantizers():
-    yield edgeplug.QuantScheme(
+    yield QuantScheme(
         backend="samsung", scheme="a8w8", factory=_enn_a8w8, activation_bits=8, weight_bits=8, per_channel=True,
         description="8-bit activations, 8-bit per-channel weights (EnnQuantizer)",
     )

@@ -5,8 +5,7 @@ What every backend on the Vulkan delegate shares is in ``edgeplug_vulkan_delegat
 
 from __future__ import annotations
 
-import edgeplug
-from edgeplug.plugin import Kernel, PartitionerFilter
+from edgeplug.plugin import Kernel, PartitionerFilter, hookimpl
 
 from edgeplug_vulkan_delegate import filters, fusion, records, rewrites
 from edgeplug_vulkan_delegate.runtime import device_runtime
@@ -20,7 +19,7 @@ def _partitioner():
     return VulkanPartitioner()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_backends():
     yield records.backend_spec(
         BACKEND, description="ExecuTorch Vulkan delegate (GPU compute through Vulkan)", partitioner=_partitioner,
@@ -28,7 +27,7 @@ def edgeplug_backends():
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_partitioner_filters():
     # ExecuTorch's Vulkan runtime passes an activation's quantize/dequantize through unchanged
     yield PartitionerFilter(backend=BACKEND, name=filters.NAME, fn=filters.activation_fake_quant)
@@ -38,22 +37,22 @@ def edgeplug_partitioner_filters():
     yield PartitionerFilter(backend=BACKEND, name=filters.RUNTIME_GAPS_NAME, fn=filters.runtime_gaps)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_keep_whole():
     yield records.keep_whole(BACKEND)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_passes():
     yield from rewrites.canonical_rewrites(BACKEND)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_fusion_policies():
     yield fusion.rms_norm_policy(BACKEND, fp32_accumulation=False)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_kernels():
     # GLSL (#version 450) compiled to SPIR-V, run through wgpu; needs torch, numpy and wgpu only
     from edgeplug_vulkan.kernels import check_rms_norm, rms_norm
@@ -61,6 +60,6 @@ def edgeplug_kernels():
     yield Kernel(backend=BACKEND, op="et_vk.rms_norm.default", impl=rms_norm, device="wgpu", checks=check_rms_norm)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_quantizers():
     yield from records.weight_only_schemes(BACKEND)

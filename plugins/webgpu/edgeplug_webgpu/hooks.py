@@ -7,8 +7,7 @@ name, with its own partitioner and kernels.
 
 from __future__ import annotations
 
-import edgeplug
-from edgeplug.plugin import Kernel
+from edgeplug.plugin import Kernel, hookimpl
 
 from edgeplug_vulkan_delegate import fusion, records, rewrites
 
@@ -21,30 +20,30 @@ def _partitioner():
     return WebGPUPartitioner()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_backends():
     yield records.backend_spec(
         BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_keep_whole():
     yield records.keep_whole(BACKEND)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_passes():
     yield from rewrites.canonical_rewrites(BACKEND)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_fusion_policies():
     # our WGSL kernel accumulates in fp32 whatever the storage dtype
     yield fusion.rms_norm_policy(BACKEND, fp32_accumulation=True)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_kernels():
     # WGSL, run through wgpu; needs torch, numpy and wgpu only
     from edgeplug_webgpu.kernels import check_rms_norm, rms_norm
@@ -52,7 +51,7 @@ def edgeplug_kernels():
     yield Kernel(backend=BACKEND, op="et_vk.rms_norm.default", impl=rms_norm, device="wgpu", checks=check_rms_norm)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_quantizers():
     # WebGPU shares Vulkan's partitioner and serialization, so Vulkan's quantizer
     yield from records.weight_only_schemes(BACKEND)

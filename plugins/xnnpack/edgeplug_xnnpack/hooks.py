@@ -2,7 +2,7 @@
 
 A ``BackendSpec`` naming an executorch partitioner, a partitioner filter that
 refuses with its own reason, an export-stage pass, the core's exact rewrites
-into forms its partitioner takes (``edgeplug._graph.canonical``), and the
+into forms its partitioner takes (``rewrite_pass``), and the
 backend's quantization scheme; an entry point in ``pyproject.toml`` makes it a plugin::
 
     [project.entry-points.edgeplug]
@@ -15,8 +15,7 @@ guide is docs/writing-a-backend.md.
 
 from __future__ import annotations
 
-import edgeplug
-from edgeplug.plugin import FLOATS, BackendSpec, PartitionerFilter, PassSpec, rewrite_pass
+from edgeplug.plugin import FLOATS, BackendSpec, PartitionerFilter, PassSpec, QuantScheme, hookimpl, rewrite_pass
 
 from edgeplug_xnnpack import filters, passes
 
@@ -29,7 +28,7 @@ def _partitioner():
     return XnnpackPartitioner()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_backends():
     yield BackendSpec(
         backend=BACKEND,
@@ -41,12 +40,12 @@ def edgeplug_backends():
     )
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_partitioner_filters():
     yield PartitionerFilter(backend=BACKEND, name=filters.NAME, fn=filters.no_float64)
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_passes():
     yield PassSpec(backend=BACKEND, stage="export", name=passes.NAME, fn=passes.div_by_power_of_two_to_mul)
     # the core's exact rewrites into forms XNNPACK's partitioner takes (fp32 / fp16 ops)
@@ -112,25 +111,25 @@ def _int_embeddings(bits: int, group_size: int):
     return [(IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{bits}"), granularity=PerGroup(group_size)), _is_embedding)]
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_quantizers():
     from functools import partial
 
-    yield edgeplug.QuantScheme(
+    yield QuantScheme(
         backend=BACKEND, scheme="8a8w", factory=_symmetric_per_channel, activation_bits=8, weight_bits=8,
         per_channel=True, description="8-bit activations, 8-bit symmetric per-channel weights (XNNPACKQuantizer)",
     )
     # torchao's quantize_ on the linear layers, as ExecuTorch's LLM flows do; XNNPACK takes the dynamically
     # quantized linear with grouped int4 weights (its partitioner's quant-affine configs)
     for scheme, group in (("8da4w", 32), ("8da4w-g128", 128)):
-        yield edgeplug.QuantScheme(
+        yield QuantScheme(
             backend=BACKEND, scheme=scheme, kind="source_transform", factory=partial(_int8_dynamic_int4_weight, group),
             activation_bits=8, weight_bits=4, per_channel=False,
             description=f"int8 dynamic per-token activations, int4 symmetric weights in groups of {group} "
             "(torchao Int8DynamicActivationIntxWeightConfig on linear layers)",
         )
     for bits in (8, 4):
-        yield edgeplug.QuantScheme(
+        yield QuantScheme(
             backend=BACKEND, scheme=f"e{bits}", kind="source_transform", factory=partial(_int_embeddings, bits, 32),
             activation_bits=None, weight_bits=bits, per_channel=False,
             description=f"weight-only: int{bits} embedding tables in groups of 32, run by executorch's quantized "
