@@ -324,10 +324,10 @@ def test_model_file_attr_lowers(cli, models, tmp_path, fixture_backends):
 def test_a_build_function_that_calls_sys_exit_is_an_error_not_a_silent_exit(cli, models, fixture_backends):
     code, stdout, stderr = cli("lower", f"{models}:exits", "-b", BACKEND)
     assert code == 2 and stdout == ""
-    assert stderr.splitlines()[-1] == (
-        f"edgeplug: error: calling {models}:exits failed: it called sys.exit(0); "
-        "a model file must return (model, args), not exit"
-    )
+    line = next(i for i, text in enumerate(MODELS.splitlines(), 1) if "sys.exit(0)" in text)
+    last = stderr.splitlines()[-1]
+    assert last.startswith(f"edgeplug: error: calling {models}:exits failed: it called sys.exit(0) at "), last
+    assert last.endswith(f"models.py:{line}, in exits; a model file must return (model, args), not exit"), last
 
 
 def test_a_model_file_imports_its_siblings_and_the_cli_says_it_runs_the_file(cli, tmp_path, fixture_backends):

@@ -8,7 +8,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 import edgeplug
-from edgeplug._backend import backend_names, resolve_backend
+from edgeplug._backend import backend_names
 from edgeplug._partition import CorePartitioner
 from edgeplug._registry import PluginManager
 
@@ -29,7 +29,7 @@ def test_a_registry_of_its_own_resolves_backends_the_default_does_not_know(own_r
     assert fb.KEEP not in edgeplug.backends()
     with pytest.raises(edgeplug.UnknownBackendError, match=fb.KEEP):
         edgeplug.get_backend(fb.KEEP)
-    keep = resolve_backend(m, fb.KEEP)
+    keep = edgeplug.get_backend(fb.KEEP, registry=m)
     assert keep.name == fb.KEEP and keep.plugin.name == "fixture-backends-own"
     assert torch.ops.aten.rms_norm.default in keep.keep_whole
 
@@ -41,7 +41,7 @@ def test_lowering_parts_take_the_resolved_backend_not_the_default(own_registry):
         def forward(self, x):
             return torch.nn.functional.rms_norm(x, (8,), torch.ones(8), 1e-6).relu()
 
-    part = CorePartitioner(resolve_backend(m, fb.KEEP), dry_run=True)
+    part = CorePartitioner(edgeplug.get_backend(fb.KEEP, registry=m), dry_run=True)
     ep = torch.export.export(Norm(), (torch.randn(2, 8),))
     to_edge_transform_and_lower(ep, partitioner=[part], compile_config=EdgeCompileConfig(_check_ir_validity=False))
     assert part.partitions and part.outcome.tags

@@ -1,22 +1,20 @@
 """Backend: everything the loaded plugins contribute to one backend, resolved from a ``PluginManager``.
 
-The functions here take the registry they read; the process's default one is
-read only at the façade (``edgeplug._plugins``).
+The lookup by name is ``edgeplug._plugins.get_backend`` (the process's registry, or one passed in);
+the functions here take the registry they read.
 """
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar
 
-from edgeplug._errors import BackendUnavailableError, PluginConflictError, UnknownBackendError
+from edgeplug._errors import BackendUnavailableError
 from edgeplug._registry import Contribution, PluginInfo, PluginManager
 from edgeplug._records import (
     Availability,
     BackendSpec,
     FusionPolicy,
-    KeepWhole,
     Kernel,
     PartitionerFilter,
     PassSpec,
@@ -118,60 +116,9 @@ class Backend:
         return None
 
 
-def _is_named(info: PluginInfo, backend: str) -> bool:
-    return backend in (info.name.lower(), info.distribution.lower().removeprefix("edgeplug-"))
-
-
 def backend_names(registry: PluginManager) -> list[str]:
     """Names of the loadable backends ``registry`` found, sorted."""
     return sorted(registry.backend_specs())
 
 
-def _unknown(m: PluginManager, name: str, key: str, specs: dict[str, Any]) -> UnknownBackendError:
-    msg = f"no backend named {name!r}"
-    close = difflib.get_close_matches(key, [*specs, *FIRST_PARTY], n=1, cutoff=0.6)
-    msg += f"; did you mean {close[0]!r}?" if close and close[0] != key else "."
-    broken = m.problems()
-    if broken:
-        msg += " Some plugins failed to load: " + " | ".join(p.message for p in broken)
-    skipped = m.skipped()
-    if skipped:
-        msg += " Not loaded: " + ", ".join(f"plugin {i.name!r} ({i.distribution}, {why})" for i, why in skipped) + "."
-    installed = ", ".join(sorted(specs)) or "none"
-    msg += f" Installed backends: {installed}."
-    if key in FIRST_PARTY and not any(_is_named(i, key) for i, _ in skipped) and not broken:
-        msg += f" Install it with `pip install edgeplug-{key}`."
-    elif not specs and not broken:
-        msg += f" Backends come from plugins: {INSTALL_HINT}."
-    return UnknownBackendError(msg)
-
-
-def resolve_backend(m: PluginManager, name: str) -> Backend:
-    """Resolve one backend's contributions across every plugin ``m`` loaded."""
-    key = name.strip().lower()
-    conflict = m.conflict(key)
-    if conflict is not None:
-        raise PluginConflictError(conflict.message)
-    specs = m.backend_specs()
-    if key not in specs:
-        raise _unknown(m, name, key, specs)
-    info, spec = specs[key]
-    contributions = tuple(m.contributions(backend=key))
-
-    def of(record_type: type[R]) -> tuple[R, ...]:
-        return tuple(c.record for c in contributions if isinstance(c.record, record_type))
-
-    keep_whole = tuple(dict.fromkeys(op for rec in of(KeepWhole) for op in rec.ops))
-    return Backend(
-        spec=spec,
-        plugin=info,
-        keep_whole=keep_whole,
-        filters=of(PartitionerFilter),
-        fusion_policies=of(FusionPolicy),
-        kernels=of(Kernel),
-        passes=m.pass_order(key),
-        contributions=contributions,
-    )
-
-
-__all__ = ["Backend", "backend_names", "resolve_backend"]
+__all__ = ["Backend", "backend_names"]

@@ -316,6 +316,31 @@ def user_mistake(exc: BaseException) -> Optional[tuple[str, str]]:
     return None
 
 
+#: dropouts as torch.export records them: ``(input, p, train)``
+_DROPOUT_OPS = ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+
+
+def train_mode_dropout(ep: Any) -> Optional[str]:
+    """Where ``ep`` drops out at random (a dropout exported with ``train=True`` and ``p > 0``): the module and
+    the model's line, as a phrase ("Dropout 'drop' at model.py:12, in forward"), or None."""
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or getattr(node.target, "_opname", None) not in _DROPOUT_OPS:
+            continue
+        args = list(node.args) + [None] * 3
+        train, p = args[2], args[1]
+        if train is not True or not isinstance(p, (int, float)) or p <= 0:
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        path, kind = next(reversed(stack.values()), ("", ""))
+        kind = getattr(kind, "__name__", str(kind)).rpartition(".")[2] or "dropout"
+        found = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', node.meta.get("stack_trace") or "")
+        user = [f for f in found if _is_user_file(f[0])]
+        where = _where((user[-1][0], int(user[-1][1]), user[-1][2])) if user else ""
+        what = f"{kind} {path!r}" if path and "dropout" in kind.lower() else f"a dropout (p={p})"
+        return f"{what}{where}"
+    return None
+
+
 def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optional[dict[str, str]] = None) -> LoweringError:
     """One ``LoweringError``: stage, backend, who is at fault, and the cause's first line.
 
@@ -384,4 +409,4 @@ def format_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-__all__ = ["user_frame", "user_mistake", "name_the_plugin", "at_fault", "edgeplug_cause", "first_line", "format_traceback", "plugin_modules", "root_cause", "stage_failure"]
+__all__ = ["train_mode_dropout", "user_frame", "user_mistake", "name_the_plugin", "at_fault", "edgeplug_cause", "first_line", "format_traceback", "plugin_modules", "root_cause", "stage_failure"]

@@ -162,7 +162,25 @@ def _export(job: Lowering) -> None:
     with torch.no_grad(), contextlib.redirect_stderr(printed):
         job.ep = torch.export.export(model, args, kwargs, dynamic_shapes=job.dynamic_shapes)
     sys.stderr.write(printed.getvalue())  # what a successful export printed still reaches the user
+    _refuse_random_verification(job)
     _in_program_order(job)
+
+
+def _refuse_random_verification(job: Lowering) -> None:
+    """A program that drops out at random (a model in training mode) computes other numbers each call:
+    verification would compare two draws, so it is refused with the fix, before any more work."""
+    if not job.verify or job.dry_run:
+        return
+    from edgeplug._failures import train_mode_dropout
+
+    found = train_mode_dropout(job.ep)
+    if found is not None:
+        raise EdgeplugError(
+            f"in the model: the model is in training mode and drops out at random: {found}. Its outputs "
+            "differ on every call, so --verify cannot compare the lowered program with eager (and the .pte "
+            "would drop out too). Fix: call model.eval() before lowering (dropout then passes its input "
+            "through); nothing was written"
+        )
 
 
 def _in_program_order(job: Lowering) -> None:
@@ -176,6 +194,7 @@ def _program_reference(job: Lowering) -> None:
     job.ep = copy_exported_program(job.source)
     for t in job.ep.state_dict.values():
         t.requires_grad_(False)
+    _refuse_random_verification(job)
     job.reference = run_eager(eager_model(job.source), job.inputs)
     _in_program_order(job)
 

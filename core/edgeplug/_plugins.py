@@ -1,4 +1,5 @@
-"""The process's plugins: the one default ``PluginManager`` and the façade functions that read it.
+"""The process's plugins: the one default ``PluginManager``, the façade functions that read it, and
+``get_backend``, the one lookup of a backend by name (in that registry or one passed in).
 
 Everything below the façade takes a registry (``edgeplug._registry.PluginManager``)
 or a ``Backend`` already resolved; only ``edgeplug.backends``, ``get_backend``,
@@ -8,10 +9,15 @@ backend given by name), the CLI and the conformance suite read this one.
 
 from __future__ import annotations
 
-from typing import Optional
+import difflib
+from typing import Any, Optional, TypeVar
 
-from edgeplug._backend import Backend, backend_names, resolve_backend
+from edgeplug._backend import FIRST_PARTY, INSTALL_HINT, Backend, backend_names
+from edgeplug._errors import PluginConflictError, UnknownBackendError
+from edgeplug._records import FusionPolicy, KeepWhole, Kernel, PartitionerFilter
 from edgeplug._registry import BackendProblem, PluginInfo, PluginManager, PluginProblem, UnclaimedRecord
+
+R = TypeVar("R")
 
 _default = PluginManager()
 
@@ -26,9 +32,36 @@ def backends() -> list[str]:
     return backend_names(_default)
 
 
-def get_backend(name: str) -> Backend:
-    """Resolve one backend's contributions across every loaded plugin."""
-    return resolve_backend(_default, name)
+def get_backend(name: str, *, registry: Optional[PluginManager] = None) -> Backend:
+    """Resolve one backend's contributions across every plugin loaded: the process's plugins, or those of
+    ``registry``, a ``PluginManager`` of one's own (tests, embedding). The name is matched without case or
+    surrounding spaces; two plugins that contradict each other for it raise ``PluginConflictError``, a name no
+    plugin registers ``UnknownBackendError`` (saying what is close, what failed to load and what to install)."""
+    m = _default if registry is None else registry
+    key = name.strip().lower()
+    conflict = m.conflict(key)
+    if conflict is not None:
+        raise PluginConflictError(conflict.message)
+    specs = m.backend_specs()
+    if key not in specs:
+        raise _unknown(m, name, key, specs)
+    info, spec = specs[key]
+    contributions = tuple(m.contributions(backend=key))
+
+    def of(record_type: type[R]) -> tuple[R, ...]:
+        return tuple(c.record for c in contributions if isinstance(c.record, record_type))
+
+    keep_whole = tuple(dict.fromkeys(op for rec in of(KeepWhole) for op in rec.ops))
+    return Backend(
+        spec=spec,
+        plugin=info,
+        keep_whole=keep_whole,
+        filters=of(PartitionerFilter),
+        fusion_policies=of(FusionPolicy),
+        kernels=of(Kernel),
+        passes=m.pass_order(key),
+        contributions=contributions,
+    )
 
 
 def register(plugin: object, name: Optional[str] = None) -> PluginInfo:
@@ -64,3 +97,26 @@ def conflicts() -> list[BackendProblem]:
 def unclaimed() -> list[UnclaimedRecord]:
     """Records for a backend no loaded plugin registers (ignored)."""
     return _default.unclaimed()
+
+
+def _is_named(info: PluginInfo, backend: str) -> bool:
+    return backend in (info.name.lower(), info.distribution.lower().removeprefix("edgeplug-"))
+
+
+def _unknown(m: PluginManager, name: str, key: str, specs: dict[str, Any]) -> UnknownBackendError:
+    msg = f"no backend named {name!r}"
+    close = difflib.get_close_matches(key, [*specs, *FIRST_PARTY], n=1, cutoff=0.6)
+    msg += f"; did you mean {close[0]!r}?" if close and close[0] != key else "."
+    broken = m.problems()
+    if broken:
+        msg += " Some plugins failed to load: " + " | ".join(p.message for p in broken)
+    skipped = m.skipped()
+    if skipped:
+        msg += " Not loaded: " + ", ".join(f"plugin {i.name!r} ({i.distribution}, {why})" for i, why in skipped) + "."
+    installed = ", ".join(sorted(specs)) or "none"
+    msg += f" Installed backends: {installed}."
+    if key in FIRST_PARTY and not any(_is_named(i, key) for i, _ in skipped) and not broken:
+        msg += f" Install it with `pip install edgeplug-{key}`."
+    elif not specs and not broken:
+        msg += f" Backends come from plugins: {INSTALL_HINT}."
+    return UnknownBackendError(msg)

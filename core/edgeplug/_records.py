@@ -138,6 +138,14 @@ class BackendSpec(_Record):
     #: delegate output the program writes back (for a runtime that does not
     #: keep a delegate's buffers: ExecuTorch's Vulkan backend).
     delegate_buffers: bool = True
+    #: A constant that several partitions read (a tied embedding table and
+    #: ``lm_head``), or a partition and the CPU, is given to each partition as
+    #: its own copy (its storage shared while lowering) instead of staying a
+    #: program input each delegate call is handed. For a runtime that builds
+    #: an op's weight from constant data only (ExecuTorch's Vulkan runtime:
+    #: embedding, convolution and norm weights) and stores constant data by
+    #: content, so the copies cost no space in the ``.pte``.
+    copy_shared_constants: bool = False
 
     @model_validator(mode="before")
     @classmethod

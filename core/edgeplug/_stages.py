@@ -1,5 +1,5 @@
-"""Stage helpers shared by ``lower`` and ``quantize``: the backend by name, the export stage
-(``transform``) and the core's fusion (``fuse``).
+"""Stage helpers shared by ``lower`` and ``quantize``: the export stage (``transform``) and the
+core's fusion (``fuse``).
 
 Both pipelines import this module; it imports neither, so quantization sits below the lowering.
 """
@@ -17,11 +17,6 @@ from edgeplug._graph.names import copy_exported_program
 from edgeplug._records import FusionRecord, PassSpec
 
 
-def resolve_backend(backend: str | Backend) -> Backend:
-    """``backend`` as a ``Backend``: a name is looked up among the installed backends."""
-    return backend if isinstance(backend, Backend) else get_backend(backend)
-
-
 def export_stage_passes(ep: ExportedProgram, backend: Backend) -> list[PassSpec]:
     """The backend's export passes, then the core's decompositions of what to_edge cannot take
     (aten.histc, ...: ``edgeplug._graph.decompose``), each added only where ``ep`` has one."""
@@ -31,7 +26,7 @@ def export_stage_passes(ep: ExportedProgram, backend: Backend) -> list[PassSpec]
 def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
     """Run the export stage ``lower`` runs (``backend``'s export passes, then the core's
     decompositions) on an aten-dialect program; ``ep`` is left as it was."""
-    b = resolve_backend(backend)
+    b = backend if isinstance(backend, Backend) else get_backend(backend)
     passes = export_stage_passes(ep, b)
     return run_passes(copy_exported_program(ep), passes, backend=b).program if passes else ep
 
@@ -42,4 +37,4 @@ def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, 
     Returns a new program (``ep`` is not changed) and one ``FusionRecord`` per
     match: fused, folded, fused with a unit weight, or rejected with its reason.
     """
-    return fuse_for_backend(ep, resolve_backend(backend))
+    return fuse_for_backend(ep, backend if isinstance(backend, Backend) else get_backend(backend))

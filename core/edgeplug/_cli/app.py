@@ -8,6 +8,7 @@ nowhere else in edgeplug.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import sys
@@ -247,6 +248,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    code = _run(args, previous)
+    if argv is None and args.fn is cmd_lower:  # the command itself, not a test calling main()
+        _end_without_waiting(code)
+    return code
+
+
+def _run(args: argparse.Namespace, previous: object) -> int:
+    import signal
+
     try:
         return args.fn(args)
     except EdgeplugError as exc:
@@ -264,7 +274,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         return _stream_failed(exc)
     except SystemExit as exc:  # argparse exits before this try: this one came from the model's (or a plugin's) code
-        _fail(args, exc, f"the model's code called sys.exit({exc.code!r}) while edgeplug was lowering it; nothing was written")
+        from edgeplug._failures import user_frame
+        from edgeplug._user_code import _location
+
+        frame = user_frame(exc)
+        where = f" at {_location(*frame)}" if frame else ""
+        _fail(args, exc, f"the model's code called sys.exit({exc.code!r}){where} while edgeplug was lowering it; nothing was written")
         return 2
     except Exception as exc:
         _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
@@ -274,10 +289,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _end_without_waiting(code: int) -> None:
+    """The command is done: a thread the model's code left running (said when it was found) does not keep
+    the process alive. Exit handlers run, streams are flushed, then the process ends with ``code``."""
+    from edgeplug._user_code import left_running
+
+    if not left_running():
+        return
+    import atexit
+
+    for s in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            s.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
 def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
     if _debugging(args):
         import traceback
 
+        printed = getattr(exc, "model_output", "")
+        if printed:  # what the model file printed while -v was off
+            print(f"the model file printed, while edgeplug held it off the terminal:\n{printed.rstrip()}", file=sys.stderr)
         hidden = getattr(exc, "hidden_output", "")
         if hidden:  # what the libraries printed while -v was off
             print(f"the libraries printed, while edgeplug kept it off the terminal:\n{hidden.rstrip()}", file=sys.stderr)

@@ -22,6 +22,7 @@ from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES, load_calibration
 from edgeplug._records import QuantScheme
 from edgeplug._report import stand_in_path
 from edgeplug._report_html import is_html, load_report, stock_partitioning, write_report
+from edgeplug._user_code import Effects
 
 
 def tolerance_arg(text: str) -> float:
@@ -170,6 +171,28 @@ def _write_views(args: argparse.Namespace, report: object) -> None:
         raise EdgeplugError(f"cannot write {exc.filename or args.explore}: {exc.strerror or exc}") from exc
 
 
+def _say_effects(effects: Effects, progress) -> None:
+    """One line for each thing the model file did to the process (``edgeplug._user_code``)."""
+    if effects.chdir is not None:
+        folder, where = effects.chdir
+        print(
+            f"edgeplug: warning: the model file changed the working folder to {folder}"
+            f"{f' at {where}' if where else ''}; edgeplug went back to {os.getcwd()}, where the outputs are "
+            "written (open files relative to the model file: os.path.dirname(__file__))",
+            file=sys.stderr,
+        )
+    for thread, where in effects.threads:
+        print(
+            f"edgeplug: warning: the model file started thread {thread.name!r}{f' at {where}' if where else ''} "
+            "and left it running; edgeplug does not wait for it when it ends (join it before returning, or "
+            "start it with daemon=True)",
+            file=sys.stderr,
+        )
+    lines = effects.printed_lines()
+    if lines:
+        progress(f"the model file printed {lines:,} line{'s' if lines != 1 else ''}, held off the terminal (-v shows them)")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Print a saved report's table; with --html / --explore, write the page or Model Explorer's files."""
     if args.html and os.path.abspath(args.html) == os.path.abspath(args.report):
@@ -202,7 +225,13 @@ def cmd_lower(args: argparse.Namespace) -> int:
     # without -v, what native libraries print (a vendor SDK's log, executorch's C++ log) stays off the terminal
     hidden = contextlib.nullcontext() if args.verbose else native_output_hidden()
     with hidden:
-        model, inputs, kwargs, label = examples.load_model(args.model, progress=progress)
+        effects = Effects()
+        try:
+            model, inputs, kwargs, label = examples.load_model(
+                args.model, progress=progress, effects=effects, hold_output=not args.verbose
+            )
+        finally:
+            _say_effects(effects, progress)
         if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
             limit = args.calibration_batches
             calibration = load_calibration(args.calibration, limit) if args.calibration else None

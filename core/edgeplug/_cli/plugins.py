@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from edgeplug._backend import INSTALL_HINT, resolve_backend
+from edgeplug._backend import INSTALL_HINT
 from edgeplug._cli.common import err
-from edgeplug._plugins import manager
+from edgeplug._plugins import get_backend, manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
 from edgeplug._scaffold import write
 from edgeplug import _api
@@ -21,7 +21,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     specs = m.backend_specs()
     rows = [("backend", "distribution", "version", "verify", "serializes here")]
     for name in sorted(specs):
-        b = resolve_backend(m, name)
+        b = get_backend(name, registry=m)
         a = b.availability()
         avail = "yes" if a.ok else f"no: {a.reason}"
         if a.ok and not args.no_probe:  # a partitioner that cannot be built makes every lowering fail: say so here
@@ -60,7 +60,7 @@ def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
     for name in sorted(specs):
         if specs[name][1].device_runtime is None:
             continue
-        runtime, why_not = find_device_runtime(resolve_backend(m, name))
+        runtime, why_not = find_device_runtime(get_backend(name, registry=m))
         if runtime is not None:
             print(f"\n{name} runtime: {runtime.name} (--verify runs the .pte in it)")
         else:

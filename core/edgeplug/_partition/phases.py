@@ -35,6 +35,7 @@ import torch
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from edgeplug._errors import EdgeplugError
+from edgeplug._graph.constants import constant_placeholders, constant_value, lift_constant, mutated_targets, remove_dead
 from edgeplug._graph.ops import aten_overload, is_qdq, op_name
 from edgeplug._records import FUSED_ANCHOR
 from edgeplug._partition.verdict import TAKEN, FilterContext, NotAnAnswer, Verdict, filter_answer
@@ -371,6 +372,47 @@ def tag_constants(
                 continue
             out[node] = tag
     return out
+
+
+def copy_shared_constants(ep: Any, tags: Mapping[torch.fx.Node, str]) -> tuple[dict[torch.fx.Node, str], dict[str, tuple[str, ...]]]:
+    """Give each partition its own copy of a constant that several partitions (or one and the CPU) read.
+
+    ``tag_constants`` leaves a constant read by more than one partition (a tied
+    embedding table and ``lm_head``), or by a partition and the CPU, in the program, an input every delegate call
+    is handed at run time. For a runtime that builds an op's weight from
+    constant data only (ExecuTorch's Vulkan runtime: an embedding, a
+    convolution, a norm's weight) such a program does not load; with
+    ``BackendSpec.copy_shared_constants`` each partition gets a
+    ``CONSTANT_TENSOR`` of the same tensor (its storage is shared here; a
+    delegate that keys constants by content, as Vulkan's and XNNPACK's named
+    data do, stores it once). Users on the CPU keep the original. Changes
+    ``ep`` in place; returns (node -> tag with the copies, constant -> the
+    partitions given a copy).
+    """
+    specs = constant_placeholders(ep)
+    mutated = mutated_targets(ep)
+    out = dict(tags)
+    copied: dict[str, tuple[str, ...]] = {}
+    for node in list(ep.graph_module.graph.nodes):
+        if node.op != "placeholder" or node.name not in specs or node in tags or specs[node.name].target in mutated:
+            continue
+        by_tag: dict[str, list[torch.fx.Node]] = {}
+        for user in node.users:
+            if user in tags:
+                by_tag.setdefault(tags[user], []).append(user)
+        on_cpu = sum(map(len, by_tag.values())) < len(node.users)
+        value = constant_value(ep, node) if len(by_tag) > 1 or (by_tag and on_cpu) else None
+        if value is None:
+            continue
+        for tag, users in by_tag.items():
+            copy = lift_constant(ep, value, f"{specs[node.name].target}_{tag}".replace(".", "_"), like=node)
+            for user in users:
+                user.replace_input_with(node, copy)
+            out[copy] = tag
+        copied[node.name] = tuple(by_tag)
+        remove_dead(ep, [node])  # read by delegates only: the copies replace it
+    ep.graph_module.recompile()
+    return {n: out[n] for n in ep.graph_module.graph.nodes if n in out}, copied
 
 
 # -- 4. CPU reasons ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ seeded; nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -47,30 +48,54 @@ def list_examples() -> dict[str, str]:
     return {k: d for k, (_, d) in EXAMPLES.items()}
 
 
-def _check_contract(result: Any, spec: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """``(model, args)`` or ``(model, args, kwargs)``: a module (or ExportedProgram) and its example inputs."""
+def _check_contract(result: Any, spec: str, fn: Any = None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """``(model, args)`` or ``(model, args, kwargs)``: a module (or ExportedProgram) and its example inputs.
+    ``fn``: the model file's function, whose line the messages name."""
     import torch
 
     from edgeplug._inputs import example_inputs
+    from edgeplug._user_code import returned_at
 
+    at = returned_at(fn) if fn is not None else ""
+    paren = f" ({at})" if at else ""
+    at = f" at {at}" if at else ""
     expected = "expected a tuple (model, args) or (model, args, kwargs)"
     if not (isinstance(result, tuple) and len(result) in (2, 3)):
         size = f" of {len(result)} items" if isinstance(result, tuple) else ""
-        raise EdgeplugError(f"{spec} returned {type(result).__name__}{size}, {expected}")
+        raise EdgeplugError(f"{spec} returned {type(result).__name__}{size}, {expected}{paren}")
     model, args, kwargs = (*result, None) if len(result) == 2 else result
     if not isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
         raise EdgeplugError(
             f"{spec} returned a model of type {type(model).__name__}, {expected} "
-            "whose model is a torch.nn.Module"
+            f"whose model is a torch.nn.Module{paren}"
         )
-    given = example_inputs(args, kwargs, where=f"{spec}'s return value (model, args, kwargs)")
+    where = f"{spec}'s return value (model, args, kwargs){at}"
+    if isinstance(args, list) and args and all(isinstance(a, (tuple, list)) for a in args):
+        # the shape of calibration data (a list of input sets), not one set of inputs
+        raise EdgeplugError(
+            f"{where}: args is a list of {len(args)} tuple(s), a list of input sets (what --calibration "
+            "takes), but args is one set: the model's positional inputs. Return (model, (x,)) (the first set: "
+            "args[0]); a model that takes a tuple as its one input gets it inside a tuple: (model, ((a, b),))"
+        )
+    given = example_inputs(args, kwargs, where=where)
     return model, given.args, given.kwargs
 
 
 def _describe_exit(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r}); a model file must return (model, args), not exit"
+        from edgeplug._failures import user_frame
+
+        frame = user_frame(exc)  # the line that called it (the file's own, or a sibling's)
+        where = f" at {_location(*frame)}" if frame else ""
+        return f"it called sys.exit({exc.code!r}){where}; a model file must return (model, args), not exit"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _location(file: str, line: int, func: str) -> str:
+    import os
+
+    rel = os.path.relpath(file)
+    return f"{file if rel.startswith('..') else rel}:{line}, in {func}"
 
 
 def import_user_file(
@@ -112,28 +137,43 @@ def import_user_file(
 
 
 def load_model(
-    spec: str, progress: Optional[Callable[[str], None]] = None
+    spec: str, progress: Optional[Callable[[str], None]] = None, *, effects: Any = None, hold_output: bool = False
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any], str]:
     """Resolve an example name or ``FILE.py:ATTR`` to ``(model, args, kwargs, label)``.
 
     ``FILE.py`` is executed as ``python FILE.py`` would run it (its folder on
-    ``sys.path``, so sibling imports work); ``progress`` is told so.
+    ``sys.path``, so sibling imports work); ``progress`` is told so. While the
+    file runs and its function is called (``edgeplug._user_code.contained``),
+    a change of working folder is undone and threads left running are
+    recorded in ``effects`` (an ``Effects``), with what it printed where
+    ``hold_output``.
     """
     if spec in EXAMPLES:
         return (*_check_contract(EXAMPLES[spec][0](), spec), spec)
     if ":" in spec:
-        module, attr, path_s = import_user_file(spec, "model file", progress=progress, then=f"calling {{attr}}()")
-        fn = getattr(module, attr, None)
-        if fn is None or not callable(fn):
-            raise EdgeplugError(
-                f"{path_s} has no callable {attr!r}; it must define a function returning "
-                "(model, args) or (model, args, kwargs)"
+        from edgeplug._user_code import Effects, contained
+
+        terminal = sys.stderr
+
+        def told(msg: str) -> None:  # edgeplug's own progress line is not the model's output: never held
+            with contextlib.redirect_stderr(terminal):
+                progress(msg)
+
+        with contained(effects if effects is not None else Effects(), hold_output=hold_output):
+            module, attr, path_s = import_user_file(
+                spec, "model file", progress=told if progress is not None else None, then=f"calling {{attr}}()"
             )
-        try:
-            result = fn()
-        except (Exception, SystemExit) as exc:
-            raise EdgeplugError(f"calling {spec} failed: {_describe_exit(exc)}") from exc
-        return (*_check_contract(result, spec), spec)
+            fn = getattr(module, attr, None)
+            if fn is None or not callable(fn):
+                raise EdgeplugError(
+                    f"{path_s} has no callable {attr!r}; it must define a function returning "
+                    "(model, args) or (model, args, kwargs)"
+                )
+            try:
+                result = fn()
+            except (Exception, SystemExit) as exc:
+                raise EdgeplugError(f"calling {spec} failed: {_describe_exit(exc)}") from exc
+        return (*_check_contract(result, spec, fn), spec)
     if spec.endswith(".py"):
         raise EdgeplugError(
             f"{spec!r} names a file but not what to call in it: use {spec}:FUNCTION, a function in the "

@@ -118,3 +118,59 @@ def test_norms_get_a_unit_weight_each_so_no_constant_spans_two_delegates():
     assert v.passed, result.report.to_table()
     top = [n.name for n in result.edge.exported_program().graph.nodes if n.op == "placeholder"]
     assert not any("unit_weight" in n for n in top), top  # every ones constant moved into its delegate
+
+
+class TiedEmbedding(nn.Module):
+    """A tied embedding and lm_head in two partitions: logical_not stays on the CPU between them."""
+
+    def __init__(self, tied: bool = True):
+        super().__init__()
+        self.emb = nn.Embedding(256, 64)
+        self.head = None if tied else nn.Parameter(torch.randn(256, 64))
+
+    def forward(self, tokens):
+        h = self.emb(tokens)
+        h = h * (h > 0).logical_not()
+        return h @ (self.emb.weight if self.head is None else self.head).t()
+
+
+TOKENS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+
+
+@pytest.fixture(scope="module")
+def tied():
+    torch.manual_seed(0)
+    model = TiedEmbedding().eval()
+    return model, edgeplug.lower(model, (TOKENS,), backend="vulkan")
+
+
+def test_a_weight_two_partitions_read_is_each_partitions_own_constant(tied):
+    """Shared, the table was an input of both delegate calls, and the runtime's embedding (which prepacks its
+    weight from constant data) refused it at load: 'prepack_standard ... val_is_tref'. Each delegate now holds
+    a copy, the .pte holds the data once (the delegate keys constant data by content)."""
+    model, result = tied
+    ep = result.edge.exported_program()
+    assert len(result.report.partitions) == 2, result.report.to_table()
+    delegates = [n for n in ep.graph.nodes if n.op == "call_function" and "executorch_call_delegate" in str(n.target)]
+    params = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name != "USER_INPUT"}
+    for call in delegates:
+        assert not {a.name for a in call.args[1:] if isinstance(a, torch.fx.Node)} & params, call.args
+    copies = [t for t in result.report.transforms if t.transform == "copy_shared_constants"]
+    assert [(t.node, t.added) for t in copies] == [("p_emb_weight", 2)], copies
+    untied = edgeplug.lower(TiedEmbedding(tied=False).eval(), (TOKENS,), backend="vulkan")
+    table = model.emb.weight.numel() * 4
+    assert len(untied.buffer) - len(result.buffer) > 0.9 * table, (len(untied.buffer), len(result.buffer))
+    verified = edgeplug.lower(model, (TOKENS,), backend="vulkan", verify=True).report.verification
+    assert verified.passed and verified.max_abs_diff <= 1e-5, verified
+
+
+def test_a_tied_embedding_loads_in_the_runtime(tied):
+    try:
+        runtime = device_runtime()
+    except RuntimeNotFound as exc:
+        pytest.skip(str(exc))
+    model, result = tied
+    (ours,), _ = runtime.run(result.buffer, result.data_buffer, [[TOKENS]])
+    with torch.no_grad():
+        want = model(TOKENS)
+    assert torch.isfinite(ours[-1]).all() and (ours[-1] - want).abs().max().item() <= 1e-5

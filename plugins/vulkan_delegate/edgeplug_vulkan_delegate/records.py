@@ -44,6 +44,11 @@ def backend_spec(
         # declares 1 inputs and 2 outputs, but the delegate call supplied 2 arguments"), stock's .pte
         # alike; so a KV cache stays a program input, its new value an output written back
         delegate_buffers=device_runtime is None,
+        # ... and builds an embedding's, a convolution's or a norm's weight from constant data only: a weight
+        # two partitions share (a tied embedding and lm_head) would reach one as an input and the program
+        # would not load ("prepack_standard ... val_is_tref"); each partition gets its own copy (the
+        # delegate keys constant data by content, so the .pte holds it once)
+        copy_shared_constants=device_runtime is not None,
         backend=backend,
         description=description,
         backend_id=BACKEND_ID,
