@@ -43,6 +43,7 @@ from edgeplug._graph.passes import core_pass
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
+from edgeplug._plugins import backends, get_backend
 from edgeplug._quantization import drop_no_op_casts
 from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
 from edgeplug._report import (
@@ -50,7 +51,7 @@ from edgeplug._report import (
 )
 from edgeplug._shape_env import kept_shape_envs
 from edgeplug._result import LoweringResult
-from edgeplug._stages import export_stage_passes, fuse, resolve_backend
+from edgeplug._stages import export_stage_passes, fuse
 from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
 from edgeplug._weights import lowered_modules_released
 
@@ -526,7 +527,7 @@ def lower(
     if isinstance(model_or_ep, QuantizedModel):  # what quantize did rides in its result; its program is lowered
         model_or_ep = model_or_ep.program
     given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
-    b = resolve_backend(backend)
+    b = backend if isinstance(backend, Backend) else get_backend(backend)
     if verify_steps is not None and not verify:
         raise EdgeplugError(
             f"verify_steps={verify_steps!r} is a mode of verification: pass verify=True as well (--verify); nothing was done"
@@ -573,8 +574,6 @@ def lower(
 
 
 def _installed() -> str:
-    from edgeplug._plugins import backends
-
     return ", ".join(backends()) or "none (pip install a backend plugin)"
 
 

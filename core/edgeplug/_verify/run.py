@@ -9,10 +9,10 @@ import torch
 
 from edgeplug._backend import Backend
 from edgeplug._errors import VerificationError
+from edgeplug._plugins import get_backend
 from edgeplug._quantized import is_quantized
 from edgeplug._report import GreedyCheck, Verification
 from edgeplug._result import LoweringResult
-from edgeplug._stages import resolve_backend
 from edgeplug._verify.compare import compare_outputs
 from edgeplug._verify.greedy import greedy_check
 from edgeplug._verify.quantized import verify_quantized
@@ -76,7 +76,7 @@ def verify(
     quantized model where quantized), and compared token for token:
     ``Verification.greedy`` (``edgeplug._verify.greedy``).
     """
-    backend = resolve_backend(backend)
+    backend = backend if isinstance(backend, Backend) else get_backend(backend)
     if verify_steps is not None and (isinstance(verify_steps, bool) or not isinstance(verify_steps, int) or verify_steps < 1):
         raise VerificationError(f"verify_steps must be a whole number >= 1 (tokens to generate), not {verify_steps!r}")
     if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
