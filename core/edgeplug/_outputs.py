@@ -30,6 +30,7 @@ import signal
 import stat
 import sys
 import threading
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Union
@@ -280,12 +281,56 @@ def _stream(path: PathArg, data: Data) -> None:
         _put(f, data)
 
 
+class _Replaced:
+    """The renames of one ``write_files``, undone if a later one fails: files written together (a .pte and
+    its .ptd) are all replaced or none. What a rename replaces is kept first as a hard link beside it."""
+
+    def __init__(self) -> None:
+        #: (target, the old file's hard link or None, whether a file was there before)
+        self.renamed: list[tuple[Path, Optional[Path], bool]] = []
+
+    def replace(self, tmp: Path, path: Path) -> None:
+        existed = os.path.lexists(path)
+        old: Optional[Path] = None
+        if existed:
+            old = _temporary(path)
+            try:
+                os.link(path, old)
+            except OSError:  # a file system without hard links: this one cannot be put back
+                old = None
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None:
+                old.unlink(missing_ok=True)
+            raise
+        self.renamed.append((path, old, existed))
+
+    def undo(self) -> None:
+        for path, old, existed in reversed(self.renamed):
+            with contextlib.suppress(OSError):
+                if old is not None:
+                    os.replace(old, path)  # the file that was there, back
+                elif not existed:
+                    os.unlink(path)  # a new file: gone again
+        self.renamed.clear()
+
+    def done(self) -> None:
+        for _, old, _ in self.renamed:
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+        self.renamed.clear()
+
+
 def write_files(files: Mapping[PathArg, Data]) -> None:
     """Write each ``{path: bytes or text}``: regular files atomically, streams in place.
 
     Regular files are written to temporaries first, then the streams, then the
     temporaries are renamed into place: a failure before the renames replaces
-    nothing and leaves no temporary. Raises ``OSError`` naming the target, and
+    nothing and leaves no temporary, and a rename that fails puts back what the
+    renames before it replaced (the files are written together or not at all:
+    a .pte and its .ptd). Raises ``OSError`` naming the target, and
     ``OutputPathError`` for a target that is neither a regular file, a missing
     path nor a stream. A signal during the write removes the temporaries, then
     is delivered again with the handler that was in place.
@@ -308,6 +353,7 @@ def write_files(files: Mapping[PathArg, Data]) -> None:
             raise OutputPathError(f"cannot write {os.fspath(p)}: it is not a regular file, which edgeplug never replaces")
         regular.append((target, data))
     temporaries: list[Path] = []
+    replaced = _Replaced()
     try:
         with _signals_interrupt():
             current: PathArg = regular[0][0] if regular else ""
@@ -322,15 +368,18 @@ def write_files(files: Mapping[PathArg, Data]) -> None:
                     _stream(path, data)
                 for tmp, (path, _) in zip(temporaries, regular):
                     current = path
-                    os.replace(tmp, path)
+                    replaced.replace(tmp, path)
             except OSError as exc:  # named by its target, not by the temporary
+                replaced.undo()
                 for tmp in temporaries:
                     tmp.unlink(missing_ok=True)
                 raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(current)) from exc
             except BaseException:
+                replaced.undo()
                 for tmp in temporaries:
                     tmp.unlink(missing_ok=True)
                 raise
+            replaced.done()
     except _Interrupted as exc:
         signal.raise_signal(exc.signum)  # the previous handler (or the default) takes it from here
         raise KeyboardInterrupt from None  # a handler that returned: stop the write all the same

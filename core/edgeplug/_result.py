@@ -79,7 +79,7 @@ class LoweringResult:
                 f"not saving {os.fspath(path)}: verification failed ({' | '.join(v.failures())}); "
                 "the runtime would compute something else. Fix the lowering, or pass force=True to write it anyway"
             )
-        from edgeplug._weights import check_saved_whole, data_files, ptd_path
+        from edgeplug._weights import check_saved_whole, check_weights_target, data_files
 
         held = self.report.stand_in
         if self.program is None:
@@ -98,13 +98,9 @@ class LoweringResult:
             path = stand_in_path(path)
         weights = data_files(self.program)
         check_saved_whole(self.program, weights)
-        if weights and os.fspath(path) == "-":
-            raise EdgeplugError(
-                "a program with external weights is two files (.pte and .ptd): save it to a file path, not '-'"
-            )
-        targets = {"the .pte": path, "the report": report}
-        if weights:
-            targets["the weights (.ptd)"] = ptd_path(path)
+        # the .pte and its .ptd are written together or not at all (edgeplug._weights, edgeplug._outputs)
+        ptd = check_weights_target(path) if weights else None
+        targets = {"the .pte": path, "the report": report, "the weights (.ptd)": ptd}
         check_output_paths(targets)
         path = Path(path) if os.fspath(path) != "-" else path
         self.report.output_path = str(path)
@@ -113,8 +109,8 @@ class LoweringResult:
             held.written = str(path)
         # the program streams its serialized pieces into the file: the .pte is never one bytes object here
         files: dict[Path, Any] = {path: self.program}
-        if weights:
-            files[ptd_path(path)] = next(iter(weights.values()))
+        if ptd is not None:
+            files[ptd] = next(iter(weights.values()))
         if report is not None:
             files[Path(report)] = self.report.to_json()
         try:

@@ -26,7 +26,8 @@ the weight into executorch's named data under that tag, and ``to_executorch``
 moves the parameters left on the CPU there too (``ExecutorchBackendConfig.external_constants``).
 A delegate's untagged named data (the Vulkan delegate's constants) goes there too.
 The ``.pte`` then holds no weight; ``LoweringResult.save`` writes them once, into
-``<name>.ptd`` beside ``<name>.pte``.
+``<name>.ptd`` beside ``<name>.pte``: the two together or neither (``check_weights_target``
+refuses, before any work on the command line, a ``.ptd`` path that is not this pair's to replace).
 """
 
 from __future__ import annotations
@@ -244,6 +245,81 @@ def ptd_path(pte: Any) -> Any:
     from pathlib import Path
 
     return Path(pte).with_suffix(".ptd")
+
+
+#: where an ExecuTorch data file (.ptd: a FlatTensor flatbuffer) carries its file identifier
+_PTD_IDENTIFIER = (slice(4, 8), b"FT01")
+
+
+def _is_data_file(path: Any) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    where, ident = _PTD_IDENTIFIER
+    return head[where] == ident
+
+
+def check_weights_target(pte: Any) -> Any:
+    """The ``.ptd`` beside ``pte``, refused (``OutputPathError``) where the pair cannot be written together.
+
+    The .pte's rules (``edgeplug._outputs``) hold for it, and since its name is not the user's but
+    derived from the .pte's, edgeplug replaces nothing there that is not this pair's:
+
+    - ``pte`` a stream (``-``, a FIFO, a device): a pair is two files;
+    - the ``.ptd`` a folder, a symbolic link (it would write through into a file the user did not
+      name), a socket or a device;
+    - an existing file that is not an ExecuTorch data file;
+    - an existing data file with no ``.pte`` beside it: it is not the pair being replaced but another
+      program's weights (programs may share one .ptd).
+
+    Replacing a ``.pte`` and the ``.ptd`` beside it replaces the pair, as replacing a ``.pte`` does.
+    """
+    import os
+    import stat
+
+    from edgeplug._errors import OutputPathError
+    from edgeplug._outputs import is_stream
+
+    if is_stream(pte):
+        raise OutputPathError(
+            f"cannot write {os.fspath(pte)} with external weights: a program with external weights is two "
+            "files (.pte and .ptd): give a file path (-o FILE.pte), not a stream"
+        )
+    ptd = ptd_path(pte)
+    if os.path.islink(ptd):
+        raise OutputPathError(
+            f"cannot write the weights (.ptd) {ptd}: it is a symbolic link (to {os.readlink(ptd)}), and edgeplug "
+            "writes a .pte's weights as a file of its own beside it, never through a link it was not given: "
+            "remove the link, or give -o another name; nothing was written"
+        )
+    try:
+        mode = os.stat(ptd).st_mode
+    except OSError:
+        return ptd  # nothing there (or a folder on the way that the .pte's checks refuse)
+    if stat.S_ISDIR(mode):
+        raise OutputPathError(
+            f"cannot write the weights (.ptd) {ptd}: it is a folder, where the weights of {os.fspath(pte)} go: "
+            "move the folder, or give -o another name; nothing was written"
+        )
+    if not stat.S_ISREG(mode):
+        raise OutputPathError(
+            f"cannot write the weights (.ptd) {ptd}: it is not a regular file, which edgeplug never replaces: "
+            "give -o another name; nothing was written"
+        )
+    if not _is_data_file(ptd):
+        raise OutputPathError(
+            f"cannot write the weights (.ptd) {ptd}: a file that is not an ExecuTorch data file is there, and "
+            "edgeplug replaces only the .pte's own weights: move it, or give -o another name; nothing was written"
+        )
+    if not os.path.isfile(pte):
+        raise OutputPathError(
+            f"cannot write the weights (.ptd) {ptd}: it holds another program's weights (there is no "
+            f"{os.path.basename(os.fspath(pte))} beside it whose pair it is, and programs may share a .ptd): "
+            "remove it if it is no one's, or give -o another name; nothing was written"
+        )
+    return ptd
 
 
 def check_saved_whole(program: Any, tags: dict[str, Any]) -> None:

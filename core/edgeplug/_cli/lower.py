@@ -110,6 +110,11 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     targets = {"the .pte": None if args.dry_run else out, "the report": args.report}  # a dry run writes no .pte
     if args.write_stand_in:  # where a program with stand-in delegates would go (a dry run's, or a backend's)
         targets["the stand-in .pte"] = stand_in_path(out)
+    if args.external_weights and not args.dry_run:  # the .ptd beside the .pte: both, or neither (save checks again)
+        from edgeplug._weights import check_external_weights, check_weights_target
+
+        check_external_weights(backend)
+        targets["the weights (.ptd)"] = check_weights_target(out)
     check_output_paths(targets, inputs=_input_files(args))
     return out
 
