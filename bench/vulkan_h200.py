@@ -5,6 +5,8 @@ source by tools/vulkan-runtime/build.sh):
 
     python bench/vulkan_h200.py prepare --out .h200 [--models et-llama,llama,qwen3] [--layers 8] [--hidden 2048] [--seq 128]
     python bench/vulkan_h200.py run --dir .h200 [--rounds 20] [--json out.json]
+    python bench/vulkan_h200.py profile --dir .h200 --runner PROFILE_RUNNER --out DIR   # then, here:
+    python bench/vulkan_profile.py summarize DIR
 
 ``prepare`` (here) builds each decoder at a size that fills a GPU's time (8 layers x 2048 hidden, 128 tokens
 by default; random, nothing downloaded), lowers it twice, by edgeplug (``edgeplug.lower(..., "vulkan")``) and
@@ -183,6 +185,37 @@ def run(a: argparse.Namespace) -> int:
     return 0
 
 
+def profile(a: argparse.Namespace) -> int:
+    """Each .pte in a build.sh --profile runner: ``warmup`` + ``calls`` prefills, its ETDump written to --out
+    (read here by ``bench/vulkan_profile.py summarize``: the GPU machine has no executorch to parse it)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "vulkan_delegate"))
+    from edgeplug_vulkan_delegate.runtime import RunnerSession, _build_of
+
+    build_ = _build_of(Path(a.runner))
+    folder, out = Path(a.dir), Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"calls": a.calls, "runtime": build_.name, "errors": {}}
+    for ref_file in sorted(folder.glob("*-ref.pt")):
+        name = ref_file.name[: -len("-ref.pt")]
+        ids = torch.load(ref_file)["ids"]
+        for side in ("edgeplug", "stock-blocked"):
+            pte = lzma.decompress((folder / f"{name}-{side}.pte.xz").read_bytes())
+            try:
+                with RunnerSession(pte, build=build_) as s:
+                    if not s.profiling:
+                        raise RuntimeError(f"{a.runner} was built without the event tracer (build.sh --profile)")
+                    meta["adapter"] = s.adapter
+                    for _ in range(a.warmup + a.calls):
+                        s.run([ids])
+                    n = s.etdump(out / f"{name}-{side}.etdump")
+                print(f"{name} {side}: ETDump {n:,} bytes", flush=True)
+            except Exception as exc:
+                meta["errors"][f"{name}:{side}"] = str(exc).splitlines()[0][:300]
+                print(f"{name} {side}: {meta['errors'][f'{name}:{side}']}", flush=True)
+    (out / "profile.json").write_text(json.dumps(meta, indent=1))
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -197,8 +230,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     pr.add_argument("--dir", default=".h200")
     pr.add_argument("--rounds", type=int, default=20)
     pr.add_argument("--json", default="")
+    pf = sub.add_parser("profile")
+    pf.add_argument("--dir", default=".h200")
+    pf.add_argument("--runner", required=True, help="edgeplug-vulkan-runner of a build.sh --profile build")
+    pf.add_argument("--out", required=True)
+    pf.add_argument("--calls", type=int, default=5)
+    pf.add_argument("--warmup", type=int, default=2)
     a = p.parse_args(argv)
-    return prepare(a) if a.cmd == "prepare" else run(a)
+    return {"prepare": prepare, "run": run, "profile": profile}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -93,3 +93,26 @@ def zoo():
     import edgeplug._zoo
 
     return edgeplug._zoo
+
+
+#: Debian's chromium (the HTML report's browser tests drive it; never a downloaded browser)
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium driven by Playwright, one for the session (Playwright's sync API allows one
+    per thread). Skips only where chromium is absent; playwright is a test dependency (the [test] extra)."""
+    import shutil
+
+    path = shutil.which("chromium") or CHROMIUM
+    if not Path(path).exists():
+        pytest.skip("Debian's chromium is not installed here (apt-get install -y chromium; .ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

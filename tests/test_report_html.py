@@ -5,27 +5,13 @@ through Model Explorer's own Python package."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from edgeplug._report import GraphNode, LoweringReport, PartitionSummary
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed here (apt-get install -y chromium)")
-    sync = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
-    with sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+# `browser`: Debian's chromium through Playwright, one for the session (tests/conftest.py)
 
 
 class Page:

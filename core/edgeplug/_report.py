@@ -315,9 +315,16 @@ def stand_in_path(path: Any) -> Any:
     return p.with_name(f"{stem}.stand-in.pte")
 
 
+#: the version of the report's JSON layout this edgeplug writes and the newest it reads; raised when a
+#: field changes meaning or is removed (a report without ``format_version`` is of format 1)
+REPORT_FORMAT = 1
+
+
 class LoweringReport(BaseModel):
     """What a lowering did: partitions, ops on the CPU and why, fusions, transforms, timings, verification."""
 
+    #: the layout of the JSON (``REPORT_FORMAT``); ``edgeplug report`` refuses a newer one
+    format_version: int = REPORT_FORMAT
     model: str
     backend: str
     distribution: str
@@ -459,6 +466,9 @@ def _module_path(node: Any) -> str:
     if not stack:
         return ""
     path = str(list(stack.values())[-1][0])
+    if not path.startswith("L['self']"):  # torch.export's own form, the model's names as they are
+        return path
+    # dynamo's source form (L['self'].blocks[0]._modules['attn']), from older exports
     path = path.replace("L['self'].", "").replace("L['self']", "")
     return re.sub(r"\[(\d+)\]", r".\1", path).replace("['", ".").replace("']", "").strip(".")
 

@@ -67,8 +67,10 @@ def _asset(folder: str, name: str) -> str:
 
 
 def _inline_json(text: str) -> str:
-    # inside <script>, "</" could close the element and "<!--" open a comment: escape both
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    # Inside <script>, "</script" would close the element and "<!--" change how the rest is parsed.
+    # "<", ">" and "&" occur in JSON only inside strings, where the \u escapes below read back as the
+    # same characters. (A "\!" would not do: JSON has no such escape and JSON.parse refuses the page's data.)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render_html(report: LoweringReport) -> str:
@@ -96,26 +98,47 @@ def is_html(path: str | os.PathLike | None) -> bool:
 
 
 def load_report(path: str | os.PathLike) -> LoweringReport:
-    """A report ``--report X.json`` wrote, read back (its ``summary`` is derived, so it is dropped)."""
-    from edgeplug._errors import EdgeplugError
+    """A report ``--report X.json`` wrote, read back (its ``summary`` is derived, so it is dropped).
 
+    What is not such a report (not JSON, JSON of another shape, a report of a newer format than
+    this edgeplug reads) is refused with one line naming the file and what to give instead.
+    """
+    from pydantic import ValidationError
+
+    from edgeplug import __version__
+    from edgeplug._errors import EdgeplugError
+    from edgeplug._report import REPORT_FORMAT
+
+    name = os.fspath(path)
+    give = "give the file `edgeplug lower --report X.json` wrote"
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except OSError as exc:
-        raise EdgeplugError(f"cannot read the report {os.fspath(path)}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise EdgeplugError(f"{os.fspath(path)} is not JSON ({exc}): give the file `edgeplug lower --report X.json` wrote") from exc
+        raise EdgeplugError(f"cannot read the report {name}: {exc.strerror or exc}") from exc
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past what the parser takes
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EdgeplugError(f"{name} is not JSON ({why}): {give}") from exc
     if not isinstance(data, dict):
-        raise EdgeplugError(f"{os.fspath(path)} holds JSON but not a lowering report: give the file `edgeplug lower --report X.json` wrote")
+        raise EdgeplugError(f"{name} holds JSON ({type(data).__name__}) but not a lowering report: {give}")
+    version = data.get("format_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise EdgeplugError(f"{name} is not a lowering report edgeplug can read (format_version {version!r}): {give}")
+    if version > REPORT_FORMAT:
+        raise EdgeplugError(
+            f"{name} is a report of format {version}, newer than this edgeplug ({__version__}) reads (format "
+            f"{REPORT_FORMAT}): upgrade edgeplug to read it, or lower the model again with this one"
+        )
     data.pop("summary", None)
     try:
         return LoweringReport.model_validate(data)
-    except ValueError as exc:
-        first = str(exc).splitlines()[:3]
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the report"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise EdgeplugError(
-            f"{os.fspath(path)} is not a lowering report edgeplug can read ({' '.join(first)}): "
-            "give the file `edgeplug lower --report X.json` wrote"
+            f"{name} is not a lowering report edgeplug can read ({where}: {first['msg']}{more}): {give}"
         ) from exc
 
 

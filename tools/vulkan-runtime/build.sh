@@ -4,7 +4,12 @@
 # ExecuTorch's is copied into this repository: the build lives in a cache
 # folder outside the checkout.
 #
-#   tools/vulkan-runtime/build.sh SRC_DIR [--glslang GLSLANG_SRC] [--jobs N] [--cache DIR]
+#   tools/vulkan-runtime/build.sh SRC_DIR [--glslang GLSLANG_SRC] [--jobs N] [--cache DIR] [--profile]
+#
+# --profile: a second build (its own cache folder, <commit>-profile) with
+# ExecuTorch's event tracer and devtools: its runner records an ETDump with the
+# Vulkan backend's per-shader GPU timestamps (bench/vulkan_profile.py reads it).
+# Its timings carry the query pool's cost: take latency from the plain build.
 #
 # SRC_DIR: an ExecuTorch checkout with the Vulkan submodules (see
 # docs/vulkan-runtime.md). ExecuTorch's shaders need a glslc that knows
@@ -22,11 +27,13 @@ SRC=""
 GLSLANG=""
 JOBS="$(nproc)"
 CACHE="${EDGEPLUG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgeplug}/vulkan-runtime"
+PROFILE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --jobs) JOBS="$2"; shift 2 ;;
     --glslang) GLSLANG="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
+    --profile) PROFILE=1; shift ;;
     -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [ -z "$SRC" ] || die "one SRC_DIR, got '$SRC' and '$1'"; SRC="$1"; shift ;;
@@ -81,6 +88,12 @@ elif [ -f "$SRC/.executorch-commit" ]; then COMMIT="$(awk '{print $1; exit}' "$S
 else die "cannot tell which ExecuTorch commit '$SRC' is: not a git checkout and no .executorch-commit file"; fi
 SHORT="${COMMIT:0:7}"
 OUT="$CACHE/$SHORT"
+TRACE=(-DEXECUTORCH_BUILD_DEVTOOLS=OFF)
+if [ "$PROFILE" = 1 ]; then
+  OUT="$CACHE/$SHORT-profile"
+  [ -f "$SRC/third-party/flatcc/CMakeLists.txt" ] || die "--profile needs the submodule third-party/flatcc (ExecuTorch's ETDump writer): run 'git submodule update --init third-party/flatcc' in $SRC"
+  TRACE=(-DEXECUTORCH_BUILD_DEVTOOLS=ON -DEXECUTORCH_ENABLE_EVENT_TRACER=ON)
+fi
 mkdir -p "$OUT"
 echo "== ExecuTorch $SHORT from $SRC -> $OUT ($JOBS jobs)"
 
@@ -101,7 +114,7 @@ cmake -S "$SRC" -B "$OUT/build" -G Ninja \
   -DEXECUTORCH_BUILD_XNNPACK=OFF \
   -DEXECUTORCH_BUILD_PTHREADPOOL=OFF \
   -DEXECUTORCH_BUILD_CPUINFO=OFF \
-  -DEXECUTORCH_BUILD_DEVTOOLS=OFF \
+  "${TRACE[@]}" \
   -DEXECUTORCH_BUILD_EXECUTOR_RUNNER=OFF \
   -DEXECUTORCH_BUILD_TESTS=OFF \
   -DEXECUTORCH_ENABLE_LOGGING=ON \
@@ -124,7 +137,7 @@ cp "$OUT/runner-build/edgeplug-vulkan-runner" "$OUT/bin/"
 end=$(date +%s)
 
 cat > "$OUT/bin/runtime.json" <<JSON
-{"executorch_commit": "$COMMIT", "built_seconds": $((end - start)), "jobs": $JOBS, "glslc": "$(glslc --version 2>/dev/null | head -1)", "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
+{"executorch_commit": "$COMMIT", "built_seconds": $((end - start)), "jobs": $JOBS, "glslc": "$(glslc --version 2>/dev/null | head -1)", "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "profile": $([ "$PROFILE" = 1 ] && echo true || echo false)}
 JSON
 echo "== built in $((end - start)) s with $JOBS jobs"
 echo "$OUT/bin/edgeplug-vulkan-runner"

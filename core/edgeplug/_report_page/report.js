@@ -13,6 +13,9 @@
     });
   }
   function el(id) { return document.getElementById(id); }
+  // a map keyed by names from the model or a plugin: no prototype, so a module named "constructor"
+  // or "__proto__" is a key like any other (with {}, it would find Object's own members)
+  function dict() { return Object.create(null); }
   function sum(obj) { var t = 0; for (var k in obj) t += obj[k]; return t; }
   function isCall(n) { return n.op !== "input" && n.op !== "weight" && n.op !== "output"; }
   function shortOp(op) {
@@ -33,7 +36,7 @@
 
   // -- the two partitionings ----------------------------------------------------------
   function view(name, nodes, partitions, flow) {
-    var byName = {}, colors = {};
+    var byName = dict(), colors = dict();
     partitions.forEach(function (p, i) { colors[p.tag] = PALETTE[i % PALETTE.length]; });
     nodes.forEach(function (n) {
       byName[n.name] = n;
@@ -100,7 +103,7 @@
     rows.push(["nodes both graphs hold, delegated in one and on the CPU in the other", differing, "", ""]);
     table(el("compare"), ["", "edgeplug", "stock", "difference"], rows);
     el("compare").querySelectorAll("tr").forEach(function (tr, i) { if (i) tr.dataset.count = tr.cells[0].textContent; });
-    var ops = {};
+    var ops = dict();
     [[R.delegated_ops, 0], [S.delegated_ops, 1], [R.cpu_ops, 2], [S.cpu_ops, 3]].forEach(function (pair) {
       for (var op in pair[0]) { (ops[op] = ops[op] || [0, 0, 0, 0])[pair[1]] += pair[0][op]; }
     });
@@ -155,7 +158,7 @@
   }
 
   // -- the graph --------------------------------------------------------------------------------
-  var state = { view: "edgeplug", collapsed: {}, weights: false, selected: null, query: "", pos: {}, tx: 0, ty: 0, k: 1 };
+  var state = { view: "edgeplug", collapsed: dict(), weights: false, selected: null, query: "", pos: dict(), tx: 0, ty: 0, k: 1 };
   function current() { return views[state.view]; }
   function unitOf(n) {
     for (var i = 0; i < n.prefixes.length; i++) if (state.collapsed[n.prefixes[i]]) return "group:" + n.prefixes[i];
@@ -172,7 +175,7 @@
     var g = new dagre.graphlib.Graph({ multigraph: false });
     g.setGraph({ rankdir: "TB", nodesep: 18, ranksep: 26, marginx: 10, marginy: 10 });
     g.setDefaultEdgeLabel(function () { return {}; });
-    var units = {}, unitIds = [];
+    var units = dict(), unitIds = [];
     v.nodes.forEach(function (n) {
       if (!visible(n)) return;
       var id = unitOf(n), u = units[id];
@@ -187,7 +190,7 @@
       if (u.group) {
         u.label = u.group + " (" + u.nodes.length + " nodes)";
         var calls = u.nodes.filter(isCall), cpu = calls.filter(function (n) { return !n.partition; });
-        var count = {};
+        var count = dict();
         calls.forEach(function (n) { if (n.partition) count[n.partition] = (count[n.partition] || 0) + 1; });
         var top = Object.keys(count).sort(function (a, b) { return count[b] - count[a]; })[0];
         u.cpu = cpu.length;
@@ -204,7 +207,7 @@
       u.w = w; u.h = h;
       g.setNode(id, { width: w, height: h });
     });
-    var seen = {};
+    var seen = dict();
     v.nodes.forEach(function (n) {
       if (!visible(n)) return;
       var to = unitOf(n);
@@ -223,7 +226,7 @@
       var pts = g.edge(e).points;
       parts.push('<path class="edge" d="M' + pts.map(function (p) { return p.x.toFixed(1) + "," + p.y.toFixed(1); }).join("L") + '"/>');
     });
-    state.pos = {};
+    state.pos = dict();
     unitIds.forEach(function (id) {
       var u = units[id], p = g.node(id), x = p.x - u.w / 2, y = p.y - u.h / 2;
       state.pos[id] = p;
@@ -245,8 +248,8 @@
     });
     var box = g.graph();
     state.width = box.width || 100; state.height = box.height || 100;
-    el("viewport").innerHTML = parts.join("");
     if (!v.nodes.length) parts.push('<text x="20" y="30">This report holds no graph (written before edgeplug recorded one): lower the model again.</text>');
+    el("viewport").innerHTML = parts.join("");
     el("graph-status").textContent = v.flow + ": " + unitIds.length + " boxes drawn (" + v.nodes.length + " nodes; " +
       Object.keys(state.collapsed).filter(function (k) { return state.collapsed[k]; }).length + " groups collapsed)";
     legend();
@@ -331,7 +334,7 @@
     render(); fit();
   }
   function collapseAll(on) {
-    state.collapsed = {};
+    state.collapsed = dict();
     if (on) current().nodes.forEach(function (n) { if (n.group) state.collapsed[n.group] = true; });
     render(); fit();
   }

@@ -96,7 +96,8 @@ def find_runner() -> RunnerBuild:
         return _build_of(path)
     folder = cache_dir()
     found = sorted(folder.glob(f"*/bin/{RUNNER_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    found = [p for p in found if os.access(p, os.X_OK)]
+    # a --profile build (<commit>-profile) times every shader: it is used only where named
+    found = [p for p in found if os.access(p, os.X_OK) and not p.parent.parent.name.endswith("-profile")]
     if not found:
         raise RunnerNotFound(f"no {RUNNER_NAME} in {folder} and {RUNNER_VARIABLE} is not set; {BUILD_HINT}")
     return _build_of(found[0])
@@ -155,6 +156,8 @@ class RunnerSession:
             raise RunnerError(self._with_log(hello.get("error", "the runner did not start")))
         self.adapter: str = hello.get("adapter", "")
         self.inputs: list[dict] = hello.get("inputs", [])
+        #: a runner of ``build.sh --profile``: ``etdump(path)`` writes what every run recorded
+        self.profiling: bool = bool(hello.get("etdump", False))
 
     def _drain(self) -> None:
         assert self._proc.stderr is not None
@@ -214,6 +217,19 @@ class RunnerSession:
         ans = self._answer()
         if not ans.get("ok"):
             raise RunnerError(self._with_log(ans.get("error", "the reset failed")))
+
+    def etdump(self, path: str | os.PathLike) -> int:
+        """Write the ETDump of every run so far to ``path`` (a ``build.sh --profile`` runner only); the
+        runner exits after it. Returns its size in bytes."""
+        if not self.profiling:
+            raise RunnerError("this runner was built without ExecuTorch's event tracer: build it with build.sh --profile")
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps({"cmd": "etdump", "path": os.fspath(path)}).encode() + b"\n")
+        self._proc.stdin.flush()
+        ans = self._answer()
+        if not ans.get("ok"):
+            raise RunnerError(self._with_log(ans.get("error", "the ETDump was not written")))
+        return int(ans["nbytes"])
 
     def close(self) -> None:
         if self._proc.poll() is None:

@@ -12,6 +12,10 @@
 //             "value": V} | {"kind": "double", "value": V} |
 //             {"kind": "bool", "value": V} | {"kind": "none"}]}
 //            {"cmd": "reset"}   reloads the method (fresh state)
+//            {"cmd": "etdump", "path": P}   (a build.sh --profile build only,
+//             whose start line says "etdump": true) writes the ETDump of every
+//             run so far to P: ExecuTorch's per-delegate events and the Vulkan
+//             backend's per-shader GPU timestamps; the runner exits after it
 //            {"cmd": "quit"}
 //   answer:  one JSON line {"ok": true, "times_us": [...], "outputs": [...]}
 //            then the raw bytes of each tensor output; or {"ok": false,
@@ -32,6 +36,9 @@
 #include <nlohmann/json.hpp>
 
 #include <executorch/backends/vulkan/runtime/api/api.h>
+#ifdef EDGEPLUG_ETDUMP
+#include <executorch/devtools/etdump/etdump_flatcc.h>
+#endif
 
 using executorch::extension::Module;
 using executorch::extension::TensorPtr;
@@ -110,9 +117,17 @@ int main(int argc, char** argv) {
       ptd = a;
     }
   }
+  std::unique_ptr<executorch::runtime::EventTracer> tracer;
+#ifdef EDGEPLUG_ETDUMP
+  tracer = std::make_unique<executorch::etdump::ETDumpGen>();
+  auto* etdump = static_cast<executorch::etdump::ETDumpGen*>(tracer.get());
+  const bool profiling = true;
+#else
+  const bool profiling = false;
+#endif
   std::unique_ptr<Module> module =
-      ptd.empty() ? std::make_unique<Module>(pte, Module::LoadMode::File)
-                  : std::make_unique<Module>(pte, ptd, Module::LoadMode::File);
+      ptd.empty() ? std::make_unique<Module>(pte, Module::LoadMode::File, std::move(tracer))
+                  : std::make_unique<Module>(pte, ptd, Module::LoadMode::File, std::move(tracer));
   Error err;
   try {
     err = module->load_method(method);
@@ -129,7 +144,8 @@ int main(int argc, char** argv) {
           {"adapter", adapter_name()},
           {"method", method},
           {"inputs", describe_inputs(*module, method)},
-          {"num_outputs", meta.ok() ? meta->num_outputs() : 0}});
+          {"num_outputs", meta.ok() ? meta->num_outputs() : 0},
+          {"etdump", profiling}});
 
   std::string line;
   while (true) {
@@ -166,6 +182,25 @@ int main(int argc, char** argv) {
         answer({{"ok", true}});
       }
       continue;
+    }
+    if (cmd == "etdump") {
+#ifdef EDGEPLUG_ETDUMP
+      std::string path = req.value("path", "");
+      auto dump = etdump->get_etdump_data();
+      FILE* f = path.empty() ? nullptr : std::fopen(path.c_str(), "wb");
+      if (f == nullptr || dump.buf == nullptr ||
+          std::fwrite(dump.buf, 1, dump.size, f) != dump.size) {
+        if (f) std::fclose(f);
+        answer({{"ok", false}, {"error", "cannot write the ETDump to '" + path + "'"}});
+        return 1;
+      }
+      std::fclose(f);
+      answer({{"ok", true}, {"nbytes", dump.size}});
+      return 0;
+#else
+      answer({{"ok", false}, {"error", "this runner was built without the event tracer (build.sh --profile)"}});
+      continue;
+#endif
     }
     if (cmd != "run") {
       answer({{"ok", false}, {"error", "unknown cmd '" + cmd + "'"}});
