@@ -43,6 +43,7 @@ from edgeplug._graph.passes import core_pass
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
+from edgeplug._partition.phases import copy_shared_constants
 from edgeplug._plugins import backends, get_backend
 from edgeplug._quantization import drop_no_op_casts
 from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
@@ -253,6 +254,23 @@ def _edge_stage(job: Lowering) -> Any:
 
     fuses_here = fusion_stage(job.backend.fusion_policy("rms_norm")) == "edge"
 
+    def copy_shared(ep: ExportedProgram) -> PassResult:
+        # BackendSpec.copy_shared_constants: where the partitions will fall is known only by partitioning;
+        # a trial partition of this program (executorch forbids a partitioner to change the graph) says
+        # which constants several partitions read, then each gets its own copy and the real partitioning
+        # tags every copy with its one partition
+        make_partitioner(job.backend, dry_run=True).partition(ep)
+        tags = {n: n.meta.pop("delegation_tag") for n in ep.graph_module.graph.nodes if "delegation_tag" in n.meta}
+        _, copied = copy_shared_constants(ep, tags)
+        return PassResult(ep, tuple(
+            TransformRecord(
+                transform="copy_shared_constants", kind="rewrite", node=name, op="placeholder", removed=1, added=len(users),
+                detail=f"each partition reading it ({', '.join(users)}) holds its own copy, not a program input: "
+                "the backend's runtime builds weights from constant data only",
+            )
+            for name, users in copied.items()
+        ))
+
     class EdgeplugEdgeStage(ExportedProgramPassBase):
         def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
             job.clock.enter("edge passes + fusion")
@@ -262,6 +280,7 @@ def _edge_stage(job: Lowering) -> Any:
                 *job.backend.passes_for("edge"),
                 *([_fusion_pass(job, "edge")] if fuses_here else []),
                 *job.backend.passes_for("pre_partition"),
+                *([core_pass("copy shared constants", copy_shared)] if job.backend.spec.copy_shared_constants else []),
             ]
             done = run_passes(exported_program, passes, backend=job.backend, created=job.created_ops)
             ep = done.program
