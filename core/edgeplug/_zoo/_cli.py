@@ -81,6 +81,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Before any cell runs: --out and --markdown by lower's output rules (a folder, an unwritable
+    place, the same file twice, a model file or model list), and --markdown holds no other text than a
+    zoo page (it is rewritten)."""
+    from edgeplug._outputs import check_output_paths
+    from edgeplug._zoo._models import resolve_models
+
+    inputs = [("the model list", e.strip()[1:]) for raw in args.models or [] for e in raw.split(",")
+              if e.strip().startswith("@")]
+    inputs += [("the model file", key.rsplit(":", 1)[0]) for key in resolve_models(args.models) if ":" in key]
+    outputs = {"the results file (--out)": args.out, "the Markdown page (--markdown)": args.markdown}
+    check_output_paths(outputs)
+    for what, path in inputs:
+        check_output_paths(outputs, inputs={what: path})
+    if args.markdown:
+        _page(args.markdown)
+
+
+def _page(path: str) -> str:
+    """The zoo page at ``path`` ("" where there is none); refuses a file that holds anything else."""
+    from edgeplug._outputs import is_stream
+    from edgeplug._zoo._render import is_zoo_page
+
+    if is_stream(path) or not os.path.isfile(path):
+        return ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        text = None
+    if text is None or (text.strip() and not is_zoo_page(text)):
+        raise EdgeplugError(
+            f"cannot write the Markdown page (--markdown) {path}: it holds something other than a zoo page, "
+            "which the run would replace; name another file (or remove this one)"
+        )
+    return text
+
+
 def command(args: argparse.Namespace) -> int:
     from edgeplug._zoo._render import render, table
     from edgeplug._zoo._run import run
@@ -100,13 +138,19 @@ def command(args: argparse.Namespace) -> int:
         else:
             print(line, file=sys.stderr, flush=True)
 
+    def warn(line: str) -> None:  # shown with --quiet too: what the user must know
+        if interactive and not args.quiet:
+            print(file=sys.stderr)
+        print(f"edgeplug zoo: warning: {line}", file=sys.stderr, flush=True)
+
+    _check_outputs(args)
     start = time.perf_counter()
     try:
         cells = run(
             args.models, args.backends, args.schemes, compare_stock=args.compare_stock, jobs=args.jobs,
             executor=args.executor, address=args.address, timeout=args.timeout, memory_limit=args.memory_limit,
             retries=args.retries, out=args.out, resume=args.resume, layers=args.layers, repeat=args.repeat,
-            progress=progress,
+            progress=progress, warn=warn,
         )
     except BaseException as exc:  # an error, Ctrl-C, SIGTERM: what finished is kept, and says so
         if args.out and os.path.exists(args.out) and not isinstance(exc, EdgeplugError):
@@ -127,7 +171,7 @@ def command(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - start
         floats = [c for c in cells if c.scheme == FLOAT]
         quantized = [c for c in cells if c.scheme != FLOAT]
-        old = open(args.markdown).read() if os.path.exists(args.markdown) else ""
+        old = _page(args.markdown)
         # a run of float cells writes the page and keeps its quantized section; a quantized run rewrites that section
         text = render(floats, command_line(args), args.jobs, seconds, layers=args.layers, repeat=args.repeat,
                       executor=args.executor) if floats else old

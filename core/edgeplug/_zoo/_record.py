@@ -143,3 +143,81 @@ def comparable(cell: Cell) -> dict:
         for name in SIDE_TIMING_FIELDS:
             d[side].pop(name)
     return d
+
+
+def cell_from_json(data: object) -> Cell:
+    """The ``Cell`` a parsed results line holds; ``ValueError`` saying what is wrong with a line of another shape.
+
+    Fields this version does not know are dropped (a newer zoo's); a known field must have its type, and
+    ``model``, ``backend`` and ``scheme`` must be non-empty text, so a table can show every cell it reads."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    for name in ("model", "backend"):
+        if name not in data:
+            raise ValueError(f"no {name!r}")
+    _check_fields(Cell, data, "")
+    for name in ("model", "backend", "scheme"):
+        if name in data and not data[name]:
+            raise ValueError(f"{name!r} is empty")
+    if data.get("status", "ran") not in STATUSES:
+        raise ValueError(f"'status' is {data['status']!r}, not one of {', '.join(STATUSES)}")
+    if not all(isinstance(r, list) and len(r) == 2 for r in data.get("rejected") or []):
+        raise ValueError("'rejected' holds something other than [anchor, reason] pairs")
+    counts = [("fusion_outcomes", data.get("fusion_outcomes"))]
+    counts += [(f"{side}.cpu_ops", (data.get(side) or {}).get("cpu_ops")) for side in ("edgeplug", "stock")]
+    for name, value in counts:
+        if value and not all(isinstance(n, int) and not isinstance(n, bool) for n in value.values()):
+            raise ValueError(f"{name!r} holds something other than counts")
+    return Cell.from_dict({**data, **{side: _known(Side, data.get(side) or {}) for side in ("edgeplug", "stock")}})
+
+
+def _known(cls: type, data: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _check_fields(cls: type, data: dict, where: str) -> None:
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for name, value in data.items():
+        if name not in hints:
+            continue
+        hint = hints[name]
+        if hint is Side:
+            if not isinstance(value, dict):
+                raise ValueError(f"'{where}{name}' is a {type(value).__name__}, not an object")
+            _check_fields(Side, value, f"{name}.")
+        elif not _fits(value, hint):
+            raise ValueError(f"'{where}{name}' is {_short(value)}, not {_hint_name(hint)}")
+
+
+def _fits(value: object, hint: object) -> bool:
+    import typing
+
+    if typing.get_origin(hint) is typing.Union:
+        return any(_fits(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    origin = typing.get_origin(hint) or hint
+    return isinstance(value, origin) if isinstance(origin, type) else True
+
+
+def _hint_name(hint: object) -> str:
+    import typing
+
+    if typing.get_origin(hint) is typing.Union:
+        return " or ".join(_hint_name(a) for a in typing.get_args(hint))
+    return {type(None): "null", str: "text", int: "an integer", float: "a number", bool: "true/false",
+            dict: "an object", list: "a list"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

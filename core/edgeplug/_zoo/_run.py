@@ -101,46 +101,66 @@ def _split(value: Sequence[str] | str) -> list[str]:
 
 
 class Results:
-    """The JSON lines file: cells recorded so far, and an atomic append of one more."""
+    """The JSON lines file: cells recorded so far, and an atomic append of one more.
 
-    def __init__(self, path: Optional[str], resume: bool, settings: Settings) -> None:
+    The run holds an exclusive lock on the file from before it reads it until it ends: a second run on
+    the same file is refused at once (``flock``; on the same host, or a file system that shares locks)."""
+
+    def __init__(self, path: Optional[str], resume: bool, settings: Settings,
+                 warn: Optional[Callable[[str], None]] = None) -> None:
         self.path = path
         self.recorded: dict[tuple[str, str, str], Cell] = {}
         self._fd: Optional[int] = None
         if path is None:
             return
-        exists = os.path.exists(path) and os.path.getsize(path) > 0
+        exists = os.path.isfile(path) and os.path.getsize(path) > 0
         if exists and not resume:
             raise EdgeplugError(
                 f"{path} already holds results: pass --resume (resume=True) to run only the cells it lacks, "
                 "or name another file"
             )
-        if exists:
-            self.recorded = _read(path, settings)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if exists and not _ends_with_newline(path):
-            os.write(self._fd, b"\n")  # a line cut short by a crash stays alone on its line, unread
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _lock(fd, path)
+            if exists:
+                self.recorded, problems = _read(path, settings)
+                if problems:
+                    (warn or (lambda line: None))(_skipped(path, problems))
+                if not _ends_with_newline(path):
+                    os.write(fd, b"\n")  # a line cut short by a crash stays alone on its line, unread
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
 
     def append(self, cell: Cell, settings: Settings) -> None:
         if self._fd is None:
             return
-        import fcntl
-
         line = (json.dumps({**cell.to_dict(), "settings": settings.as_dict()}, sort_keys=True) + "\n").encode()
-        fcntl.flock(self._fd, fcntl.LOCK_EX)  # another run appending to the same file waits
-        try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(self._fd, view):]
-            os.fsync(self._fd)
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        view = memoryview(line)  # O_APPEND: each write lands at the end, whatever else appends
+        while view:
+            view = view[os.write(self._fd, view):]
+        os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            os.close(self._fd)  # and the lock with it
             self._fd = None
+
+
+def _lock(fd: int, path: str) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise EdgeplugError(
+            f"{path} is being written by another zoo run: wait for it to end (then add --resume), "
+            "or name another file"
+        ) from None
+    except OSError:
+        pass  # a file system without locks: each line is still one append of the whole line
 
 
 def _ends_with_newline(path: str) -> bool:
@@ -149,28 +169,66 @@ def _ends_with_newline(path: str) -> bool:
         return f.read(1) == b"\n"
 
 
-def _read(path: str, settings: Optional[Settings]) -> dict[tuple[str, str, str], Cell]:
+#: at most this many skipped lines are named one by one
+_NAMED = 5
+
+
+def _skipped(path: str, problems: list[tuple[int, str]]) -> str:
+    named = "; ".join(f"line {n}: {why}" for n, why in problems[:_NAMED])
+    more = f"; and {len(problems) - _NAMED} more" if len(problems) > _NAMED else ""
+    lines = f"{len(problems)} line{'s' if len(problems) > 1 else ''}"
+    return (f"{path}: skipped {lines} that hold no cell ({named}{more}); they stay in the file, "
+            "and the cells they were meant to hold run again")
+
+
+def _read(path: str, settings: Optional[Settings]) -> tuple[dict[tuple[str, str, str], Cell], list[tuple[int, str]]]:
+    """(cells by key, (line number, why) of each line that holds no cell); the last line of a cell wins.
+
+    Refuses a file none of whose lines is a cell or one cut short (not a results file), and a cell
+    recorded under other settings."""
+    from edgeplug._zoo._record import cell_from_json
+
     cells: dict[tuple[str, str, str], Cell] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, 1):
+    problems: list[tuple[int, str]] = []
+    looks_like_results = False
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            line = raw.decode("utf-8", errors="replace")
+            if not line.strip():
+                continue
+            cut = not raw.endswith(b"\n")
             try:
                 data = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line a crash cut short: its cell runs again
-            recorded = data.get("settings")
+            except ValueError:
+                problems.append((number, "cut short (a run stopped while writing it)" if cut else "not JSON"))
+                looks_like_results |= line.startswith('{"')
+                continue
+            try:
+                cell = cell_from_json(data)
+                recorded = data.get("settings")
+                if recorded is not None and not isinstance(recorded, dict):
+                    raise ValueError(f"'settings' is a {type(recorded).__name__}, not an object")
+            except ValueError as exc:
+                problems.append((number, f"not a cell: {exc}"))
+                continue
+            looks_like_results = True
             if settings is not None and recorded is not None and recorded != settings.as_dict():
                 raise EdgeplugError(
                     f"{path}:{number} was recorded with {recorded}, this run has {settings.as_dict()}: "
                     "resume with the same settings, or write the results to another file"
                 )
-            cell = Cell.from_dict(data)
             cells[cell.key] = cell
-    return cells
+    if problems and not looks_like_results:
+        raise EdgeplugError(
+            f"{path} is not a zoo results file (line {problems[0][0]}: {problems[0][1]}, and no line holds a cell): "
+            "--out names the JSON-lines file a zoo run writes; name another file, and nothing is written to this one"
+        )
+    return cells, problems
 
 
 def load_cells(path: str) -> list[Cell]:
-    """The cells a results file holds (the last line of each cell wins)."""
-    return list(_read(path, None).values())
+    """The cells a results file holds (the last line of each cell wins; a line that holds none is skipped)."""
+    return list(_read(path, None)[0].values())
 
 
 def run(
@@ -190,6 +248,7 @@ def run(
     layers: Optional[int] = None,
     repeat: int = 1,
     progress: Optional[Callable[[str], None]] = None,
+    warn: Optional[Callable[[str], None]] = None,
 ) -> list[Cell]:
     """Run the zoo: each cell (model x backend x scheme) lowered, verified where it can be, timed,
     in its own process; the cells, in plan order (recorded ones from ``out`` included).
@@ -199,7 +258,9 @@ def run(
     most ``retries`` times (under Ray: its task's ``max_retries``), then recorded as ``lost``.
     ``out``: the JSON lines file; ``resume``: run only the cells it lacks. ``executor``: ``local``
     (``jobs`` processes at a time) or ``ray`` (a task per cell; a local cluster of ``jobs`` CPUs,
-    or the cluster at ``address``). ``progress`` gets a line per finished cell."""
+    or the cluster at ``address``). ``progress`` gets a line per finished cell; ``warn`` (default:
+    ``progress``) a line for what the caller must see: lines of ``out`` skipped as no cell, a Ray
+    cluster that cannot run a cell yet."""
     if executor not in EXECUTORS:
         raise EdgeplugError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
     if jobs < 1:
@@ -209,12 +270,19 @@ def run(
     for name, value in (("timeout", timeout), ("memory_limit", memory_limit)):
         if value is not None and value <= 0:
             raise EdgeplugError(f"{name} must be positive, not {value}")
+    if out is not None:
+        from edgeplug._outputs import STDOUT, check_output_paths
+
+        if os.fspath(out) == STDOUT:
+            raise EdgeplugError("the results file cannot be stdout (-): --resume reads it back; name a file")
+        check_output_paths({"the results file": out})
     settings = Settings(layers=layers, compare_stock=compare_stock, repeat=repeat)
     cells, notes = plan(models, backends, schemes)
     say = progress or (lambda line: None)
+    alert = warn or say
     for note in notes:
         say(note)
-    results = Results(out, resume, settings)
+    results = Results(out, resume, settings, alert)
     allow()
     try:
         done = {k: c for k, c in results.recorded.items() if k in set(cells)}
@@ -229,9 +297,10 @@ def run(
         ]
         start, total, finished = time.monotonic(), len(cells), len(done)
         with tempfile.TemporaryDirectory(prefix="edgeplug-zoo-attempts-") as attempts_dir:
-            stream = (_local if executor == "local" else _ray)(
-                specs, jobs, timeout, memory_limit, retries, attempts_dir, address
-            )
+            if executor == "local":
+                stream = _local(specs, jobs, timeout, memory_limit, retries, attempts_dir)
+            else:
+                stream = _ray(specs, jobs, timeout, memory_limit, retries, attempts_dir, address, say, alert)
             for cell in stream:
                 results.append(cell, settings)
                 done[cell.key] = cell
@@ -243,7 +312,7 @@ def run(
     return [done[k] for k in cells if k in done]
 
 
-def _local(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> Iterator[Cell]:
+def _local(specs, jobs, timeout, memory_mb, retries, attempts_dir) -> Iterator[Cell]:
     """Each cell in a fresh process, ``jobs`` at a time (a thread per running cell waits on it)."""
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="edgeplug-zoo") as pool:
         futures = [
@@ -258,8 +327,13 @@ def _local(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> I
             kill_live()
 
 
-def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> Iterator[Cell]:
-    """Each cell a Ray task running ``execute_cell``: 1 CPU, ``memory_mb`` of memory, ``retries`` retries."""
+def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address, say, warn) -> Iterator[Cell]:
+    """Each cell a Ray task running ``execute_cell``: 1 CPU, ``memory_mb`` of memory, ``retries`` retries.
+
+    Never waits without a bound (with a ``timeout``): the cluster gets ``timeout`` seconds to start
+    (or answer, at ``address``); a local cluster that no cell can run on is refused at once; a run in
+    which no cell starts within ``timeout`` (a local cluster), or none finishes within
+    ``(retries + 2) * timeout`` (any cluster), stops with a line saying so."""
     try:
         import ray
     except ImportError as exc:
@@ -267,12 +341,20 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> Ite
             f"--executor ray needs ray ({exc}): pip install 'edgeplug[ray]'"
         ) from None
     started_here = not ray.is_initialized()
-    if started_here:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+    cluster = _Cluster(ray, address, jobs, timeout) if started_here else None
     try:
+        if cluster is not None:
+            cluster.start()
+        resources = _resources(ray)
+        where = f"at {address}" if address else "(local)"
+        start_text = f" in {cluster.seconds:.1f} s" if cluster is not None else ""
+        say(f"Ray cluster {where} {'started' if not address else 'joined'}{start_text}: {resources}")
+        unfit = _unschedulable(ray, memory_mb)
+        if unfit and (cluster is not None and not address):
+            raise EdgeplugError(f"the local Ray cluster can never run a cell: {unfit}")
+        if unfit:
+            warn(f"the Ray cluster {where} cannot run a cell now: {unfit}; the run waits for it to grow, "
+                 "then stops if no cell finishes")
         task = ray.remote(execute_cell)
         options = {"num_cpus": 1, "max_retries": retries, "retry_exceptions": False}
         if memory_mb:
@@ -282,10 +364,30 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> Ite
             task.options(**options).remote(spec, timeout, memory_mb, retries, "ray", attempts_dir): spec
             for spec in specs
         }
+        submitted = last = time.monotonic()
+        # starts are counted in attempts_dir: seen here when the workers share this host's files
+        starts_visible = cluster is not None and not address
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=None if timeout is None else 2.0)
+                now = time.monotonic()
+                if not ready and timeout is not None:
+                    started = any(Path(attempts_dir).glob("*.starts"))
+                    why = None
+                    if starts_visible and not started and now - submitted > timeout:
+                        why = f"no cell started within {timeout:g} s (the cell timeout) of being submitted"
+                    elif now - last > (retries + 2) * timeout:
+                        why = (f"no cell finished in {now - last:.0f} s, longer than a cell can take "
+                               f"({retries} retr{'y' if retries == 1 else 'ies'} of {timeout:g} s, and as long again to start)")
+                    if why:
+                        raise EdgeplugError(
+                            f"the Ray cluster {where} makes no progress: {why}; {len(pending)} of {len(specs)} "
+                            f"cells waiting; it started{start_text}, and has {_resources(ray)}; each cell asks "
+                            f"{_ask(memory_mb)}. The cells finished so far are kept: add --resume after fixing "
+                            "the cluster, or run with --executor local"
+                        )
                 for ref in ready:
+                    last = now
                     spec = pending.pop(ref)
                     try:
                         yield Cell.from_dict(ray.get(ref))
@@ -295,8 +397,110 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address) -> Ite
             for ref in pending:  # a stopped run leaves nothing running on the cluster
                 ray.cancel(ref, force=True)
     finally:
-        if started_here:
-            ray.shutdown()
+        if cluster is not None:
+            cluster.stop()
+
+
+class _Cluster:
+    """``ray.init`` under a deadline. It runs in a thread that stays alive until ``stop``: the processes
+    Ray starts die with the thread that started them (their parent-death signal)."""
+
+    def __init__(self, ray, address: Optional[str], jobs: int, timeout: Optional[float]) -> None:
+        import threading
+
+        self.ray, self.address, self.jobs, self.timeout = ray, address, jobs, timeout
+        self.seconds = 0.0
+        self._up, self._release = threading.Event(), threading.Event()
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._init, name="edgeplug-zoo-ray", daemon=True)
+
+    def _init(self) -> None:
+        import logging
+
+        # Ray's SIGTERM handler is for a main thread; the run's own handler (the CLI's) stays in place
+        logging.getLogger("ray._private.worker").addFilter(lambda r: "SIGTERM handler is not set" not in r.getMessage())
+        try:
+            if self.address:
+                self.ray.init(address=self.address, log_to_driver=False)
+            else:
+                self.ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False)
+        except BaseException as exc:  # given to the run's thread, which raises it
+            self._error = exc
+        self._up.set()
+        self._release.wait()
+
+    def start(self) -> None:
+        from edgeplug._failures import first_line
+
+        where = f"at {self.address}" if self.address else f"(local, {self.jobs} CPUs)"
+        if self.address:
+            _answers(self.address, self.timeout)
+        begin = time.monotonic()
+        self._thread.start()
+        if not self._up.wait(self.timeout):
+            raise EdgeplugError(
+                f"the Ray cluster {where} did not {'answer' if self.address else 'start'} within {self.timeout:g} s "
+                "(the cell timeout, --timeout): check the cluster (`ray status`), or run with --executor local"
+            )
+        self.seconds = time.monotonic() - begin
+        if self._error is not None:
+            raise EdgeplugError(
+                f"the Ray cluster {where} did not start: {first_line(self._error)}; check the cluster "
+                "(`ray status`), or run with --executor local"
+            ) from self._error
+
+    def stop(self) -> None:
+        if self._up.is_set() and self._error is None:
+            self.ray.shutdown()
+        self._release.set()
+
+
+def _answers(address: str, timeout: Optional[float]) -> None:
+    """Refuse at once an ``address`` (HOST:PORT) where nothing listens; other forms are Ray's to resolve."""
+    import socket
+
+    text = address.removeprefix("ray://")
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout or 10.0, 10.0)).close()
+    except OSError as exc:
+        raise EdgeplugError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one there (`ray start --head`), "
+            "or leave out --address for a local cluster of --jobs CPUs"
+        ) from None
+
+
+def _ask(memory_mb: Optional[int]) -> str:
+    return "1 CPU" + (f" and {memory_mb} MB of memory (--memory-limit)" if memory_mb else "")
+
+
+def _resources(ray) -> str:
+    try:
+        total = ray.cluster_resources()
+    except Exception:
+        return "resources unknown"
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return (f"{nodes} node{'s' if nodes != 1 else ''}, {total.get('CPU', 0):g} CPUs, "
+            f"{total.get('memory', 0) / (1 << 20):.0f} MB of memory")
+
+
+def _unschedulable(ray, memory_mb: Optional[int]) -> str:
+    """Why no live node can take a cell's task (1 CPU, ``memory_mb``), or "" when one can."""
+    try:
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    except Exception:
+        return ""
+    need = (int(memory_mb) << 20) if memory_mb else 0
+    if any(r.get("CPU", 0) >= 1 and r.get("memory", 0) >= need for r in nodes):
+        return ""
+    if not nodes:
+        return "it has no live node"
+    cpus = max(r.get("CPU", 0) for r in nodes)
+    memory = max(r.get("memory", 0) for r in nodes) / (1 << 20)
+    fix = "lower --memory-limit" if memory_mb and memory * (1 << 20) < need else "give the cluster CPUs"
+    return f"each cell asks {_ask(memory_mb)}, and its largest node has {cpus:g} CPUs and {memory:.0f} MB: {fix}"
 
 
 def _lost(spec: dict, exc: BaseException, retries: int) -> Cell:
