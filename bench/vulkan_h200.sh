@@ -18,9 +18,15 @@ mkdir -p /tmp/src && tar -xJf .h200/et-trim.tar.xz -C /tmp/src
 echo cff6f4dd32e630945b7188512c1f2b4f102b05ad > /tmp/src/executorch/.executorch-commit
 mkdir -p /tmp/shim && cp tools/vulkan-runtime/glslc /tmp/shim/glslc && chmod +x /tmp/shim/glslc .h200/glslang
 export EDGEPLUG_GLSLANG_VALIDATOR="$PWD/.h200/glslang" PATH="/tmp/shim:$PATH"
+carried() {
+  mkdir -p /tmp/carried/cff6f4d/bin && xz -dc .h200/runner.xz > /tmp/carried/cff6f4d/bin/edgeplug-vulkan-runner
+  chmod +x /tmp/carried/cff6f4d/bin/edgeplug-vulkan-runner && cp .h200/runtime.json /tmp/carried/cff6f4d/bin/
+  export EDGEPLUG_VULKAN_RUNNER=/tmp/carried/cff6f4d/bin/edgeplug-vulkan-runner
+  echo "== running the runner built on the 2-core machine"
+}
 start=$(date +%s)
 if [ "${SKIP_BUILD:-0}" = 1 ]; then
-  echo "== SKIP_BUILD=1: no plain build here" > "$OUT/build.log"; false
+  carried
 elif timeout "$BUILD_LIMIT" env PYTHON=python3 tools/vulkan-runtime/build.sh /tmp/src/executorch --jobs "$(nproc)" \
      --cache /tmp/vkcache > "$OUT/build.log" 2>&1; then
   export EDGEPLUG_VULKAN_RUNNER="$(tail -1 "$OUT/build.log")"
@@ -28,10 +34,7 @@ elif timeout "$BUILD_LIMIT" env PYTHON=python3 tools/vulkan-runtime/build.sh /tm
 else
   echo "== build stopped after $(( $(date +%s) - start )) s (limit $BUILD_LIMIT s); its last lines:"
   grep -v template_file_path "$OUT/build.log" | tail -12
-  mkdir -p /tmp/carried/cff6f4d/bin && xz -dc .h200/runner.xz > /tmp/carried/cff6f4d/bin/edgeplug-vulkan-runner
-  chmod +x /tmp/carried/cff6f4d/bin/edgeplug-vulkan-runner && cp .h200/runtime.json /tmp/carried/cff6f4d/bin/
-  export EDGEPLUG_VULKAN_RUNNER=/tmp/carried/cff6f4d/bin/edgeplug-vulkan-runner
-  echo "== running the runner built on the 2-core machine"
+  carried
 fi
 PYTHONUNBUFFERED=1 python3 bench/vulkan_h200.py run --dir .h200 --rounds "${ROUNDS:-15}" --json "$OUT/h200.json" \
   2>&1 | tee "$OUT/h200.md"
@@ -43,7 +46,8 @@ if [ "${PROFILE:-0}" = 1 ]; then
   if timeout "${PROFILE_LIMIT:-300}" env PYTHON=python3 tools/vulkan-runtime/build.sh /tmp/src/executorch --jobs "$(nproc)" \
        --cache /tmp/vkcache --profile > "$OUT/profile-build.log" 2>&1; then
     echo "== ExecuTorch's Vulkan runtime with its event tracer built here in $(( $(date +%s) - start )) s"
-    python3 bench/vulkan_h200.py profile --dir .h200 --runner "$(tail -1 "$OUT/profile-build.log")" --out "$OUT/etdump" 2>&1
+    python3 bench/vulkan_h200.py profile --dir .h200 --runner "$(tail -1 "$OUT/profile-build.log")" --out /tmp/etdump 2>&1
+    tar -C /tmp -cJf "$OUT/etdump.tar.xz" etdump  # one file back (the device returns a few files only)
   else
     echo "== profile build stopped after $(( $(date +%s) - start )) s; its last lines:"
     grep -v template_file_path "$OUT/profile-build.log" | tail -12

@@ -4,7 +4,7 @@ ExecuTorch's Vulkan backend, built with its event tracer (``tools/vulkan-runtime
 every shader dispatch with GPU timestamps and logs it into an ETDump, beside its own CPU-side phases of a
 delegate call (copying inputs in, executing the graph, copying outputs out). This script reads such ETDumps and
 reports, per side, the GPU time of one call split by what the shaders do (matmul, attention, norm,
-elementwise, data movement: staging copies, views and concatenations) and the kernels that take the most.
+elementwise, data movement: staging copies, views and concatenations) and the operators that take the most.
 
     # here: lower small models both ways, run them in the profile runner, report
     python bench/vulkan_profile.py run --runner RUNNER [--models llama,qwen3] [--calls 5] [--json out.json]
@@ -48,23 +48,34 @@ def category(kernel: str) -> str:
     return "other"
 
 
-def _kernel(event_name: str) -> Optional[str]:
-    """The Vulkan backend names a shader event '{KERNEL, "dispatch_id": N}'."""
-    m = re.match(r'^\{([^,]+), "dispatch_id": \d+\}$', event_name or "")
-    return m.group(1).strip().strip('"') if m else None
+def _dispatch(event: Any) -> Optional[tuple[str, str]]:
+    """(kernel, operator) of a shader dispatch event, else None. The Vulkan backend logs each dispatch with
+    a JSON debug id: {"operator": {"name": "aten.linear.default", ...}, "kernel_name": ..., "dispatch_id": N}
+    (no operator for the staging copies in and out)."""
+    text = event.delegate_debug_id_str or event.name or ""
+    if '"dispatch_id"' not in text:
+        return None
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return None
+    kernel = str(info.get("kernel_name", "?"))
+    op = (info.get("operator") or {}).get("name") or "(staging copy)"
+    return kernel, str(op)
 
 
 def summarize_etdump(data: bytes, calls: int) -> dict[str, Any]:
-    """Per call over the last ``calls`` runs of an ETDump: GPU ms by category, top kernels, CPU-side phases."""
+    """Per call over the last ``calls`` runs of an ETDump: GPU ms by category, the ops that take the most,
+    the delegate's CPU-side phases."""
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
 
     dump = deserialize_from_etdump_flatcc(data)
-    blocks = [b for b in dump.run_data if b.events]
+    blocks = [b for b in dump.run_data if b.name == "Execute" and b.events]
     runs = blocks[-calls:] if calls else blocks
     if not runs:
         raise ValueError("the ETDump holds no run's events")
     by_cat: Counter = Counter()
-    by_kernel: Counter = Counter()
+    by_op: Counter = Counter()
     phases: Counter = Counter()
     dispatches = 0
     for block in runs:
@@ -73,20 +84,21 @@ def summarize_etdump(data: bytes, calls: int) -> dict[str, Any]:
             if pe is None:
                 continue
             ms = (pe.end_time - pe.start_time) / 1e6
-            kernel = _kernel(pe.name or "")
-            if kernel is not None:
+            found = _dispatch(pe)
+            if found is not None:
+                kernel, op = found
                 by_cat[category(kernel)] += ms
-                by_kernel[kernel] += ms
+                by_op[op] += ms
                 dispatches += 1
-            elif (pe.name or "") in PHASES:
-                phases[pe.name] += ms
+            elif (pe.delegate_debug_id_str or pe.name or "") in PHASES:
+                phases[pe.delegate_debug_id_str or pe.name] += ms
     n = len(runs)
     return {
         "runs": n,
         "dispatches_per_call": dispatches / n,
         "gpu_ms_per_call": sum(by_cat.values()) / n,
         "by_category_ms": {k: v / n for k, v in by_cat.most_common()},
-        "top_kernels_ms": {k: v / n for k, v in by_kernel.most_common(8)},
+        "top_ops_ms": {k: v / n for k, v in by_op.most_common(8)},
         "phases_ms": {k: phases[k] / n for k in PHASES if k in phases},
     }
 
@@ -184,8 +196,8 @@ def _report(rows: list[dict], json_path: str, runtime: str, adapter: str = "") -
     print(markdown(rows))
     top = defaultdict(dict)
     for r in rows:
-        if "top_kernels_ms" in r:
-            top[r["model"]][r["side"]] = r["top_kernels_ms"]
+        if "top_ops_ms" in r:
+            top[r["model"]][r["side"]] = r["top_ops_ms"]
     for model, sides in top.items():
         for side, kernels in sides.items():
             print(f"\n{model} / {side}: " + ", ".join(f"{k} {v:.2f}" for k, v in list(kernels.items())[:5]))
