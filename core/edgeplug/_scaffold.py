@@ -57,49 +57,55 @@ def _partitioner(spec: str, backend_id: Optional[str]) -> tuple[str, str, str]:
 
 
 #: the generated hooks.py's stubs for every hook but edgeplug_backends (plain text: no placeholders)
-_HOOK_STUBS = '''@edgeplug.hookimpl
+_HOOK_STUBS = '''@hookimpl
 def edgeplug_keep_whole():
     # ops to_edge must not decompose because the backend runs them whole:
-    #   yield edgeplug.KeepWhole(backend=BACKEND, ops=(torch.ops.aten.linear.default,))
+    #   from edgeplug.plugin import KeepWhole
+    #   yield KeepWhole(backend=BACKEND, ops=(torch.ops.aten.linear.default,))
     return ()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_partitioner_filters():
     # per-node refusals with a reason, on edge ops (exir_ops.edge.aten.div.Tensor):
-    #   yield edgeplug.PartitionerFilter(backend=BACKEND, name="no-div", fn=no_div)
+    #   from edgeplug.plugin import PartitionerFilter
+    #   yield PartitionerFilter(backend=BACKEND, name="no-div", fn=no_div)
     return ()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_fusion_policies():
     # what an RMSNorm match becomes (only if the backend delegates the fused op):
-    #   yield edgeplug.FusionPolicy(backend=BACKEND, target="aten.rms_norm")
+    #   from edgeplug.plugin import FusionPolicy
+    #   yield FusionPolicy(backend=BACKEND, target="aten.rms_norm")
     return ()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_kernels():
     # host kernels for ops inside the delegate (verify_method="kernels"):
-    #   yield edgeplug.Kernel(backend=BACKEND, op="my_ns.my_op.default", impl=my_op, device="cpu")
+    #   from edgeplug.plugin import Kernel
+    #   yield Kernel(backend=BACKEND, op="my_ns.my_op.default", impl=my_op, device="cpu")
     return ()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_passes():
     # graph passes at the "export" (aten), "edge" (before the core's fusion) or "pre_partition"
     # (after it) stage, ordered by before/after:
-    #   yield edgeplug.PassSpec(backend=BACKEND, stage="export", name="my_pass", fn=my_pass)
+    #   from edgeplug.plugin import PassSpec
+    #   yield PassSpec(backend=BACKEND, stage="export", name="my_pass", fn=my_pass)
     # the core's exact rewrites into ops your partitioner takes (docs/writing-a-backend.md):
     #   from edgeplug.plugin import rewrite_pass
     #   yield rewrite_pass("scalar_to_tensor", backend=BACKEND)
     return ()
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_quantizers():
     # PT2E schemes for edgeplug.quantize / lower --quantize:
-    #   yield edgeplug.QuantScheme(backend=BACKEND, scheme="8a8w", factory=make_quantizer, ...)
+    #   from edgeplug.plugin import QuantScheme
+    #   yield QuantScheme(backend=BACKEND, scheme="8a8w", factory=make_quantizer, ...)
     return ()
 '''
 
@@ -179,8 +185,7 @@ docs/writing-a-backend.md in edgeplug's repository has the contract of each.
 
 from __future__ import annotations
 
-import edgeplug
-from edgeplug.plugin import BackendSpec
+from edgeplug.plugin import BackendSpec, hookimpl
 
 BACKEND = "{name}"
 
@@ -191,7 +196,7 @@ def _partitioner():
     return {expr}
 
 
-@edgeplug.hookimpl
+@hookimpl
 def edgeplug_backends():
     yield BackendSpec(
         backend=BACKEND,
