@@ -127,7 +127,11 @@ class BackendSpec(_Record):
     #: method on each of ``calls`` (flat inputs in the program's order),
     #: keeping the program's buffers between calls; it raises
     #: ``RuntimeRefusedError`` with the runtime's own message when the runtime
-    #: refuses. ``device_runtime()`` raises ``RuntimeNotFound`` (saying how to
+    #: refuses. It may also have ``open(pte, data)``, answering an object with
+    #: ``run(inputs)`` (one call's outputs), ``adapter`` and ``close()``, the
+    #: program loaded once: greedy generation (``verify_steps``) needs it, as
+    #: each call's input is the token the call before chose.
+    #: ``device_runtime()`` raises ``RuntimeNotFound`` (saying how to
     #: get one) when none is on this machine. Verification runs the ``.pte``
     #: through it when it is found (method "pte", the adapter naming the
     #: runtime) and by ``verify_method`` otherwise, the note saying why.

@@ -141,22 +141,26 @@ class GreedyCheck(BaseModel):
     ran: bool = False
     #: why generation did not run or stopped (the check then fails)
     reason: str = ""
+    #: what ran the lowered program's side: the backend's own runtime and its adapter, executorch's runtime,
+    #: or the host emulation (and why the backend's own runtime did not)
+    runner: str = ""
 
     @property
     def passed(self) -> bool:
         return self.ran and (self.first_difference is None or self.tie)
 
     def summary(self) -> str:
+        on = f" (ran on {self.runner})" if self.runner else ""
         if not self.ran:
-            return f"greedy {self.steps} tokens: not checked: {self.reason}"
+            return f"greedy {self.steps} tokens: not checked: {self.reason}{on}"
         head = f"greedy {self.steps} tokens after a {self.prompt_tokens}-token prompt vs {self.reference}"
         if self.first_difference is None:
-            return f"{head}: all {self.steps} ids agree"
+            return f"{head}: all {self.steps} ids agree{on}"
         verdict = "a near-tie broken differently" if self.tie else "FAILED"
         return (
-            f"{head}: first differs at step {self.first_difference} (.pte {self.lowered_ids[self.first_difference]}, "
+            f"{head}: first differs at step {self.first_difference} (lowered {self.lowered_ids[self.first_difference]}, "
             f"{self.reference} {self.reference_ids[self.first_difference]}), margin {self.margin:.4g}, "
-            f"logits max |difference| there {self.logits_max_abs_diff:.3g}: {verdict}"
+            f"logits max |difference| there {self.logits_max_abs_diff:.3g}: {verdict}{on}"
         )
 
 

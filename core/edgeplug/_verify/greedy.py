@@ -1,7 +1,9 @@
 """Token-for-token agreement, for a decoder that keeps its KV cache in buffers: greedy generation of
-``N`` tokens through the loaded ``.pte`` (prefill on the example prompt, then one-token decode steps,
-its buffers kept between calls), against the eager model doing the same (the quantized model where the
-program is quantized).
+``N`` tokens through the lowered program loaded once (prefill on the example prompt, then one-token
+decode steps, its buffers kept between calls), against the eager model doing the same (the quantized
+model where the program is quantized). The program runs where verification runs it: the backend's own
+runtime where one is found (ExecuTorch's Vulkan runtime, built here), else the ``.pte`` in executorch's
+runtime or the delegates on the host kernels, by ``BackendSpec.verify_method``.
 
 Each side follows its own greedy path, so the ids agree up to the first step where they differ; at that
 step both sides saw the same tokens, so the difference of their logits there, and eager's margin
@@ -12,17 +14,18 @@ larger than twice their largest difference.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Optional
 
 import torch
 import torch.utils._pytree as pytree
 
+from edgeplug._backend import Backend
 from edgeplug._failures import first_line
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._report import GreedyCheck
 from edgeplug._result import LoweringResult
 from edgeplug._verify.compare import compare_output
+from edgeplug._verify.runners import LoadedProgram, Target
 from edgeplug._verify.steps import keeps_state
 
 
@@ -71,25 +74,12 @@ def _margin(logits: torch.Tensor) -> float:
     return float(top[0] - top[1]) if top.numel() > 1 else float("inf")
 
 
-class _Pte:
-    """The loaded .pte, called on the program's flat inputs; its mutable buffers persist between calls."""
-
-    def __init__(self, result: LoweringResult) -> None:
-        from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
-        ops = " ".join(str(n.target) for n in result.program.exported_program().graph.nodes)
-        if "quantized_decomposed" in ops:
-            import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels
-        self._weights = result.data_buffer  # the runtime reads it in place: kept referenced while it runs
-        self.module = _load_for_executorch_from_buffer(result.buffer, self._weights)
-
-    def __call__(self, flat: list[Any]) -> list[torch.Tensor]:
-        out = self.module.forward(copy.deepcopy(flat))
-        return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-
-
-def greedy_check(result: LoweringResult, steps: int, tolerance: Optional[float] = None) -> GreedyCheck:
-    """Greedy generation of ``steps`` tokens through ``result``'s .pte and its eager reference, compared."""
+def greedy_check(
+    result: LoweringResult, backend: Backend, target: Target, steps: int, tolerance: Optional[float] = None,
+) -> GreedyCheck:
+    """Greedy generation of ``steps`` tokens through ``result``'s program, loaded once where ``target`` says
+    (the backend's own runtime, executorch's runtime, or the host emulation: ``GreedyCheck.runner`` names
+    it), and through its eager reference, compared."""
     ref = result.reference
     check = GreedyCheck(steps=steps)
     if ref is None or ref.model is None or result.edge is None:
@@ -135,25 +125,26 @@ def greedy_check(result: LoweringResult, steps: int, tolerance: Optional[float] 
     eager.reset()
     lowered_logits: list[torch.Tensor] = []
     eager_logits: list[torch.Tensor] = []
+    side = "the lowered program"
     try:
-        pte = _Pte(result)
-        for side, run, logits in (
-            ("the .pte", lambda flat: pte(flat), lowered_logits),
-            ("eager", lambda flat: eager(structured(flat)).outputs, eager_logits),
-        ):
-            ids = check.lowered_ids if side == "the .pte" else check.reference_ids
-            flat = leaves
-            for k in range(steps):
-                last = _last_logits(run(flat))
-                if last is None:
-                    check.reason = f"{side} returned no floating output of rank >= 2 (the logits) to take a token from"
-                    return check
-                logits.append(last)
-                ids.append(int(last.argmax()))
-                flat = step_inputs(ids[-1], k)
+        with LoadedProgram(result, backend, target) as program:
+            check.runner = program.label
+            for side, run, logits, ids in (
+                ("the lowered program", program, lowered_logits, check.lowered_ids),
+                ("eager", lambda flat: eager(structured(flat)).outputs, eager_logits, check.reference_ids),
+            ):
+                flat = leaves
+                for k in range(steps):
+                    last = _last_logits(run(flat))
+                    if last is None:
+                        check.reason = f"{side} returned no floating output of rank >= 2 (the logits) to take a token from"
+                        return check
+                    logits.append(last)
+                    ids.append(int(last.argmax()))
+                    flat = step_inputs(ids[-1], k)
     except Exception as exc:  # a step the runtime or the model refuses: the check says where, and fails
-        done = max(len(check.lowered_ids), len(check.reference_ids))
-        check.reason = f"generation stopped at step {done} of {steps}: {first_line(exc)}"
+        done = len(check.lowered_ids) if side == "the lowered program" else len(check.reference_ids)
+        check.reason = f"generation stopped at step {done} of {steps} in {side}: {first_line(exc)}"
         return check
     finally:
         eager.reset()

@@ -383,6 +383,14 @@ class _DelegateInterpreter(Interpreter):
             return self.session.narrow(out, self.storage) if self.storage else out
 
 
+def _functional_of(target: Any) -> Any:
+    """The functional overload of an out variant (``op.out`` -> ``op.default``, ``op.dtype_out`` -> ``op.dtype``)."""
+    name = getattr(target, "_overloadname", None)
+    functional = {"out": "default", "dtype_out": "dtype"}.get(name or "")
+    packet = getattr(target, "overloadpacket", None)
+    return getattr(packet, functional, None) if functional and packet is not None else None
+
+
 class _TopInterpreter(Interpreter):
     def __init__(self, session: _Session, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm, garbage_collect_values=True)
@@ -397,7 +405,18 @@ class _TopInterpreter(Interpreter):
             return self.session.run_delegate(str(name), lowered, tuple(inputs))
         if target is not operator.getitem:
             self.session.placements["top-level (torch)"][self.session.op_name(target)] += 1
-        return super().call_function(target, args, kwargs)
+        try:
+            return super().call_function(target, args, kwargs)
+        except NotImplementedError:
+            functional = _functional_of(target)
+            if functional is None or "out" not in kwargs:
+                raise
+        # an out variant to_executorch chose whose kernel only executorch's runtime links (executorch's quantized
+        # embedding, embedding_byte.out): its functional form, written into the out tensor as the kernel would
+        out = kwargs["out"]
+        value = functional(*args, **{k: v for k, v in kwargs.items() if k != "out"})
+        out.resize_(value.shape).copy_(value)
+        return out
 
     def run_node(self, n: Node) -> Any:
         self.current = n
@@ -440,6 +459,29 @@ def run_lowered(result: Any, backend: Any, calls: Sequence[ExampleInputs] = ()) 
         mutated_buffers=first_writes,
         steps=steps,
     )
+
+
+class HostProgram:
+    """``result``'s program on the host, ``backend``'s kernels running its delegates, called one call at a time
+    (``program(inputs)`` -> its user outputs), its state carried from each call to the next as ``run_lowered``
+    carries it: what greedy generation runs, whose next input is the last call's token."""
+
+    def __init__(self, result: Any, backend: Any) -> None:
+        if result.edge is None:
+            raise VerificationError("the lowering result holds no edge program to run")
+        self._ep = result.edge.exported_program()
+        self._backend = backend
+        self._state: dict[str, torch.Tensor] = {}
+        self.calls = 0
+        session = _Session(backend, self._state)
+        session.gpu()  # the adapter the delegates' kernels run on
+        self.adapter = session.device.summary if session.device is not None else f"none ({session.no_device})"
+
+    def __call__(self, inputs: ExampleInputs) -> list[torch.Tensor]:
+        where = f"call {self.calls + 1} ({inputs.describe()}): " if self.calls else ""
+        outputs = _call(self._ep, self._backend, inputs, self._state, where)[1]
+        self.calls += 1
+        return outputs
 
 
 def _call(

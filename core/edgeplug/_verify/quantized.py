@@ -12,7 +12,8 @@ from edgeplug._quantized import QuantizationInfo, output_steps
 from edgeplug._plugins import manager
 from edgeplug._report import QuantizationSummary, Verification
 from edgeplug._verify.compare import check_tolerance, compare_output
-from edgeplug._verify.runners import run_program
+from edgeplug._verify.runners import Target, choose_target, run_program
+from edgeplug._verify.steps import decode_steps, start_state_note, steps_note
 
 
 #: default verification tolerance of a quantized output, in steps of its output scale: the
@@ -31,10 +32,11 @@ QUANT_STEPS = 8
 DYNAMIC_RELATIVE = 0.05
 
 
-def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo]) -> Any:
-    """The lowered program's run, as ``edgeplug.verify`` runs it; a refusal says whose quantizer made it."""
+def _run_lowered(result: Any, backend: Any, info: Optional[QuantizationInfo], target: Target, calls: list) -> Any:
+    """The lowered program's run (the example inputs, then each of ``calls``), as ``edgeplug.verify`` runs it;
+    a refusal says whose quantizer made it."""
     try:
-        return run_program(result, backend)
+        return run_program(result, backend, calls, target)
     except RuntimeRefusedError as exc:  # the runtime's refusal, explained with the quantizer that made it
         raise _refused(exc, info, backend) from exc
     except EdgeplugError:
@@ -75,35 +77,83 @@ def _same_inputs(a: tuple, b: tuple) -> bool:
     return True
 
 
-def verify_quantized(result: Any, backend: Any, tolerance: Optional[float] = None) -> Verification:
+def verify_quantized(
+    result: Any, backend: Any, tolerance: Optional[float] = None, target: Optional[Target] = None,
+) -> Verification:
     """``edgeplug.verify`` for a quantized program; fills ``result.report.quantization`` too.
 
     The reference is the quantized model's eager output (``result``'s
     reference: the quantized model is what was lowered). Each output whose value a
     dequantize produces is held to ``QUANT_STEPS`` steps of its scale unless
     ``tolerance`` is given; other outputs (weight-only schemes) to the float
-    default. |lowered - float| is reported where ``result.quantization`` holds
-    the float model's outputs for the same inputs.
+    default. A program that keeps state (a KV cache) runs its prefill and then
+    ``DECODE_STEPS`` decode steps in one loaded program, its buffers carried,
+    each step against the quantized model's from the same state and held to the
+    same rule. |lowered - float| is reported where ``result.quantization`` holds
+    the float model's outputs for the same inputs. ``target`` says where it runs
+    (by default ``choose_target(backend)``).
     """
     tolerance = check_tolerance(tolerance)
+    target = target or choose_target(backend)
     info = result.quantization
-    run = _run_lowered(result, backend, info)
+    steps, why_not = decode_steps(result) if target.method in ("pte", "kernels") else ([], "")
+    run = _run_lowered(result, backend, info, target, [s.inputs for s in steps])
     outs, note = run.outputs, run.note
     reference = list(result.eager_outputs)
     if len(outs) != len(reference):
         raise VerificationError(
             f"the lowered program returned {len(outs)} outputs, the quantized model returned {len(reference)}"
         )
-    steps = output_steps(result.exported_program)
+    scales = output_steps(result.exported_program)
     # activations quantized at run time: edgeplug's source-transform scheme, or a program quantized
     # elsewhere (torchao's quantize_, as optimum-executorch's 8da4w) whose graph chooses them per call
     dynamic = (
         bool(info.kind == "source_transform" and info.activation_bits) if info is not None
         else chooses_activation_qparams(result.exported_program)
     )
+    scales = scales if len(scales) == len(reference) else [None] * len(reference)
+    prefix = "prefill: " if steps else ""
+    checks = _checks(outs, reference, scales, dynamic, tolerance, [f"{prefix}output {i}" if steps else "" for i in range(len(reference))])
+    per_output = [c.max_abs_diff for c in checks]
+    for k, (step, lowered) in enumerate(zip(steps, run.steps), start=1):
+        lowered = list(lowered)[len(lowered) - len(step.outputs):] if len(lowered) > len(step.outputs) else list(lowered)
+        if len(lowered) != len(step.outputs):
+            raise VerificationError(
+                f"decode step {k}: the lowered program returned {len(lowered)} outputs, the quantized model "
+                f"returned {len(step.outputs)}"
+            )
+        found = _checks(lowered, step.outputs, scales, dynamic, tolerance,
+                        [f"decode {k}: output {i}" for i in range(len(step.outputs))])
+        per_output = [max(a, c.max_abs_diff) for a, c in zip(per_output, found)]
+        checks += found
+    summary = result.report.quantization or (info.summary() if info is not None else None)
+    if summary is None:
+        summary = QuantizationSummary(quantizer_backend="unknown", scheme="unknown", description="quantized outside edgeplug")
+    summary.reference = "the quantized model's eager output"
+    summary.versus_quantized = per_output
+    if info is not None and info.float_outputs and _same_inputs(info.inputs, (result.args, result.kwargs)):
+        summary.versus_float = [
+            (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
+            for a, f in zip(outs, info.float_outputs)
+        ]
+        summary.cosine_to_float = [_cosine(a, f) for a, f in zip(outs, info.float_outputs)]
+        summary.quantized_cosine_to_float = [_cosine(e, f) for e, f in zip(reference, info.float_outputs)]
+    result.report.quantization = summary
+    notes = [note, why_not, start_state_note(result) if target.method == "pte" else ""]
+    if steps:
+        notes.append(steps_note(steps, target.method))
+    notes.append("reference: the quantized model's eager output")
+    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note="; ".join(x for x in notes if x))
+
+
+def _checks(
+    outs: list, reference: list, scales: list, dynamic: bool, tolerance: Optional[float], names: list[str],
+) -> list:
+    """One call's outputs against the quantized model's: each held to ``QUANT_STEPS`` steps of its output scale,
+    or, for dynamically quantized activations, ``DYNAMIC_RELATIVE`` of its own largest magnitude (this call's),
+    unless ``tolerance`` is given."""
     checks = []
-    for i, (a, e) in enumerate(zip(outs, reference)):
-        step = steps[i] if i < len(steps) and len(steps) == len(reference) else None
+    for i, (a, e, step, name) in enumerate(zip(outs, reference, scales, names)):
         why = None
         tol = tolerance
         if tol is None and step is not None:
@@ -116,25 +166,11 @@ def verify_quantized(result: Any, backend: Any, tolerance: Optional[float] = Non
                 f"default for dynamically quantized activations: {DYNAMIC_RELATIVE:.0%} of the output's largest "
                 f"magnitude {largest:.4g} (no static output scale)"
             )
-        check = compare_output(i, a, e, tol)
+        check = compare_output(i, a, e, tol, name)
         if why is not None:
             check = check.model_copy(update={"tolerance_reason": why})
         checks.append(check)
-    summary = result.report.quantization or (info.summary() if info is not None else None)
-    if summary is None:
-        summary = QuantizationSummary(quantizer_backend="unknown", scheme="unknown", description="quantized outside edgeplug")
-    summary.reference = "the quantized model's eager output"
-    summary.versus_quantized = [c.max_abs_diff for c in checks]
-    if info is not None and info.float_outputs and _same_inputs(info.inputs, (result.args, result.kwargs)):
-        summary.versus_float = [
-            (a.detach().double() - f.detach().double()).abs().max().item() if a.shape == f.shape and a.numel() else float("nan")
-            for a, f in zip(outs, info.float_outputs)
-        ]
-        summary.cosine_to_float = [_cosine(a, f) for a, f in zip(outs, info.float_outputs)]
-        summary.quantized_cosine_to_float = [_cosine(e, f) for e, f in zip(reference, info.float_outputs)]
-    result.report.quantization = summary
-    note = "; ".join(x for x in (note, "reference: the quantized model's eager output") if x)
-    return Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)
+    return checks
 
 
 def chooses_activation_qparams(ep: Any) -> bool:

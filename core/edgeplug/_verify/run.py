@@ -11,13 +11,13 @@ from edgeplug._backend import Backend
 from edgeplug._errors import VerificationError
 from edgeplug._plugins import get_backend
 from edgeplug._quantized import is_quantized
-from edgeplug._report import GreedyCheck, Verification
+from edgeplug._report import Verification
 from edgeplug._result import LoweringResult
 from edgeplug._verify.compare import compare_outputs
 from edgeplug._verify.greedy import greedy_check
 from edgeplug._verify.quantized import verify_quantized
-from edgeplug._verify.runners import run_program, verify_method_of
-from edgeplug._verify.steps import buffers_the_pte_starts_at_zero, compare_steps, decode_steps, steps_note
+from edgeplug._verify.runners import Target, choose_target, run_program
+from edgeplug._verify.steps import compare_steps, decode_steps, start_state_note, steps_note
 
 
 def refuse_verify_without_runtime(backend: Backend) -> None:
@@ -72,22 +72,25 @@ def verify(
     are compared by position. ``Verification.passed`` says whether it held.
 
     With ``verify_steps`` (a program that keeps a KV cache), that many tokens are also
-    generated greedily through the loaded ``.pte`` and through eager (the
-    quantized model where quantized), and compared token for token:
-    ``Verification.greedy`` (``edgeplug._verify.greedy``).
+    generated greedily through the loaded program (where the other calls ran: the
+    backend's own runtime, executorch's runtime or the host emulation) and through
+    eager (the quantized model where quantized), and compared token for token:
+    ``Verification.greedy`` (``edgeplug._verify.greedy``; ``GreedyCheck.runner``).
     """
     backend = backend if isinstance(backend, Backend) else get_backend(backend)
     if verify_steps is not None and (isinstance(verify_steps, bool) or not isinstance(verify_steps, int) or verify_steps < 1):
         raise VerificationError(f"verify_steps must be a whole number >= 1 (tokens to generate), not {verify_steps!r}")
+    target = choose_target(backend)  # the backend's own runtime is looked up once, here
     if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
-        return _with_greedy(verify_quantized(result, backend, tolerance), result, backend, verify_steps, tolerance)
+        v = verify_quantized(result, backend, tolerance, target)
+        return _with_greedy(v, result, backend, target, verify_steps, tolerance)
     if reference is None and result.reference is None:
         raise VerificationError("this lowering result holds no eager reference: pass reference=[...] to compare with")
-    method = verify_method_of(backend)
+    method = target.method
     # a program that keeps state runs prefill then decode steps: the .pte's runtime and the host kernels'
     # runner both keep its buffers between calls
     steps, why_not = decode_steps(result) if reference is None and method in ("pte", "kernels") else ([], "")
-    run = run_program(result, backend, [s.inputs for s in steps])
+    run = run_program(result, backend, [s.inputs for s in steps], target)
     outs = list(run.outputs)
     if reference is not None:
         expected, names = list(reference), [""] * len(reference)
@@ -101,14 +104,8 @@ def verify(
                 expected.append(after[name])
                 names.append(f"buffer {name!r} (updated in forward)")
     notes = [run.note, why_not]
-    nonzero = buffers_the_pte_starts_at_zero(result) if reference is None and method == "pte" else []
-    if nonzero:
-        notes.append(
-            f"the program writes buffer{'s' if len(nonzero) > 1 else ''} {', '.join(map(repr, nonzero))}, which the "
-            "model holds non-zero; executorch's runtime starts a mutable buffer without that value (the .pte "
-            "carries none), so eager and the .pte start from different states: reset the buffer to zeros before "
-            "lowering, or make it a constant if the program only reads it"
-        )
+    if reference is None and method == "pte":
+        notes.append(start_state_note(result))
     if steps:
         names = [f"prefill: {n or f'output {i}'}" for i, n in enumerate(names)]
         notes.append(steps_note(steps, method))
@@ -117,23 +114,19 @@ def verify(
         checks += compare_steps(steps, run.steps, tolerance)
     note = "; ".join(x for x in notes if x)
     v = Verification(method=run.method, adapter=run.adapter, outputs=checks, note=note)
-    return _with_greedy(v, result, backend, verify_steps, tolerance)
+    return _with_greedy(v, result, backend, target, verify_steps, tolerance)
 
 
 def _with_greedy(
-    v: Verification, result: LoweringResult, backend: Backend, steps: Optional[int], tolerance: Optional[float],
+    v: Verification, result: LoweringResult, backend: Backend, target: Target, steps: Optional[int],
+    tolerance: Optional[float],
 ) -> Verification:
-    """``v`` with the greedy check of ``steps`` tokens, where asked for; its logits are held to the tolerance
-    the example call's logits were (the quantized path's, in steps of the output scale)."""
+    """``v`` with the greedy check of ``steps`` tokens, where asked for, run where ``v``'s calls ran (``target``);
+    its logits are held to the tolerance the example call's logits were (the quantized path's, in steps of the
+    output scale or a fraction of the logits' magnitude)."""
     if steps is None:
         return v
-    if backend.spec.verify_method != "pte":
-        v.greedy = GreedyCheck(
-            steps=steps, reason=f"greedy generation runs the .pte in executorch's runtime; backend {backend.name!r} "
-            f"verifies with {backend.spec.verify_method!r}",
-        )
-        return v
     logits = next((o for o in v.outputs if len(o.shape) >= 2 and o.tolerance is not None), None)
-    v.greedy = greedy_check(result, steps, tolerance if tolerance is not None else (logits.tolerance if logits else None))
+    given = tolerance if tolerance is not None else (logits.tolerance if logits else None)
+    v.greedy = greedy_check(result, backend, target, steps, given)
     return v
-

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 
 from edgeplug._backend import Backend
 from edgeplug._eager import _tensors
@@ -52,20 +53,12 @@ def run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run
     """Run the .pte in executorch's runtime on the example inputs, then on each of ``calls`` with the same
     loaded program (its mutable buffers persist between calls, as on a device); ``_Run.steps`` holds the
     outputs of each of ``calls``."""
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
-    if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):
-        import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels with the runtime
-
     steps: list[list[torch.Tensor]] = []
     try:
-        # the runtime reads the weights' data file (external weights) in place: it stays referenced here
-        # while the module runs
-        weights = result.data_buffer
-        module = _load_for_executorch_from_buffer(result.buffer, weights)
-        outs = _tensors(module.forward(copy.deepcopy(_runtime_inputs(result))))
+        module = _PteModule(result)
+        outs = _tensors(module(copy.deepcopy(_runtime_inputs(result))))
         for call in calls:
-            steps.append(_tensors(module.forward(copy.deepcopy(_runtime_inputs(result, call)))))
+            steps.append(_tensors(module(copy.deepcopy(_runtime_inputs(result, call)))))
     except RuntimeError as exc:
         code = re.search(r"error:? (0x[0-9a-fA-F]+)", str(exc))
         meaning = _RUNTIME_ERRORS.get(int(code.group(1), 16)) if code else None
@@ -108,9 +101,21 @@ def find_device_runtime(backend: Backend) -> tuple[Any, str]:
         return None, str(exc)
 
 
-def verify_method_of(backend: Backend) -> str:
-    """How the backend's programs run here: "pte" when its own runtime is found, else its ``verify_method``."""
-    return "pte" if find_device_runtime(backend)[0] is not None else backend.spec.verify_method
+@dataclass(frozen=True)
+class Target:
+    """How a backend's programs run here, chosen once per verification (``choose_target``): ``method`` "pte"
+    when its own runtime (``runtime``) is found, else its ``BackendSpec.verify_method``; ``why_not`` says why
+    its own runtime is not used (empty when it declares none)."""
+
+    method: str
+    runtime: Any = None
+    why_not: str = ""
+
+
+def choose_target(backend: Backend) -> Target:
+    """Look the backend's own runtime up, once: where found, programs run in it; else by ``verify_method``."""
+    runtime, why_not = find_device_runtime(backend)
+    return Target("pte" if runtime is not None else backend.spec.verify_method, runtime, why_not)
 
 
 def run_device_runtime(result: LoweringResult, runtime: Any, calls: Sequence[ExampleInputs] = ()) -> _Run:
@@ -122,23 +127,96 @@ def run_device_runtime(result: LoweringResult, runtime: Any, calls: Sequence[Exa
     return _Run(outs[0], "pte", f"{runtime.name} on {adapter}", steps=outs[1:])
 
 
-def run_program(result: LoweringResult, backend: Backend, calls: Sequence[ExampleInputs] = ()) -> _Run:
-    """Run the lowered program in the backend's own runtime where one is found (``BackendSpec.device_runtime``),
-    else as its ``BackendSpec.verify_method`` says: the ``.pte``, or the delegates on host kernels; either way
-    then each of ``calls``, the program's buffers kept between calls."""
-    runtime, why_not = find_device_runtime(backend)
-    if runtime is not None:
-        return run_device_runtime(result, runtime, calls)
-    method = backend.spec.verify_method
-    if method == "kernels" and why_not:
-        run = run_kernels(result, backend, calls)
-        run.note = "; ".join(x for x in (f"host emulation ({why_not})", run.note) if x)
-        return run
-    if method == "pte":
+def _emulation_note(target: Target) -> str:
+    return f"host emulation ({target.why_not})" if target.why_not else ""
+
+
+def run_program(
+    result: LoweringResult, backend: Backend, calls: Sequence[ExampleInputs] = (), target: Optional[Target] = None,
+) -> _Run:
+    """Run the lowered program where ``target`` says (by default ``choose_target(backend)``): the backend's own
+    runtime, the ``.pte`` in executorch's runtime, or the delegates on host kernels; either way then each of
+    ``calls``, the program's buffers kept between calls."""
+    target = target or choose_target(backend)
+    if target.runtime is not None:
+        return run_device_runtime(result, target.runtime, calls)
+    if target.method == "pte":
         return run_pte(result, calls)
-    if method == "kernels":
-        return run_kernels(result, backend, calls)
+    if target.method == "kernels":
+        run = run_kernels(result, backend, calls)
+        run.note = "; ".join(x for x in (_emulation_note(target), run.note) if x)
+        return run
     raise VerificationError(
         f"backend {backend.name!r} has no way to run its programs on this host "
         "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
     )
+
+
+# -- one program loaded, called again and again (greedy generation) --------------------------------------
+
+class LoadedProgram:
+    """A lowered program loaded once where ``target`` says, called on flat inputs (in the program's order) one
+    call at a time, its buffers kept between calls; ``label`` names what runs it. Use as a context manager."""
+
+    def __init__(self, result: LoweringResult, backend: Backend, target: Target) -> None:
+        self.result, self.backend, self.target = result, backend, target
+        self._call: Any = None
+        self._close: Any = None
+        self.label = ""
+
+    def __enter__(self) -> "LoadedProgram":
+        result, target = self.result, self.target
+        if target.runtime is not None:
+            opened = getattr(target.runtime, "open", None)
+            if opened is None:
+                raise VerificationError(
+                    f"{target.runtime.name} runs calls given in advance only (its device runtime has no open()), "
+                    "so greedy generation, whose next input is the last call's token, cannot run in it"
+                )
+            session = opened(result.buffer, result.data_buffer)
+            self._call, self._close = session.run, session.close
+            self.label = f"{target.runtime.name} on {session.adapter}"
+        elif target.method == "pte":
+            self._call = _PteModule(result)
+            self.label = "executorch runtime (host CPU)"
+        elif target.method == "kernels":
+            from edgeplug._verify.host import HostProgram
+
+            host = HostProgram(_with_copied_inputs(result), self.backend)
+            spec = result.exported_program.call_spec.in_spec
+
+            def call(flat: list[Any]) -> list[torch.Tensor]:
+                args, kwargs = pytree.tree_unflatten(list(flat), spec)
+                return host(ExampleInputs(tuple(args), dict(kwargs)))
+
+            self._call = call
+            self.label = "; ".join(x for x in (f"host emulation on {host.adapter}", target.why_not) if x)
+        else:
+            raise VerificationError(
+                f"backend {self.backend.name!r} has no way to run its programs on this host "
+                "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
+            )
+        return self
+
+    def __call__(self, flat: list[Any]) -> list[torch.Tensor]:
+        return [t for t in pytree.tree_leaves(self._call(copy.deepcopy(list(flat)))) if isinstance(t, torch.Tensor)]
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._close is not None:
+            self._close()
+
+
+class _PteModule:
+    """The .pte loaded in executorch's runtime, its mutable buffers kept between calls."""
+
+    def __init__(self, result: LoweringResult) -> None:
+        from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+        if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):
+            import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels
+
+        self._weights = result.data_buffer  # the runtime reads it in place: kept referenced while it runs
+        self.module = _load_for_executorch_from_buffer(result.buffer, self._weights)
+
+    def __call__(self, flat: list[Any]) -> Any:
+        return self.module.forward(flat)

@@ -89,6 +89,20 @@ def buffers_the_pte_starts_at_zero(result: LoweringResult) -> list[str]:
     return sorted(n for n, t in ref.model.initial.items() if n in written and bool(torch.count_nonzero(t)))
 
 
+def start_state_note(result: LoweringResult) -> str:
+    """For a ``.pte`` run: the note naming each buffer the program writes that the model holds non-zero (the
+    runtime starts it without that value), or empty."""
+    nonzero = buffers_the_pte_starts_at_zero(result)
+    if not nonzero:
+        return ""
+    return (
+        f"the program writes buffer{'s' if len(nonzero) > 1 else ''} {', '.join(map(repr, nonzero))}, which the "
+        "model holds non-zero; executorch's runtime starts a mutable buffer without that value (the .pte "
+        "carries none), so eager and the .pte start from different states: reset the buffer to zeros before "
+        "lowering, or make it a constant if the program only reads it"
+    )
+
+
 def steps_note(steps: Sequence[_Step], method: str = "pte") -> str:
     where = (
         "ran through one loaded program, its buffers kept between calls" if method == "pte"

@@ -20,6 +20,12 @@ An integer floor division (``aten.div.Tensor_mode``, ``rounding_mode="floor"``) 
 (-7 // 4 gives -1; eager -2; the emulation floors, as eager does). Likewise ``aten.index.Tensor`` of an integer tensor (no ``index_tensor_buffer_int32``; olmoe's expert routing).
 They stay on the CPU. Stock ExecuTorch's ``.pte`` of executorch's own Llama example and of transformers' decoders
 fails to load on both.
+torchao's ``dequantize_affine`` has no kernel of its own in that runtime either ("Missing operator:
+torchao.dequantize_affine.default", an abort): only ExecuTorch's fused quantized linears absorb it (a weight's
+dequantize into ``linear_q4gsw`` / ``linear_dq8ca_q4gsw``). The dequantized table of a quantized embedding
+(optimum-executorch's ``--qembedding 8w`` or ``4w``: ``embedding(dequantize_affine(table))``) matches no such pattern,
+so the dequantize and its embedding stay on the CPU, where ``to_executorch`` fuses them into
+``quantized_decomposed.embedding_byte`` / ``embedding_4bit`` for ExecuTorch's quantized kernels.
 """
 
 from __future__ import annotations
@@ -77,6 +83,13 @@ def zero_dim_results(node: Any, ctx: Any) -> Optional[Any]:
 RUNTIME_GAPS_NAME = "runtime_gaps"
 
 
+_QUANTIZED_EMBEDDING_REASON = (
+    "ExecuTorch's Vulkan runtime has no kernel for torchao.dequantize_affine outside a fused quantized linear "
+    "(its partitioner takes it; the delegate would fail at load with 'Missing operator'): a quantized embedding's "
+    "dequantize and lookup run on the CPU, as executorch's quantized embedding kernel"
+)
+
+
 def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
     """Refuse an op ExecuTorch's Vulkan runtime has no kernel for, though its partitioner takes it."""
     if getattr(node, "op", None) != "call_function":
@@ -96,6 +109,12 @@ def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
         if value is not None and not value.dtype.is_floating_point:
             return refuse("ExecuTorch's Vulkan runtime rounds an integer floor division toward zero "
                           "(-7 // 4 gives -1, eager -2), so it runs on the CPU")
+    if name == "torchao.dequantize_affine.default" and any(op_name(u.target) == "aten.embedding.default"
+                                                           for u in node.users if u.op == "call_function"):
+        return refuse(_QUANTIZED_EMBEDDING_REASON)
+    if name == "aten.embedding.default" and node.args and hasattr(node.args[0], "op") \
+            and node.args[0].op == "call_function" and op_name(node.args[0].target) == "torchao.dequantize_affine.default":
+        return refuse(_QUANTIZED_EMBEDDING_REASON)
     if name == "aten.index.Tensor":
         value = tensor_of(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
         if value is not None and str(value.dtype) in ("torch.int32", "torch.int64"):

@@ -258,23 +258,55 @@ class VulkanRuntime:
         self.name = build.name
 
     def run(self, pte: bytes, data: Optional[bytes], calls: Sequence[Sequence[Any]]) -> tuple[list[list[Any]], str]:
+        """Load ``pte`` once and call its method on each of ``calls``: each call's outputs, and the adapter."""
+        with self.open(pte, data) as program:
+            return [program.run(call) for call in calls], program.adapter
+
+    def open(self, pte: bytes, data: Optional[bytes] = None) -> "OpenProgram":
+        """Load ``pte`` (and its ``.ptd`` bytes) once; the answer's ``run(inputs)`` calls its method, the
+        program's buffers kept between calls (greedy generation feeds each call the last one's token)."""
+        return OpenProgram(self, pte, data)
+
+    def refused(self, exc: RunnerError, done: int) -> Exception:
         from edgeplug.plugin import RuntimeRefusedError
 
-        done = 0
+        return RuntimeRefusedError(
+            f"{self.name} could not run the .pte: {exc}"
+            + (f" (it ran {done} calls before this one)" if done else "")
+            + ". This is the runtime's refusal, not a lowering error; lower without --verify to write the "
+            f".pte anyway, or set {RUNNER_VARIABLE}=off to verify on the host emulation"
+        )
+
+
+class OpenProgram:
+    """One ``.pte`` loaded in ExecuTorch's Vulkan runtime (``VulkanRuntime.open``): ``run(inputs)`` -> the
+    outputs of one call, ``adapter``, ``close()``; the runtime's refusals are ``RuntimeRefusedError``."""
+
+    def __init__(self, runtime: VulkanRuntime, pte: bytes, data: Optional[bytes]) -> None:
+        self.runtime = runtime
+        self.calls = 0
         try:
-            with RunnerSession(pte, data, build=self.build) as session:
-                outputs = []
-                for call in calls:
-                    outputs.append(session.run(call)[0])
-                    done += 1
-                return outputs, session.adapter
+            self.session = RunnerSession(pte, data, build=runtime.build)
         except RunnerError as exc:
-            raise RuntimeRefusedError(
-                f"{self.name} could not run the .pte: {exc}"
-                + (f" (it ran {done} calls before this one)" if done else "")
-                + ". This is the runtime's refusal, not a lowering error; lower without --verify to write the "
-                f".pte anyway, or set {RUNNER_VARIABLE}=off to verify on the host emulation"
-            ) from exc
+            raise runtime.refused(exc, 0) from exc
+        self.adapter = self.session.adapter
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        try:
+            outputs = self.session.run(inputs)[0]
+        except RunnerError as exc:
+            raise self.runtime.refused(exc, self.calls) from exc
+        self.calls += 1
+        return outputs
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> "OpenProgram":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def device_runtime() -> VulkanRuntime:
