@@ -253,8 +253,23 @@ def _compare(name: str, before: str, now: str) -> list[tuple[str, str]]:
         if p not in old:
             found.append(("additive" if default else "breaking", f"{name}({p}=) added" + ("" if default else ", required")))
     if not found and old == new:
-        found.append(("additive" if before.split(" -> ")[0] == now.split(" -> ")[0] else "breaking", f"{name}: {before} -> {now}"))
+        same = before.split(" -> ")[0] == now.split(" -> ")[0] or _reordered_keywords_or_derived_base(name, before, now)
+        found.append(("additive" if same else "breaking", f"{name}: {before} -> {now}"))
     return found
+
+
+def _reordered_keywords_or_derived_base(name: str, before: str, now: str) -> bool:
+    """Whether two lines of one class, their parameters the same, differ only where no caller notices: the order of
+    keyword-only parameters (a record's fields), and a base the class now derives its old bases through."""
+    kinds = [re.match(r"class\(([^)]*)\)(\(\*, )?", line) for line in (before, now)]
+    if not all(kinds) or not all(k.group(2) for k in kinds):
+        return False
+    module, _, attr = name.rpartition(".")
+    try:
+        cls = getattr(__import__(module, fromlist=[attr]), attr)
+    except (ImportError, AttributeError):
+        return False
+    return {b.strip() for b in kinds[0].group(1).split(",")} <= {c.__name__ for c in inspect.getmro(cls)}
 
 
 def classify(before: list[str], now: list[str]) -> list[tuple[str, str, str]]:
@@ -430,6 +445,21 @@ def test_the_classification_calls_a_removed_field_breaking_and_asks_for_its_rena
     assert any("API_VERSION is still 1" in m for m in missing), missing
     # with the bump to the API whose rename it is (RENAMES: BackendSpec(verify=), since API 1), nothing is missing
     assert breaking_without_a_rename([before[0].replace("= 1", "= 0"), *before[1:]], now) == []
+
+
+@pytest.mark.parametrize(
+    "before, now, kind",
+    [
+        # the shared Partitioning record: the same keyword-only fields, reordered, and a base deriving from BaseModel
+        ("class(BaseModel)(*, a: int = 1, b: str = '')", "class(Partitioning)(*, b: str = '', a: int = 1)", "additive"),
+        ("class(Exception)(*, a: int = 1, b: str = '')", "class(Partitioning)(*, b: str = '', a: int = 1)", "breaking"),
+        ("class(BaseModel)(a: int = 1, b: str = '')", "class(BaseModel)(b: str = '', a: int = 1)", "breaking"),  # positional
+    ],
+)
+def test_a_record_reordering_its_fields_under_a_derived_base_is_additive(before, now, kind):
+    name = "edgeplug.LoweringReport"  # the live class decides what its bases derive from
+    changes = classify([f"{name}: {before} -> None"], [f"{name}: {now} -> None"])
+    assert [k for k, _, _ in changes] == [kind], changes
 
 
 @pytest.mark.parametrize(

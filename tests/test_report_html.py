@@ -81,6 +81,10 @@ def test_cli_report_html_and_explore_for_llama(cli, tmp_path, browser, fixture_b
     assert code == 0, err
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["stock"]["partitions"] and not report["stock"]["error"]
+    # the stock side is the same partitioning record: its CPU nodes, one by one, add up to its counts
+    stock_cpu = report["stock"]["cpu_nodes"]
+    assert stock_cpu and {op: sum(c["op"] == op for c in stock_cpu) for op in report["stock"]["cpu_ops"]} == report["stock"]["cpu_ops"]
+    assert len(stock_cpu) == sum(report["stock"]["cpu_ops"].values())
     html = (tmp_path / "r.html").read_text()
     assert "<script src" not in html and "<link rel=\"stylesheet\"" not in html
     _check_page_against_report(browser, tmp_path / "r.html", report)
@@ -209,3 +213,37 @@ def test_explore_refuses_a_report_without_graph(tmp_path):
     with pytest.raises(EdgeplugError, match="holds no graph"):
         write_explorer(LoweringReport(model="m", backend="b", distribution="d"), tmp_path / "me")
     assert not (tmp_path / "me").exists()
+
+
+def test_a_report_saved_before_the_shared_partitioning_record_reads_the_same(cli, tmp_path):
+    """A report as edgeplug wrote it before the report and the stock comparison shared one partitioning
+    record (its fields at the top level, the stock section without ``cpu_nodes``) is read, shown with the
+    same counts, and written back in the same layout, the report's header first."""
+    old = {
+        "format_version": 1, "model": "m", "backend": "b", "distribution": "d", "dry_run": True, "stand_in": None,
+        "stages": [{"stage": "export", "seconds": 0.5}],
+        "partitions": [{"tag": "p0", "backend_id": "B", "nodes": 3, "ops": {"aten.mm.default": 3}}],
+        "delegated_ops": {"aten.mm.default": 3}, "cpu_ops": {"aten.relu.default": 2},
+        "cpu_nodes": [{"node": f"relu_{i}", "op": "aten.relu.default", "reason": "not in B's table"} for i in range(2)],
+        "notes": [], "graph": [],
+        "stock": {"flow": "stock()", "partitions": [{"tag": "s0", "backend_id": "B", "nodes": 1, "ops": {"aten.mm.default": 1}},
+                                                     {"tag": "s1", "backend_id": "B", "nodes": 1, "ops": {"aten.mm.default": 1}}],
+                  "delegated_ops": {"aten.mm.default": 2}, "cpu_ops": {"aten.relu.default": 2, "aten.mm.default": 1},
+                  "graph": [], "error": ""},
+        "summary": {"partitions": 1, "delegated_nodes": 3, "cpu_nodes": 2, "max_abs_diff": None, "verified": None},
+    }
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    code, out, err = cli("report", str(tmp_path / "old.json"))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "partitions: 1 (would delegate 3 nodes)" in lines
+    assert "left on CPU (graph breaks): 2 nodes" in lines
+    assert "stock executorch (stock()): 2 partitions, 2 nodes delegated, 3 on CPU" in lines
+    from edgeplug._report_html import load_report
+
+    again = json.loads(load_report(tmp_path / "old.json").to_json())
+    assert list(again)[:7] == ["format_version", "model", "backend", "distribution", "dry_run", "stand_in", "stages"]
+    assert again["summary"] == old["summary"] and again["cpu_nodes"] == old["cpu_nodes"]
+    assert {k: again["stock"][k] for k in old["stock"]} == old["stock"] and again["stock"]["cpu_nodes"] == []
+    assert set(again) == set(old) | {"kept_whole_on_cpu", "decomposed_instead", "fusions", "transforms", "output_path",
+                                     "output_bytes", "verification", "quantization"}

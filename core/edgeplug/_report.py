@@ -66,16 +66,19 @@ class GraphNode(BaseModel):
     fusion: str = ""
 
 
-class StockPartitioning(BaseModel):
-    """How the backend's own executorch partitioner splits the same model (``--compare-stock``)."""
+class Partitioning(BaseModel):
+    """How a program's graph is split between a backend's partitions and the CPU: the one record
+    edgeplug's own lowering (``LoweringReport``) and the stock flow (``StockPartitioning``) both are."""
 
-    flow: str
     partitions: list[PartitionSummary] = Field(default_factory=list)
+    #: op -> how many nodes of it the partitions took
     delegated_ops: dict[str, int] = Field(default_factory=dict)
+    #: op -> how many nodes of it were left on the CPU
     cpu_ops: dict[str, int] = Field(default_factory=dict)
+    #: each node left on the CPU, with why
+    cpu_nodes: list[CpuNode] = Field(default_factory=list)
+    #: the partitioned edge graph, node by node (what ``--report X.html`` and ``--explore`` draw)
     graph: list[GraphNode] = Field(default_factory=list)
-    #: why there is no stock partitioning (the flow failed, or the backend has none)
-    error: str = ""
 
     @property
     def delegated_nodes(self) -> int:
@@ -84,6 +87,14 @@ class StockPartitioning(BaseModel):
     @property
     def cpu_node_count(self) -> int:
         return sum(self.cpu_ops.values())
+
+
+class StockPartitioning(Partitioning):
+    """How the backend's own executorch partitioner splits the same model (``--compare-stock``)."""
+
+    flow: str
+    #: why there is no stock partitioning (the flow failed, or the backend has none)
+    error: str = ""
 
 
 class OutputCheck(BaseModel):
@@ -323,8 +334,11 @@ def stand_in_path(path: Any) -> Any:
 #: field changes meaning or is removed (a report without ``format_version`` is of format 1)
 REPORT_FORMAT = 1
 
+#: the report's fields its JSON opens with (the shared ``Partitioning`` fields would come first otherwise)
+_JSON_HEAD = ("format_version", "model", "backend", "distribution", "dry_run", "stand_in", "stages")
 
-class LoweringReport(BaseModel):
+
+class LoweringReport(Partitioning):
     """What a lowering did: partitions, ops on the CPU and why, fusions, transforms, timings, verification."""
 
     #: the layout of the JSON (``REPORT_FORMAT``); ``edgeplug report`` refuses a newer one
@@ -338,10 +352,6 @@ class LoweringReport(BaseModel):
     #: set where the delegates hold stand-in payloads (the program does not run): why, and what was kept
     stand_in: Optional[StandIn] = None
     stages: list[StageTiming] = Field(default_factory=list)
-    partitions: list[PartitionSummary] = Field(default_factory=list)
-    delegated_ops: dict[str, int] = Field(default_factory=dict)
-    cpu_ops: dict[str, int] = Field(default_factory=dict)
-    cpu_nodes: list[CpuNode] = Field(default_factory=list)
     #: ops kept whole before decomposition that were not delegated (a lowering defect)
     kept_whole_on_cpu: list[CpuNode] = Field(default_factory=list)
     #: keep-whole ops the backend would not take at that node, so they were decomposed
@@ -355,22 +365,13 @@ class LoweringReport(BaseModel):
     #: set for a quantized program: whose quantizer, the norms it saw, |lowered - quantized| and |lowered - float|
     quantization: Optional[QuantizationSummary] = None
     notes: list[str] = Field(default_factory=list)
-    #: the partitioned edge graph, node by node (what ``--report X.html`` and ``--explore`` draw)
-    graph: list[GraphNode] = Field(default_factory=list)
     #: the stock executorch flow's partitioning of the same model (``--compare-stock``)
     stock: Optional[StockPartitioning] = None
-
-    @property
-    def delegated_nodes(self) -> int:
-        return sum(self.delegated_ops.values())
-
-    @property
-    def cpu_node_count(self) -> int:
-        return sum(self.cpu_ops.values())
 
     def to_json(self, indent: int = 2) -> str:
         """Strict JSON: a non-finite number is written as null, and a note says where."""
         data = self.model_dump(mode="json")
+        data = {**{k: data[k] for k in _JSON_HEAD}, **data}  # who and what first, then the partitioning
         data["summary"] = {
             "partitions": len(self.partitions),
             "delegated_nodes": self.delegated_nodes,

@@ -16,10 +16,13 @@ import copy
 import json
 import operator
 import os
+from collections import Counter
 from importlib import resources
 from typing import Any, Sequence
 
-from edgeplug._report import LoweringReport, PartitionSummary, StockPartitioning, annotate_graph, graph_of, lowered_partitions
+from edgeplug._report import (
+    CpuNode, LoweringReport, PartitionSummary, StockPartitioning, annotate_graph, graph_of, lowered_partitions,
+)
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -196,14 +199,13 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
         return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")
     parts, delegated = count_delegated(edge_ep)
     gm = edge_ep.graph_module
-    cpu: dict[str, int] = {}
-    reasons: dict[str, str] = {}
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target is operator.getitem or "executorch_call_delegate" in str(n.target):
-            continue
-        cpu[op_name(n.target)] = cpu.get(op_name(n.target), 0) + 1
-        reasons[n.name] = f"not delegated by {type(inner).__name__} (the stock flow records no reason)"
+    why = f"not delegated by {type(inner).__name__} (the stock flow records no reason)"
+    cpu_nodes = [
+        CpuNode(node=n.name, op=op_name(n.target), reason=why) for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is not operator.getitem and "executorch_call_delegate" not in str(n.target)
+    ]
     return StockPartitioning(
         flow=flow, partitions=[PartitionSummary(**p.model_dump()) for p in parts], delegated_ops=dict(delegated),
-        cpu_ops=cpu, graph=annotate_graph(seen, lowered_partitions(gm), reasons),
+        cpu_ops=dict(Counter(c.op for c in cpu_nodes)), cpu_nodes=cpu_nodes,
+        graph=annotate_graph(seen, lowered_partitions(gm), {c.node: c.reason for c in cpu_nodes}),
     )
