@@ -19,7 +19,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from edgeplug._graph.ops import op_name
 from edgeplug._records import TransformRecord
@@ -29,8 +31,6 @@ TRANSFORM = "cache_write_values_at_indexed_shape"
 
 
 def _same(a: Any, b: Any) -> bool:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     return bool(statically_known_true(a == b))
@@ -79,8 +79,6 @@ def values_at_indexed_shape(ep: ExportedProgram) -> tuple[bool, list[TransformRe
     1s back, one ``unsqueeze_copy`` each (changes ``ep``'s graph in place, the
     values the same).
     """
-    from executorch.exir.dialects._ops import ops as exir_ops
-
     writes = [n for n in ep.graph_module.graph.nodes if n.op == "call_function" and op_name(n) == INDEX_PUT]
     plan: list[tuple[torch.fx.Node, int]] = []
     for node in writes:

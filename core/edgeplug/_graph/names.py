@@ -15,6 +15,8 @@ touches that state; remove it when the upstream issue is fixed.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any, Iterator
 
 import torch
@@ -81,8 +83,6 @@ def name_signature_as_graph(signature: Any, graph: torch.fx.Graph) -> None:
     keeps ``input``; and a pass that replaces an output node (executorch's SDPA or roll
     decompositions) leaves the old name in the output spec. torch's verifier refuses either.
     """
-    import dataclasses
-
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     output = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
     outs = output.args[0] if output is not None else ()
@@ -102,10 +102,6 @@ def copy_exported_program(ep: Any) -> Any:
     Weights are shared, not copied (a model's weights are most of its memory): each parameter
     becomes a new Parameter on the same storage (its flags can change without changing ``ep``'s),
     and constants the program does not write are the same tensors; buffers are copied."""
-    import copy
-
-    import torch
-
     written = set(ep.graph_signature.buffers_to_mutate.values())
     memo: dict[int, Any] = {}
     for name, t in ep.state_dict.items():

@@ -12,6 +12,14 @@ from typing import Any, Optional
 import torch
 
 
+def edge_ops() -> Any:
+    """executorch's edge-dialect op namespace (``exir_ops.edge``): ``edge_ops().aten.add.Tensor``."""
+    # executorch: seconds to import, and only edge programs need it (transform and quantize work on aten)
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    return exir_ops.edge
+
+
 def aten_overload(target: Any) -> Any:
     """The ``OpOverload`` behind an edge op, or ``target`` itself."""
     if isinstance(target, torch._ops.OpOverload):

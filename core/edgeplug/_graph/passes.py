@@ -26,7 +26,9 @@ from torch.export import ExportedProgram
 
 from edgeplug._errors import PassError
 from edgeplug._graph.names import graph_modules, reserve_node_names
+from edgeplug._graph.ops import op_name
 from edgeplug._records import PassSpec, TransformRecord
+from edgeplug._registry import plugin_location
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,6 @@ def _fail(spec: PassSpec, backend: Any, done: list[str], what: str, cause: BaseE
             remedy = "fix it"
     located = ""
     if origin is not None:
-        from edgeplug._registry import plugin_location
-
         located = plugin_location(cause, origin)
     err = PassError(
         f"{where} "
@@ -189,8 +189,6 @@ def describe_pass(spec: PassSpec, backend: Any) -> str:
 
 
 def _ops(ep: ExportedProgram) -> frozenset[str]:
-    from edgeplug._graph.ops import op_name
-
     return frozenset(
         op_name(n.target) for gm in graph_modules(ep.graph_module) for n in gm.graph.nodes if n.op == "call_function"
     )

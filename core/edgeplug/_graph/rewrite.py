@@ -19,11 +19,13 @@ import operator
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
+from torch._guards import detect_fake_mode as torch_detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from edgeplug._graph.ops import aten_overload, op_name
+from edgeplug._graph.ops import aten_overload, edge_ops, op_name
 from edgeplug._records import TransformRecord
 
 #: metadata a node made in place of another takes from it (where it came from in the model)
@@ -41,18 +43,14 @@ def copy_meta(src: Optional[torch.fx.Node], dst: torch.fx.Node) -> None:
 
 def detect_fake_mode(values: Iterable[Any]) -> Any:
     """The fake mode of the fake tensors among ``values`` (node values, tensors), or None."""
-    from torch._guards import detect_fake_mode as detect
-
     tensors = [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in values]
-    return detect([t for t in tensors if isinstance(t, torch.Tensor)])
+    return torch_detect_fake_mode([t for t in tensors if isinstance(t, torch.Tensor)])
 
 
 def fake_mode_of(graph: torch.fx.Graph) -> Any:
     """The fake mode of ``graph``'s node values, or a new one when it has none."""
     mode = detect_fake_mode(graph.nodes)
     if mode is None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         mode = FakeTensorMode()
     return mode
 
@@ -218,9 +216,7 @@ class NodeBuilder:
 
     def op(self, name: str, overload: str = "default") -> Any:
         if self.edge:
-            from executorch.exir.dialects._ops import ops as exir_ops
-
-            return getattr(getattr(exir_ops.edge.aten, name), overload)
+            return getattr(getattr(edge_ops().aten, name), overload)
         return getattr(getattr(torch.ops.aten, name), overload)
 
     def call(
@@ -250,9 +246,7 @@ class NodeBuilder:
         ``to_edge`` writes (``dim_order_ops._to_dim_order_copy``, contiguous)."""
         if not self.edge:
             return self.call(origin, "_to_copy", (x,), kwargs={"dtype": dtype})
-        from executorch.exir.dialects._ops import ops as exir_ops
-
-        target = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+        target = edge_ops().dim_order_ops._to_dim_order_copy.default
         kwargs = {"dtype": dtype, "dim_order": list(range(tensor_of(x).dim()))}
         return self._make(origin, target, lambda t, **kw: torch.ops.aten._to_copy.default(t, dtype=kw["dtype"]), (x,), kwargs)
 
