@@ -32,6 +32,7 @@ from edgeplug._errors import EdgeplugError
 from edgeplug._fusion.apply import decide_fusions, fuse_matches
 from edgeplug._fusion.decision import Decision, decide_fusion
 from edgeplug._fusion.delegation import Veto, delegation_veto
+from edgeplug._graph.names import name_signature_as_graph
 from edgeplug._policy_target import FusedOp, PolicyTargetError, check_policy, resolve_target
 from edgeplug._records import FusionPolicy, FusionRecord
 
@@ -107,8 +108,6 @@ def fusion_stage(policy: Optional[FusionPolicy]) -> str:
 
 def copy_program(ep: ExportedProgram) -> ExportedProgram:
     """A copy whose graph, signature and constant tables can change; tensors are shared."""
-    from edgeplug._graph.names import name_signature_as_graph
-
     graph = copy.deepcopy(ep.graph_module.graph)
     gm = torch.fx.GraphModule(ep.graph_module, graph)
     gm.meta.update(ep.graph_module.meta)

@@ -22,6 +22,7 @@ from edgeplug._fusion.delegation import Veto
 from edgeplug._policy_target import FusedOp
 from edgeplug._graph import analyze_constants, fold_constants, reserve_node_names
 from edgeplug._graph.constants import ancestors, remove_dead
+from edgeplug._graph.ops import edge_ops
 from edgeplug._graph.rewrite import copy_meta, fake_mode_of, replace_uses
 from edgeplug._patterns import inverse_rms_of_mean, match_rms_norm
 from edgeplug._patterns.base import describe, dtype, dtype_name, shape
@@ -118,9 +119,7 @@ class _GraphOps:
         self.graph = ep.graph_module.graph
         self.edge = ep.dialect == "EDGE"
         if self.edge:
-            from executorch.exir.dialects._ops import ops as exir_ops
-
-            ns: Any = exir_ops.edge
+            ns: Any = edge_ops()
         else:
             ns = torch.ops
         self.mul = ns.aten.mul.Tensor

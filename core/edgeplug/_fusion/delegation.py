@@ -25,6 +25,7 @@ Veto = Callable[[Decision], str]
 
 def delegation_veto(backend: Any, fused: FusedOp) -> Veto:
     """A veto refusing what ``backend`` would not delegate (nothing, where it states no support check)."""
+    # _partition loads executorch (seconds); quantize fuses without a veto and never needs it
     from edgeplug._partition import support_check
 
     answers: dict[tuple, str] = {}
@@ -61,6 +62,7 @@ def _undone_by_to_edge(backend: Any, fused: FusedOp) -> str:
     the backend's KeepWhole records name. A fusion into an op the backend does
     not keep whole would be decomposed again while its record said "fused".
     """
+    # _partition loads executorch (seconds); quantize fuses without a veto and never needs it
     from edgeplug._partition.phases import decomposable
 
     op = fused.op

@@ -25,13 +25,19 @@ frozen ``PartitionOutcome``.
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
+import os
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
+from executorch.exir.tracer import _default_decomposition_table
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from edgeplug._errors import EdgeplugError
@@ -115,8 +121,6 @@ class KeepWholeDecisions:
 
 def _defined_at(fn: Any) -> str:
     """' (FILE:LINE)' where a filter function is defined, or '' when Python cannot tell."""
-    import inspect
-
     try:
         target = inspect.unwrap(fn)
         code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
@@ -177,9 +181,6 @@ def graph_fingerprint(gm: torch.fx.GraphModule) -> list[tuple]:
 
 def _raised_at(exc: BaseException, fn: Any) -> str:
     """' at FILE:LINE': the innermost frame in the filter's own folder (its plugin), else the innermost."""
-    import os
-    import traceback
-
     frames = traceback.extract_tb(exc.__traceback__)
     code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
     home = os.path.dirname(code.co_filename) if code is not None else None
@@ -231,8 +232,6 @@ def keep_whole_decisions(gm: torch.fx.GraphModule, ops: Sequence[Any], delegable
 
 @functools.lru_cache(maxsize=64)
 def _decomposable(ops: tuple[Any, ...]) -> frozenset:
-    from executorch.exir.tracer import _default_decomposition_table
-
     table = _default_decomposition_table()
     return frozenset(aten_overload(op) for op in ops if op in table)
 
@@ -301,7 +300,6 @@ def form_partitions(gm: torch.fx.GraphModule, inner: Mapping[torch.fx.Node, str]
     """
     if all(n in accepted for n in inner):
         return dict(inner)
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
     proposed = CapabilityBasedPartitioner(gm, _Accepted(accepted), allows_single_node_partition=True).propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -335,7 +333,6 @@ def buffer_writes(gm: torch.fx.GraphModule, ep: Optional[Any]) -> dict[torch.fx.
     """Mutated buffer placeholder -> the node whose value the program writes back into it (``None``: not found)."""
     if ep is None or not hasattr(ep, "graph_signature"):
         return {}
-    from torch.export.graph_signature import InputKind, OutputKind
 
     sig = ep.graph_signature
     written = {spec.target: spec.arg.name for spec in sig.output_specs if spec.kind == OutputKind.BUFFER_MUTATION}

@@ -15,6 +15,8 @@ import logging
 from typing import Any, Callable, Iterator, Optional
 
 import torch
+from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
+from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 
 from edgeplug._backend import Backend
 from edgeplug._graph.ops import op_name
@@ -30,7 +32,6 @@ def _edge_op(target: Any) -> Any:
     """The edge-dialect op for an aten op (what partitioners' tables are keyed by)."""
     if not isinstance(target, torch._ops.OpOverload):
         return target
-    from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 
     try:
         return aten_to_edge(target)
@@ -141,8 +142,6 @@ def unstated_reason(partitioner: Any, node: torch.fx.Node) -> str:
     who = type(partitioner).__name__
     configs = getattr(partitioner, "target_partitioner_configs", None)
     if isinstance(configs, dict):  # executorch's config-based partitioners
-        from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
-
         if format_target_name(getattr(node.target, "__name__", "")) not in configs:
             return f"{who} has no config for {op_name(node.target)}"
     if logging.root.manager.disable >= logging.DEBUG:  # the reasons are debug records
