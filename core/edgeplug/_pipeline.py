@@ -21,18 +21,24 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 import torch
+from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir.lowered_backend_module import get_lowered_submodules
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 
 from edgeplug._backend import Backend
 from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, LoweringError
-from edgeplug._failures import edgeplug_cause, name_the_plugin, stage_failure
+from edgeplug._failures import edgeplug_cause, first_line, name_the_plugin, root_cause, stage_failure, train_mode_dropout
 from edgeplug._fusion import fusion_stage, resolve_target
 from edgeplug._graph import PassResult, run_passes
 from edgeplug._graph.cache_writes import values_at_indexed_shape
@@ -43,6 +49,8 @@ from edgeplug._graph.passes import core_pass
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
 from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
+from edgeplug._memory import StageMemory
+from edgeplug._partition import CorePartitioner
 from edgeplug._partition.phases import copy_shared_constants
 from edgeplug._plugins import backends, get_backend
 from edgeplug._quantization import drop_no_op_casts
@@ -50,11 +58,15 @@ from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quant
 from edgeplug._report import (
     STAND_IN_KEY, CpuNode, GraphNode, LoweringReport, StageTiming, StandIn, annotate_graph, graph_of,
 )
-from edgeplug._shape_env import kept_shape_envs
+from edgeplug._registry import plugin_location
 from edgeplug._result import LoweringResult
+from edgeplug._shape_env import kept_shape_envs
 from edgeplug._stages import export_stage_passes, fuse
 from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
-from edgeplug._weights import lowered_modules_released
+from edgeplug._weights import (
+    check_external_weights, external_constants, lowered_modules_released, serialized_size, shared_weights_in_preprocess,
+    spilled_weights, tag_external,
+)
 
 Progress = Callable[[str], None]
 
@@ -152,9 +164,6 @@ def _copy_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _export(job: Lowering) -> None:
-    import io
-    import sys
-
     job.reference = run_eager(eager_model(job.source), job.inputs)
     model = _copy_model(job.source)
     args, kwargs = copy.deepcopy((job.inputs.args, job.inputs.kwargs))
@@ -173,8 +182,6 @@ def _refuse_random_verification(job: Lowering) -> None:
     verification would compare two draws, so it is refused with the fix, before any more work."""
     if not job.verify or job.dry_run:
         return
-    from edgeplug._failures import train_mode_dropout
-
     found = train_mode_dropout(job.ep)
     if found is not None:
         raise EdgeplugError(
@@ -247,7 +254,6 @@ def _export_passes(job: Lowering) -> None:
 def _edge_stage(job: Lowering) -> Any:
     """The pass executorch runs between to_edge and partitioning: constant folding, the backend's
     edge passes, fusion, then the backend's pre-partition passes (the core's rewrites it chose)."""
-    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 
     def constant_fold(ep: ExportedProgram) -> PassResult:
         return PassResult(ep, tuple(fold_constant_subgraphs(ep, budget=job.backend.spec.constant_fold_budget)))
@@ -295,16 +301,11 @@ def _edge_stage(job: Lowering) -> Any:
 def make_partitioner(backend: Backend, dry_run: bool = False) -> Any:
     """The backend's partitioner for one lowering; a factory that raises is a LoweringError naming the plugin
     (the CLI calls this before any work, so such a backend fails in a second, not after export)."""
-    from edgeplug._partition import CorePartitioner
-
     try:
         return CorePartitioner(backend, dry_run=dry_run)
     except EdgeplugError:
         raise
     except Exception as exc:
-        from edgeplug._failures import first_line, root_cause
-        from edgeplug._registry import plugin_location
-
         b = backend
         raise LoweringError(
             f"the partitioner factory (BackendSpec.partitioner) of backend {b.name!r}, from "
@@ -314,11 +315,6 @@ def make_partitioner(backend: Backend, dry_run: bool = False) -> Any:
 
 
 def _to_edge(job: Lowering) -> None:
-    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-    from executorch.exir.pass_manager import ExportedProgramPassManager
-
-    from edgeplug._weights import shared_weights_in_preprocess, spilled_weights, tag_external
-
     b = job.backend
     job.partitioner = make_partitioner(b, dry_run=job.dry_run)
     if job.external_weights:
@@ -342,15 +338,14 @@ def _to_edge(job: Lowering) -> None:
 
 
 def _serialize(job: Lowering) -> None:
-    from edgeplug._weights import serialized_size, spilled_weights
-
     ep = job.edge.exported_program()
     # executorch's in-place index_put_ takes values of the indexed shape only (cache[:, :, pos] = k drops k's
     # leading 1s): they get them back, or, where a write's values broadcast, every write stays functional
     in_place, records = values_at_indexed_shape(ep)
     job.report.transforms.extend(records)
     if any(n.op == "call_function" and "quantized_decomposed" in str(n.target) for n in ep.graph.nodes):
-        # a quantize/dequantize left on the CPU needs its out variant, which this import registers
+        # a quantize/dequantize left on the CPU needs its out variant, which this import registers: the
+        # kernel library loads (seconds) only for a program that has one
         import executorch.kernels.quantized  # noqa: F401
     with spilled_weights(job.external_weights):
         program = job.edge.to_executorch(_executorch_config(ep, job.external_weights, in_place=in_place))
@@ -452,8 +447,6 @@ def _describe(job: Lowering) -> LoweringReport:
 def _stand_in(job: Lowering) -> Optional[StandIn]:
     """What the lowered program's delegates hold when it is not a compiled program: edgeplug's dry run, or
     a backend's stand-in preprocess (``STAND_IN_KEY`` in what its preprocess returned as delegate info)."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
-
     lowered = [m for _name, m, _node in get_lowered_submodules(job.edge.exported_program().graph_module)]
     if job.dry_run:
         return StandIn(
@@ -482,12 +475,6 @@ def _undone(fusions: list[FusionRecord], undone: Mapping[str, str]) -> list[Fusi
         )}) if r.anchor in undone and r.outcome != "rejected" else r
         for r in fusions
     ]
-
-
-def _stage_memory() -> Any:
-    from edgeplug._memory import StageMemory
-
-    return StageMemory()
 
 
 def lower(
@@ -547,6 +534,28 @@ def lower(
         model_or_ep = model_or_ep.program
     given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
     b = backend if isinstance(backend, Backend) else get_backend(backend)
+    _refuse_before_work(b, verify=verify, verify_steps=verify_steps, dry_run=dry_run, external_weights=external_weights)
+    job = Lowering(
+        source=model_or_ep,
+        inputs=given,
+        dynamic_shapes=dynamic_shapes,
+        backend=b,
+        clock=StageClock(b.name, progress or (lambda msg: None), StageMemory() if profile_memory else None),
+        external_weights=external_weights,
+        keep_stand_in=keep_stand_in,
+        dry_run=dry_run,
+        verify=verify,
+        verify_steps=verify_steps,
+        tolerance=check_tolerance(tolerance),
+        label=model_name or type(model_or_ep).__name__,
+        quantization=quantization,
+    )
+    _run_stages(job)
+    return job.result
+
+
+def _refuse_before_work(b: Backend, *, verify: bool, verify_steps: Optional[int], dry_run: bool, external_weights: bool) -> None:
+    """``lower``'s options that cannot work with this backend or with each other, refused before any work."""
     if verify_steps is not None and not verify:
         raise EdgeplugError(
             f"verify_steps={verify_steps!r} is a mode of verification: pass verify=True as well (--verify); nothing was done"
@@ -558,35 +567,21 @@ def lower(
     if not dry_run:
         b.require_available()
     if external_weights:
-        from edgeplug._weights import check_external_weights
-
         check_external_weights(b)
-    job = Lowering(
-        source=model_or_ep,
-        inputs=given,
-        dynamic_shapes=dynamic_shapes,
-        backend=b,
-        clock=StageClock(b.name, progress or (lambda msg: None), _stage_memory() if profile_memory else None),
-        external_weights=external_weights,
-        keep_stand_in=keep_stand_in,
-        dry_run=dry_run,
-        verify=verify,
-        verify_steps=verify_steps,
-        tolerance=check_tolerance(tolerance),
-        label=model_name or type(model_or_ep).__name__,
-        quantization=quantization,
-    )
+
+
+def _run_stages(job: Lowering) -> None:
+    """Every stage that applies, in order, then the report's timings and quantization."""
     # no grad: lowering never needs it, and grad mode must not change the program; the caller's
     # program keeps its ShapeEnv as it was (a second lowering of it must still trace)
-    with torch.no_grad(), kept_shape_envs(model_or_ep), lowered_modules_released():
+    with torch.no_grad(), kept_shape_envs(job.source), lowered_modules_released():
         for stage in STAGES:
             if stage.applies(job):
                 _run_stage(job, stage)
-    if verify and dry_run:
+    if job.verify and job.dry_run:
         job.report.notes.append("verification skipped: a dry run produces no program to run")
     job.report.stages = job.clock.timings
-    describe_quantization(job.report, job.quantization, is_quantized(job.source), b)  # scheme, norms, quantize timings
-    return job.result
+    describe_quantization(job.report, job.quantization, is_quantized(job.source), job.backend)  # scheme, norms, quantize timings
 
 
 # -- verification -----------------------------------------------------------------------
@@ -628,10 +623,6 @@ def _executorch_config(ep: ExportedProgram, external_weights: bool = False, in_p
     )
     if not fuse and not external_weights and not reinplace:
         return None
-    from executorch.exir import ExecutorchBackendConfig
-
-    from edgeplug._weights import external_constants
-
     return ExecutorchBackendConfig(
         do_quant_fusion_and_const_prop=fuse, external_constants=external_constants if external_weights else False,
         run_reinplace_pass=reinplace,
