@@ -67,7 +67,8 @@ GLSLANG_SRC ?= $(HOME)/src/glslang
 vulkan-runtime: setup
 	PYTHON=$(BIN)/python tools/vulkan-runtime/build.sh $(ET_SRC) $(if $(wildcard $(GLSLANG_SRC)),--glslang $(GLSLANG_SRC))
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  plugins/vulkan/tests/test_real_runtime.py plugins/vulkan/tests/test_runtime_gaps.py plugins/vulkan/tests/test_backend.py
+	  plugins/vulkan/tests/test_real_runtime.py plugins/vulkan/tests/test_runtime_gaps.py \
+	  plugins/vulkan/tests/test_real_runtime_quantized.py plugins/vulkan/tests/test_backend.py
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/vulkan_runtime.py --json out/vulkan-runtime.json
 
 clean:
