@@ -7,6 +7,7 @@ import math
 import operator
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
@@ -321,8 +322,6 @@ class StandIn(BaseModel):
 
 def stand_in_path(path: Any) -> Any:
     """``x.pte`` -> ``x.stand-in.pte``: the only name a program with stand-in delegates is written under."""
-    from pathlib import Path
-
     p = Path(path)
     if p.name.endswith(".stand-in.pte"):
         return p
@@ -386,83 +385,88 @@ class LoweringReport(Partitioning):
         return json.dumps(data, indent=indent, allow_nan=False)
 
     def to_table(self) -> str:
-        lines: list[str] = []
-        add = lines.append
+        lines = [*self._heading_lines(), *self._partition_lines(), *self._cpu_lines(), ""]
+        if self.quantization is not None:
+            lines += [*self.quantization.table_lines(), ""]
+        lines += _fusion_lines(self.fusions)
+        if self.transforms:
+            lines += ["", *_transform_lines(self.transforms)]
+        if self.verification is not None:
+            lines += ["", *_verification_lines(self.verification)]
+        lines.append("")
+        if self.output_path:
+            what = "the stand-in program " if self.stand_in is not None else ""
+            lines.append(f"wrote {what}{self.output_path} ({self.output_bytes:,} bytes)")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def _heading_lines(self) -> list[str]:
+        """The title (what was lowered for which backend, and whether it runs), then the stage timings."""
         mode = " (dry run: nothing serialized)" if self.dry_run else ""
         if self.stand_in is not None and self.stand_in.kind == "backend":
             mode = " (stand-in delegates: this program does not run)"
-        add(f"edgeplug lowering report: {self.model} -> {self.backend} [{self.distribution}]{mode}")
-        add("")
-        add("stages")
+        lines = [f"edgeplug lowering report: {self.model} -> {self.backend} [{self.distribution}]{mode}", "", "stages"]
         width = max([24, *(len(s.stage) for s in self.stages)])
         for s in self.stages:
             peak = f" {s.peak_rss_mib:9.0f} MiB peak" if s.peak_rss_mib is not None else ""
-            add(f"  {s.stage:<{width}} {s.seconds:8.2f} s{peak}")
-        add(f"  {'total':<{width}} {sum(s.seconds for s in self.stages):8.2f} s")
-        add("")
+            lines.append(f"  {s.stage:<{width}} {s.seconds:8.2f} s{peak}")
+        lines += [f"  {'total':<{width}} {sum(s.seconds for s in self.stages):8.2f} s", ""]
+        return lines
+
+    def _partition_lines(self) -> list[str]:
         verb = "would delegate" if self.dry_run else "delegated"
-        add(f"partitions: {len(self.partitions)} ({verb} {self.delegated_nodes} nodes)")
+        lines = [f"partitions: {len(self.partitions)} ({verb} {self.delegated_nodes} nodes)"]
         for p in self.partitions:
             top = ", ".join(f"{k} x{v}" for k, v in sorted(p.ops.items(), key=lambda kv: -kv[1])[:6])
             more = "" if len(p.ops) <= 6 else f", ... ({len(p.ops)} op kinds)"
-            add(f"  {p.tag:<20} {p.backend_id:<16} {p.nodes:4d} nodes: {top}{more}")
-        add("")
-        add(f"left on CPU (graph breaks): {self.cpu_node_count} nodes")
+            lines.append(f"  {p.tag:<20} {p.backend_id:<16} {p.nodes:4d} nodes: {top}{more}")
+        return [*lines, ""]
+
+    def _cpu_lines(self) -> list[str]:
+        """What stayed on the CPU and why, the stock flow's counts beside it, and keep-whole ops that went wrong."""
+        lines = [f"left on CPU (graph breaks): {self.cpu_node_count} nodes"]
         for op, n in sorted(self.cpu_ops.items(), key=lambda kv: (-kv[1], kv[0])):
             reasons = sorted({c.reason for c in self.cpu_nodes if c.op == op})
-            add(f"  {op:<40} x{n:<4} {'; '.join(reasons)}")
+            lines.append(f"  {op:<40} x{n:<4} {'; '.join(reasons)}")
         if self.stock is not None:
             st = self.stock
-            if st.error:
-                add(f"stock executorch: {st.error}")
-            else:
-                add(
-                    f"stock executorch ({st.flow}): {len(st.partitions)} partitions, {st.delegated_nodes} nodes "
-                    f"delegated, {st.cpu_node_count} on CPU"
-                )
-        if self.kept_whole_on_cpu:
-            add(f"kept whole but left on CPU: {len(self.kept_whole_on_cpu)} nodes")
-            for c in self.kept_whole_on_cpu:
-                add(f"  {c.op:<40} {c.node}: {c.reason}")
-        if self.decomposed_instead:
-            add(f"decomposed instead of kept whole: {len(self.decomposed_instead)} nodes")
-            for c in self.decomposed_instead:
-                add(f"  {c.op:<40} {c.node}: {c.reason}")
-        add("")
-        if self.quantization is not None:
-            lines.extend(self.quantization.table_lines())
-            add("")
-        outcomes = Counter(f.outcome for f in self.fusions)
-        summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
-        add(f"fusions: {len(self.fusions)}" + (f" ({summary})" if summary else ""))
-        for f in self.fusions:
-            extra = f": {f.reason}" if f.reason else ""
-            eps = f" eps={f.eps:g}" if f.eps is not None else ""
-            weight = f" weight={f.weight}" if f.weight else ""
-            add(f"  {f.pattern:<9} {f.anchor:<28} {f.outcome}{eps}{weight}{extra}")
-        if self.transforms:
-            add("")
-            lines.extend(_transform_lines(self.transforms))
-        if self.verification is not None:
-            v = self.verification
-            add("")
-            where = f" on {v.adapter}" if v.adapter else ""
-            add(f"verification ({v.method}{where}): max |difference| vs eager = {v.max_abs_diff:.3e}")
-            for o in v.outputs:
-                tol = f" (tolerance {o.tolerance:.3e}, {o.tolerance_reason})" if o.tolerance is not None else ""
-                verdict = f" FAILED: {'; '.join(o.problems)}" if o.problems else ""
-                add(f"  {o.label} {tuple(o.shape)}: {o.max_abs_diff:.3e}{tol}{verdict}")
-            if v.note:
-                add(f"  note: {v.note}")
-            if v.greedy is not None:
-                add(f"  {v.greedy.summary()}")
-        add("")
-        if self.output_path:
-            what = "the stand-in program " if self.stand_in is not None else ""
-            add(f"wrote {what}{self.output_path} ({self.output_bytes:,} bytes)")
-        for n in self.notes:
-            add(f"note: {n}")
-        return "\n".join(lines)
+            lines.append(
+                f"stock executorch: {st.error}" if st.error else
+                f"stock executorch ({st.flow}): {len(st.partitions)} partitions, {st.delegated_nodes} nodes "
+                f"delegated, {st.cpu_node_count} on CPU"
+            )
+        for title, nodes in (("kept whole but left on CPU", self.kept_whole_on_cpu),
+                             ("decomposed instead of kept whole", self.decomposed_instead)):
+            if nodes:
+                lines.append(f"{title}: {len(nodes)} nodes")
+                lines += [f"  {c.op:<40} {c.node}: {c.reason}" for c in nodes]
+        return lines
+
+
+def _fusion_lines(fusions: list[FusionRecord]) -> list[str]:
+    outcomes = Counter(f.outcome for f in fusions)
+    summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+    lines = [f"fusions: {len(fusions)}" + (f" ({summary})" if summary else "")]
+    for f in fusions:
+        extra = f": {f.reason}" if f.reason else ""
+        eps = f" eps={f.eps:g}" if f.eps is not None else ""
+        weight = f" weight={f.weight}" if f.weight else ""
+        lines.append(f"  {f.pattern:<9} {f.anchor:<28} {f.outcome}{eps}{weight}{extra}")
+    return lines
+
+
+def _verification_lines(v: Verification) -> list[str]:
+    where = f" on {v.adapter}" if v.adapter else ""
+    lines = [f"verification ({v.method}{where}): max |difference| vs eager = {v.max_abs_diff:.3e}"]
+    for o in v.outputs:
+        tol = f" (tolerance {o.tolerance:.3e}, {o.tolerance_reason})" if o.tolerance is not None else ""
+        verdict = f" FAILED: {'; '.join(o.problems)}" if o.problems else ""
+        lines.append(f"  {o.label} {tuple(o.shape)}: {o.max_abs_diff:.3e}{tol}{verdict}")
+    if v.note:
+        lines.append(f"  note: {v.note}")
+    if v.greedy is not None:
+        lines.append(f"  {v.greedy.summary()}")
+    return lines
 
 
 def _module_path(node: Any) -> str:
@@ -491,7 +495,7 @@ def _shape_and_dtype(val: Any) -> tuple[str, str]:
 def graph_nodes(gm: Any, user_inputs: Optional[set[str]] = None) -> list[GraphNode]:
     """The nodes of an fx graph as the page draws them: ``getitem`` nodes are folded into the node
     they read, placeholders are ``input`` (a user input) or ``weight`` (parameters, buffers, constants)."""
-    from edgeplug._partition import op_name
+    from edgeplug._partition import op_name  # torch and executorch: the CLI reads reports without them
 
     alias: dict[str, str] = {}
     out: list[GraphNode] = []
@@ -582,7 +586,7 @@ def graph_of(ep: Any) -> list[GraphNode]:
 def lowered_partitions(gm: Any) -> dict[str, str]:
     """Node name -> the lowered module holding it (the report's partition tag), read from the
     lowered graph's delegates as the report's partition counts are."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
+    from executorch.exir.lowered_backend_module import get_lowered_submodules  # executorch: as op_name above
 
     where: dict[str, str] = {}
     for name, lowered, _node in get_lowered_submodules(gm):
