@@ -31,6 +31,7 @@ def gpu_device(adapter: Optional[str] = None) -> GpuDevice:
     global _cache
     with _cache_made:
         if _cache is None:
+            # numpy and torch (via _runtime.device): paid on the first device, not by whoever imports the façade
             from edgeplug._runtime.device import DeviceCache
 
             _cache = DeviceCache()

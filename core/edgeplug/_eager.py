@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -103,8 +104,6 @@ def _reference_module(ep: ExportedProgram) -> torch.nn.Module:
 
 def raised_in_user_code(exc: BaseException) -> Optional[Any]:
     """The innermost traceback frame of ``exc`` outside torch and edgeplug (the model's code), or None."""
-    import traceback
-
     skip = (os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.path.abspath(__file__)))
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else None

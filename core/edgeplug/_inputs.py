@@ -17,7 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from edgeplug._errors import EdgeplugError
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import TensorArgument
+
+from edgeplug._errors import EdgeplugError, VerificationError
 
 #: leaf types torch.export takes as inputs besides tensors (specialized into the program)
 _SCALARS = (bool, int, float, str)
@@ -39,8 +44,6 @@ class ExampleInputs:
 
 
 def _short(value: Any) -> str:
-    import torch
-
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).replace("torch.", "")
         return f"Tensor({', '.join(str(d) for d in value.shape)}; {dtype})"
@@ -65,8 +68,6 @@ def example_inputs(args: Any, kwargs: Any, *, where: str = "edgeplug.lower") -> 
     Raises ``EdgeplugError`` naming what was given for anything else; ``where``
     starts each message (the call, or the model file that returned the inputs).
     """
-    import torch
-
     if isinstance(args, torch.Tensor):
         args = (args,)  # one input, never a sequence of its rows
     elif isinstance(args, list):
@@ -94,9 +95,6 @@ def example_inputs(args: Any, kwargs: Any, *, where: str = "edgeplug.lower") -> 
 
 
 def _check_leaves(args: tuple, kwargs: dict, where: str) -> None:
-    import torch
-    import torch.utils._pytree as pytree
-
     for label, tree in (("args", args), ("kwargs", kwargs)):
         for path, leaf in pytree.tree_flatten_with_path(tree)[0]:
             if leaf is None or isinstance(leaf, (torch.Tensor, *_SCALARS)):
@@ -111,8 +109,6 @@ def _check_leaves(args: tuple, kwargs: dict, where: str) -> None:
 
 def check_against_program(ep: Any, given: ExampleInputs, *, where: str = "edgeplug.lower") -> None:
     """Refuse inputs whose structure is not the one ``ep`` (an ExportedProgram) was exported with."""
-    import torch.utils._pytree as pytree
-
     in_spec = ep.call_spec.in_spec
     if in_spec is None:
         return
@@ -147,9 +143,6 @@ def _path_words(keystr: str) -> str:
 
 def _program_inputs(ep: Any, in_spec: Any) -> Optional[ExampleInputs]:
     """What ``ep`` takes, as example inputs of its structure (its fake tensors and constants as leaves)."""
-    import torch.utils._pytree as pytree
-    from torch.export.graph_signature import TensorArgument
-
     specs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     if len(specs) != in_spec.num_leaves:
         return None
@@ -166,9 +159,6 @@ def _check_tensor_types(ep: Any, given: ExampleInputs, in_spec: Any, where: str)
     """Refuse a tensor input whose dtype, rank or static size is not the one ``ep`` was exported with: the
     structure alone passes an int32 ``input_pos`` where the program takes int64, which executorch's
     runtime then refuses without saying which input (``0x12``, InvalidArgument)."""
-    import torch
-    import torch.utils._pytree as pytree
-
     names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     leaves = pytree.tree_flatten_with_path(_ordered(given, in_spec))[0]
     if len(names) != len(leaves):
@@ -200,8 +190,6 @@ def _check_tensor_types(ep: Any, given: ExampleInputs, in_spec: Any, where: str)
 def inputs_for(source: Any, args: Any, kwargs: Any, dynamic_shapes: Any, *, where: str) -> ExampleInputs:
     """``example_inputs`` for ``source`` (a module or an ExportedProgram), checked before any work:
     against the program's in-spec, and ``dynamic_shapes`` (passed to torch.export) only for a module."""
-    from torch.export import ExportedProgram
-
     given = example_inputs(args, kwargs, where=where)
     if isinstance(source, ExportedProgram):
         if dynamic_shapes is not None:
@@ -235,14 +223,10 @@ def _ordered(given: ExampleInputs, in_spec: Any) -> tuple:
 def runtime_inputs(ep: Any, given: ExampleInputs) -> list[Any]:
     """The flat inputs a lowered ``ep`` takes at runtime: every leaf of ``(args, kwargs)`` in its in-spec's
     order, ``None`` and scalars included (the ``.pte``'s method has an input for each)."""
-    import torch.utils._pytree as pytree
-
     in_spec = ep.call_spec.in_spec
     tree = _ordered(given, in_spec) if in_spec is not None else (given.args, given.kwargs)
     leaves, spec = pytree.tree_flatten(tree)
     if in_spec is not None and spec != in_spec:
-        from edgeplug._errors import VerificationError
-
         raise VerificationError(
             f"the inputs ({given.describe()}) do not have the structure the program takes ({_signature(in_spec)})"
         )
@@ -263,9 +247,6 @@ def decode_inputs(ep: Any, given: ExampleInputs, count: int, *, sizes_from: Any 
     the program as exported, whose ranges to_edge may have narrowed. Returns
     ``[]`` when the program's inputs cannot be matched to the example's.
     """
-    import torch
-    import torch.utils._pytree as pytree
-
     in_spec = ep.call_spec.in_spec
     leaves = runtime_inputs(ep, given)
     names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
@@ -284,8 +265,6 @@ def decode_inputs(ep: Any, given: ExampleInputs, count: int, *, sizes_from: Any 
 
 def _step_sizes(val: Any, ranges: Any) -> dict[int, int]:
     """Dynamic dimension -> its size in a decode step (the smallest it may take, at least 1)."""
-    import torch
-
     out: dict[int, int] = {}
     for d, size in enumerate(getattr(val, "shape", ())):
         if isinstance(size, torch.SymInt):
@@ -299,8 +278,6 @@ def _step_sizes(val: Any, ranges: Any) -> dict[int, int]:
 
 
 def _step_input(x: Any, dims: dict[int, int], k: int) -> Any:
-    import torch
-
     if x.dim() == 1 and not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool and x.numel():
         if x.numel() == 1 or bool((x.diff() == 1).all()):  # positions: continue after the last one
             n = dims.get(0, x.numel())

@@ -8,19 +8,17 @@ from collections import Counter
 from typing import Any, Optional
 
 import torch
+from executorch.exir.lowered_backend_module import get_lowered_submodules
 from torch.export import ExportedProgram
 
 from edgeplug._backend import Backend
+from edgeplug._graph.ops import op_name
+from edgeplug._partition.standin import STAND_IN_ID
 from edgeplug._report import CpuNode, PartitionSummary, lowered_partitions
 
 def count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) -> tuple[list[PartitionSummary], Counter]:
     """Partitions and delegated ops read from the lowered graph (a dry run's stand-in delegates
     are named ``backend_id``, the backend they stand in for)."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
-
-    from edgeplug._partition import op_name
-    from edgeplug._partition.standin import STAND_IN_ID
-
     parts: list[PartitionSummary] = []
     total: Counter = Counter()
     for name, lowered, _node in get_lowered_submodules(edge_ep.graph_module):
@@ -36,8 +34,6 @@ def count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) 
 
 def cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, tagged: set[str] = frozenset()) -> list[CpuNode]:
     """The graph's ops left to executorch's CPU kernels, each with its reason (``default`` where none was recorded)."""
-    from edgeplug._partition import op_name
-
     out = []
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target is operator.getitem:

@@ -17,6 +17,8 @@ import re
 import threading
 from typing import Optional
 
+from edgeplug._errors import EdgeplugError
+
 #: how often the fallback sampler reads the resident size
 SAMPLE_SECONDS = 0.005
 
@@ -70,8 +72,6 @@ class StageMemory:
 
     def __init__(self) -> None:
         if rss_mib() is None:
-            from edgeplug._errors import EdgeplugError
-
             raise EdgeplugError(
                 "profiling memory needs Linux's /proc/self/status (the resident set size), which this system "
                 "does not have; lower without profile_memory (--profile-memory)"

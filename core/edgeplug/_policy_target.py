@@ -102,7 +102,7 @@ def resolve_target(policy: FusionPolicy, dialect: Optional[str] = None) -> Fused
     op = _overload(policy)
     weight_optional = _check_schema(policy, op)
     if dialect == "EDGE":
-        from executorch.exir.dialects._ops import ops as exir_ops
+        from executorch.exir.dialects._ops import ops as exir_ops  # executorch: seconds; the CLI loads this module
 
         ns, name = op._schema.name.split("::")
         op = getattr(getattr(exir_ops.edge, ns), name).default

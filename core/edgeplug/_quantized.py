@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
 
 from edgeplug._records import FusionRecord, TransformRecord
 from edgeplug._report import QuantizationSummary, StageTiming
@@ -79,8 +81,6 @@ class QuantizedModel(torch.nn.Module):
 
 
 def _graph_module(model: Any) -> Any:
-    from torch.export import ExportedProgram
-
     if isinstance(model, QuantizedModel):
         return model.program
     return model.graph_module if isinstance(model, ExportedProgram) else model
@@ -104,9 +104,6 @@ def _is_quant_op(target: str) -> bool:
 
 def output_steps(model: Any) -> list[Optional[float]]:
     """Per output of ``model``'s graph: the scale of the dequantize that produces it, or None."""
-    import torch
-    import torch.utils._pytree as pytree
-
     gm = _graph_module(model)
     graph = getattr(gm, "graph", None)
     if graph is None:

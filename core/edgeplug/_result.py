@@ -13,8 +13,10 @@ from torch.export import ExportedProgram
 from edgeplug._eager import Reference
 from edgeplug._errors import EdgeplugError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
+from edgeplug._outputs import check_output_paths, write_files
 from edgeplug._quantized import QuantizationInfo
 from edgeplug._report import LoweringReport, stand_in_path
+from edgeplug._weights import check_saved_whole, check_weights_target, data_files
 
 
 @dataclass
@@ -52,8 +54,6 @@ class LoweringResult:
     @property
     def data_buffer(self) -> Optional[bytes]:
         """The weights' data file (``.ptd``) of a lowering with external weights, else None."""
-        from edgeplug._weights import data_files
-
         files = data_files(self.program) if self.program is not None else {}
         return bytes(next(iter(files.values()))) if files else None
 
@@ -71,15 +71,12 @@ class LoweringResult:
         ``STEM.stand-in.pte`` beside ``path`` (the path returned), never under
         a name a runnable program would have.
         """
-        from edgeplug._outputs import check_output_paths, write_files
-
         v = self.report.verification
         if v is not None and not v.passed and not force:
             raise VerificationError(
                 f"not saving {os.fspath(path)}: verification failed ({' | '.join(v.failures())}); "
                 "the runtime would compute something else. Fix the lowering, or pass force=True to write it anyway"
             )
-        from edgeplug._weights import check_saved_whole, check_weights_target, data_files
 
         held = self.report.stand_in
         if self.program is None:

@@ -34,11 +34,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
+import stat
+import tempfile
+from pathlib import Path
 from typing import Any, Iterator
 
+from executorch.exir._serialize._cord import FileBackedData
+from executorch.exir._serialize._named_data_store import NamedDataStore
+from executorch.exir.backend import backend_api, backend_details
+from executorch.exir.backend.utils import is_same_node
+from executorch.exir.emit._emitter import _Emitter
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 
-from edgeplug._errors import EdgeplugError
+from edgeplug._errors import EdgeplugError, OutputPathError
+from edgeplug._outputs import is_stream
 
 #: the named-data tag (and executorch's data file name) the weights go under
 DATA_TAG = "weights"
@@ -74,8 +86,6 @@ def external_constants(node: Any) -> str:
 @contextlib.contextmanager
 def shared_weights_in_preprocess() -> Iterator[None]:
     """Inside: executorch's ``to_backend`` deep-copies a partition's program without copying its weights."""
-    from executorch.exir.backend import backend_api, backend_details
-
     # backend_details: BackendDetails.copy_exported_program_for_preprocess (every partition's copy is made
     # before the first preprocess runs); backend_api: to_backend of one program
     modules = (backend_api, backend_details)
@@ -114,13 +124,8 @@ _spilled_type: Any = None
 def _spill(data: bytes) -> Any:
     """``data`` written to a temporary file at once; what stands in for it (executorch's ``FileBackedData``,
     which serializers stream from the file) removes the file when it is released."""
-    import os
-    import tempfile
-
     global _spilled_type
     if _spilled_type is None:
-        from executorch.exir._serialize._cord import FileBackedData
-
         class SpilledWeight(FileBackedData):
             """A weight's bytes in a temporary file; never copied (the file does not change)."""
 
@@ -154,9 +159,6 @@ def spilled_weights(external: bool = False) -> Iterator[None]:
     when the program holding it is released. Temporary files go where ``tempfile`` puts them (``TMPDIR``);
     on a memory-backed file system they still take memory, outside this process's resident set.
     """
-    from executorch.exir._serialize._named_data_store import NamedDataStore
-    from executorch.exir.emit._emitter import _Emitter
-
     original_add = NamedDataStore.add_named_data
     original_save = _Emitter._save_new_const_tensor
 
@@ -194,9 +196,6 @@ def lowered_modules_released() -> Iterator[None]:
     try:
         yield
     finally:
-        from executorch.exir.lowered_backend_module import LoweredBackendModule
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         def holds_delegate(key: Any) -> bool:
             return any(
                 isinstance(v, LoweredBackendModule)
@@ -208,8 +207,6 @@ def lowered_modules_released() -> Iterator[None]:
             del FakeTensorMode.cache[key]
         # executorch's node comparison caches every pair of nodes it saw (an unbounded lru_cache), and a node
         # holds its graph module: the lowered program, delegates included
-        from executorch.exir.backend.utils import is_same_node
-
         is_same_node.cache_clear()
 
 
@@ -242,8 +239,6 @@ def serialized_size(program: Any) -> int:
 
 def ptd_path(pte: Any) -> Any:
     """Where the weights of ``pte`` go: ``model.pte`` -> ``model.ptd``."""
-    from pathlib import Path
-
     return Path(pte).with_suffix(".ptd")
 
 
@@ -276,12 +271,6 @@ def check_weights_target(pte: Any) -> Any:
 
     Replacing a ``.pte`` and the ``.ptd`` beside it replaces the pair, as replacing a ``.pte`` does.
     """
-    import os
-    import stat
-
-    from edgeplug._errors import OutputPathError
-    from edgeplug._outputs import is_stream
-
     if is_stream(pte):
         raise OutputPathError(
             f"cannot write {os.fspath(pte)} with external weights: a program with external weights is two "
