@@ -13,6 +13,7 @@ executorch partitioning of the same model and counts the differences.
 from __future__ import annotations
 
 import copy
+import html
 import json
 import operator
 import os
@@ -20,9 +21,17 @@ from collections import Counter
 from importlib import resources
 from typing import Any, Sequence
 
+from pydantic import ValidationError
+
+from edgeplug import __version__
+from edgeplug._errors import EdgeplugError
+from edgeplug._failures import first_line
+from edgeplug._outputs import write_file
 from edgeplug._report import (
-    CpuNode, LoweringReport, PartitionSummary, StockPartitioning, annotate_graph, graph_of, lowered_partitions,
+    REPORT_FORMAT, CpuNode, LoweringReport, PartitionSummary, StockPartitioning, annotate_graph, graph_of,
+    lowered_partitions,
 )
+from edgeplug._shape_env import kept_shape_envs
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -78,8 +87,6 @@ def _inline_json(text: str) -> str:
 
 def render_html(report: LoweringReport) -> str:
     """The report as one HTML page with every script, style and datum inline (no network)."""
-    import html
-
     return _PAGE.format(
         title=html.escape(f"edgeplug: {report.model} -> {report.backend}"),
         css=_asset("_report_page", "report.css"),
@@ -91,8 +98,6 @@ def render_html(report: LoweringReport) -> str:
 
 def write_report(path: str | os.PathLike, report: LoweringReport) -> None:
     """Write ``report`` to ``path`` atomically: HTML for a ``.html``/``.htm`` path, JSON otherwise."""
-    from edgeplug._outputs import write_file
-
     write_file(path, render_html(report) if is_html(path) else report.to_json())
 
 
@@ -106,12 +111,6 @@ def load_report(path: str | os.PathLike) -> LoweringReport:
     What is not such a report (not JSON, JSON of another shape, a report of a newer format than
     this edgeplug reads) is refused with one line naming the file and what to give instead.
     """
-    from pydantic import ValidationError
-
-    from edgeplug import __version__
-    from edgeplug._errors import EdgeplugError
-    from edgeplug._report import REPORT_FORMAT
-
     name = os.fspath(path)
     give = "give the file `edgeplug lower --report X.json` wrote"
     try:
@@ -155,16 +154,9 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
     A backend whose partitioner is not executorch's has no stock flow; a stock flow
     that fails is described, not raised: ``StockPartitioning.error`` says which.
     """
-    import torch
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
-    from executorch.exir.pass_manager import ExportedProgramPassManager
-
+    # the plugin manager (pluggy): only for a stock comparison, which a report read back never needs
     from edgeplug._backend import Backend
     from edgeplug._plugins import get_backend
-    from edgeplug._failures import first_line
-    from edgeplug._partition import op_name
-    from edgeplug._lowered import count_delegated
 
     b = backend if isinstance(backend, Backend) else get_backend(backend)
     inner = b.make_partitioner()
@@ -174,6 +166,21 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
         return StockPartitioning(
             flow=flow, error=f"backend {b.name!r} partitions with {cls}, not an executorch partitioner: there is no stock flow to compare with"
         )
+    try:
+        edge_ep, seen = _stock_lowering(model_or_ep, example_inputs, inner)
+    except Exception as exc:
+        return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")
+    return _stock_record(flow, edge_ep, seen, f"not delegated by {type(inner).__name__} (the stock flow records no reason)")
+
+
+def _stock_lowering(model_or_ep: Any, example_inputs: Sequence[Any], partitioner: Any) -> tuple[Any, list]:
+    """The stock flow on a copy of the model: its lowered edge program, and the graph its partitioner was given."""
+    # torch and executorch: the CLI starts, and reads reports, without them
+    import torch
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+    from executorch.exir.pass_manager import ExportedProgramPassManager
+
     seen: list = []
 
     class _Snapshot(ExportedProgramPassBase):  # changes nothing: records the graph the partitioner gets
@@ -181,25 +188,27 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
             seen[:] = graph_of(exported_program)
             return ExportedProgramPassResult(exported_program, False)
 
-    try:
-        if isinstance(model_or_ep, torch.export.ExportedProgram):
-            ep = copy.deepcopy(model_or_ep)
-        else:
-            model = copy.deepcopy(model_or_ep)
-            for p in model.parameters():
-                p.requires_grad_(False)
-            with torch.no_grad():
-                ep = torch.export.export(model, copy.deepcopy(tuple(example_inputs)))
-        from edgeplug._shape_env import kept_shape_envs
+    if isinstance(model_or_ep, torch.export.ExportedProgram):
+        ep = copy.deepcopy(model_or_ep)
+    else:
+        model = copy.deepcopy(model_or_ep)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        with torch.no_grad():
+            ep = torch.export.export(model, copy.deepcopy(tuple(example_inputs)))
+    with kept_shape_envs(model_or_ep):  # stock's trace leaves symbols pending in the caller's ShapeEnv
+        edge = to_edge_transform_and_lower(ep, transform_passes=ExportedProgramPassManager([_Snapshot()]), partitioner=[partitioner])
+    return edge.exported_program(), seen
 
-        with kept_shape_envs(model_or_ep):  # stock's trace leaves symbols pending in the caller's ShapeEnv
-            edge = to_edge_transform_and_lower(ep, transform_passes=ExportedProgramPassManager([_Snapshot()]), partitioner=[inner])
-        edge_ep = edge.exported_program()
-    except Exception as exc:
-        return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")
+
+def _stock_record(flow: str, edge_ep: Any, seen: list, why: str) -> StockPartitioning:
+    """The stock flow's partitioning of ``edge_ep``: its partitions, and each node left on the CPU (``why``)."""
+    # torch and executorch: as in _stock_lowering
+    from edgeplug._lowered import count_delegated
+    from edgeplug._partition import op_name
+
     parts, delegated = count_delegated(edge_ep)
     gm = edge_ep.graph_module
-    why = f"not delegated by {type(inner).__name__} (the stock flow records no reason)"
     cpu_nodes = [
         CpuNode(node=n.name, op=op_name(n.target), reason=why) for n in gm.graph.nodes
         if n.op == "call_function" and n.target is not operator.getitem and "executorch_call_delegate" not in str(n.target)
