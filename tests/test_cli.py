@@ -382,6 +382,32 @@ def test_failed_write_leaves_no_partial_file_and_does_not_clobber(cli, tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == ["mlp.pte"]
 
 
+@pytest.mark.parametrize(
+    "stdout, code, stderr",
+    [("closed pipe", 141, ""), ("/dev/full", 74, "edgeplug: output failed: No space left on device\n")],
+)
+def test_a_pte_written_to_a_stdout_that_fails_ends_with_the_streams_code(tmp_path, stdout, code, stderr):
+    """`lower -o -` into a closed pipe or a full device is the environment's failure, as for any command:
+    its exit code and at most one line, not "unexpected NameError: this is a bug in edgeplug"."""
+    import edgeplug_fixture_backends
+
+    if stdout == "closed pipe":
+        read, target = os.pipe()
+        os.close(read)
+    else:
+        target = os.open("/dev/full", os.O_WRONLY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPLUG_")}
+    env["EDGEPLUG_REGISTER_PLUGINS"] = "edgeplug_fixture_backends"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(edgeplug_fixture_backends.__file__).parent), env.get("PYTHONPATH")]))
+    try:
+        p = subprocess.run([sys.executable, "-m", "edgeplug._cli", "lower", "mlp", "-b", BACKEND, "-q", "-o", "-"],
+                           stdout=target, stderr=subprocess.PIPE, timeout=300, cwd=tmp_path, env=env)
+    finally:
+        os.close(target)
+    assert (p.returncode, p.stderr.decode()) == (code, stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_output_path_that_is_a_directory_is_refused_cleanly(cli, tmp_path, fixture_backends):
     target = tmp_path / "out"
     target.mkdir()

@@ -8,19 +8,28 @@ nowhere else in edgeplug.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import errno
+import logging
 import os
+import signal
 import sys
+import threading
+import traceback
+import warnings
 from typing import Optional, Sequence
 
-from edgeplug._cli.common import DEBUG_ENV, err
+from edgeplug._api import PluginApiDeprecationWarning
+from edgeplug._cli.common import DEBUG_ENV, STREAM_ERRORS, err
 from edgeplug._cli.quiet import silence_at_exit
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
 from edgeplug._errors import EdgeplugError
-from edgeplug._failures import first_line, root_cause
+from edgeplug._failures import first_line, root_cause, user_frame
+from edgeplug._registry import PluginWarning
 from edgeplug._scaffold import DEFAULT_PARTITIONER, KNOWN_PARTITIONERS
+from edgeplug._user_code import _location, left_running
 from edgeplug._zoo._cli import add_arguments as add_zoo_arguments  # argparse only: no torch
 from edgeplug._zoo._cli import command as zoo_command
 
@@ -36,6 +45,31 @@ class _LowerHelp(argparse.HelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgeplug", description="Lower PyTorch models to ExecuTorch backends through plugins.")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_listings(sub)
+    _add_report(sub)
+    lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte", formatter_class=_LowerHelp)
+    _add_lower_target(lo)
+    _add_lower_verification(lo)
+    _add_lower_outputs(lo)
+    _add_lower_quantization(lo)
+    _add_lower_views(lo)
+    lo.add_argument(
+        "--calibration-batches", metavar="N", type=positive_int_arg, default=None,
+        help="read at most N calibration batches (default: 100); the report counts them and says when there were more",
+    )
+    lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
+    lo.add_argument("--debug", action="store_true", help=f"on an error, print its traceback too (or set {DEBUG_ENV}=1)")
+    lo.set_defaults(fn=cmd_lower)
+
+    zo = sub.add_parser("zoo", help="lower a model set x backends x schemes, each cell in its own process (local or Ray)")
+    add_zoo_arguments(zo)
+    zo.set_defaults(fn=cmd_zoo)
+    return p
+
+
+def _add_listings(sub: argparse._SubParsersAction) -> None:
+    """``backends``, ``plugins``, ``new-backend`` and ``examples``: what is installed, and a new plugin."""
     b = sub.add_parser("backends", help="list installed backends")
     b.add_argument("--adapter", action="store_true", help="name the wgpu adapter even if no backend verifies with kernels")
     b.add_argument("--no-adapter", action="store_true", help="do not look for a wgpu adapter")
@@ -60,12 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     nb.set_defaults(fn=cmd_new_backend)
     e = sub.add_parser("examples", help="list built-in example models")
     e.set_defaults(fn=cmd_examples)
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
     rp = sub.add_parser("report", help="show a saved JSON report, or turn it into an HTML page or Model Explorer files")
     rp.add_argument("report", help="a JSON report `edgeplug lower --report X.json` wrote")
     rp.add_argument("--html", metavar="OUT.html", help="write the report as one self-contained HTML page here")
     rp.add_argument("--explore", metavar="DIR", help="write the graph and its overlays for Model Explorer into DIR")
     rp.set_defaults(fn=cmd_report)
-    lo = sub.add_parser("lower", help="lower a model for a backend and write a .pte", formatter_class=_LowerHelp)
+
+
+def _add_lower_target(lo: argparse.ArgumentParser) -> None:
+    """What to lower, for which backend, and where the .pte and the report go."""
     lo.add_argument(
         "model",
         help="a built-in example name, or FILE.py:ATTR: FILE.py is executed (as `python FILE.py` would, "
@@ -78,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
         "a FIFO or device is written in place; nothing but a regular file is ever replaced, never an input",
     )
     lo.add_argument("--report", help="also write the report as JSON here (a file, FOLDER/, or -)")
+
+
+def _add_lower_verification(lo: argparse.ArgumentParser) -> None:
+    """--verify and what it accepts."""
     lo.add_argument("--verify", action="store_true", help="run the lowered program and compare with eager")
     lo.add_argument(
         "--tolerance", type=tolerance_arg, default=None,
@@ -91,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
         "quantized model where quantized); fails naming the first step that differs and eager's logit "
         "margin there, unless it is a near-tie",
     )
+
+
+def _add_lower_outputs(lo: argparse.ArgumentParser) -> None:
+    """What is written and measured: dry runs, stand-in programs, external weights, memory."""
     lo.add_argument("--dry-run", action="store_true", help="partition and report; write no .pte")
     lo.add_argument(
         "--write-stand-in", action="store_true",
@@ -105,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument(
         "--profile-memory", action="store_true", help="each stage's peak resident memory in the stage table (Linux)"
     )
+
+
+def _add_lower_quantization(lo: argparse.ArgumentParser) -> None:
+    """--quantize and its calibration data (--calibration-batches is listed after the views)."""
     lo.add_argument(
         "--quantize", metavar="SCHEME",
         help="quantize with the backend's own PT2E quantizer first ({schemes}); --verify then compares with "
@@ -115,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="calibration inputs for --quantize: ATTR is a list of input tuples, or a callable returning one "
         "(default: the example inputs)",
     )
+
+
+def _add_lower_views(lo: argparse.ArgumentParser) -> None:
+    """The stock flow beside the report, and Model Explorer's files."""
     lo.add_argument(
         "--compare-stock", action="store_true",
         help="also lower with the backend's own executorch partitioner alone and add its partitioning to the "
@@ -125,19 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the graph with partition, CPU and fusion overlays for Google's Model Explorer into DIR "
         "(needs edgeplug[explorer]); a --report ending in .html is a self-contained page instead of JSON",
     )
-    lo.add_argument(
-        "--calibration-batches", metavar="N", type=positive_int_arg, default=None,
-        help="read at most N calibration batches (default: 100); the report counts them and says when there were more",
-    )
-    lo.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    lo.add_argument("-v", "--verbose", action="store_true", help="keep the warnings and logs of torch/executorch")
-    lo.add_argument("--debug", action="store_true", help=f"on an error, print its traceback too (or set {DEBUG_ENV}=1)")
-    lo.set_defaults(fn=cmd_lower)
-
-    zo = sub.add_parser("zoo", help="lower a model set x backends x schemes, each cell in its own process (local or Ray)")
-    add_zoo_arguments(zo)
-    zo.set_defaults(fn=cmd_zoo)
-    return p
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
@@ -146,16 +189,13 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
 def _quiet_dependencies() -> None:
     """Keep torch/torchao/executorch chatter (deprecations, optional .so loads) off the terminal."""
-    import logging
-    import warnings
-
     for category in (FutureWarning, DeprecationWarning, UserWarning):
         warnings.filterwarnings("ignore", category=category)
-    from edgeplug._api import PluginApiDeprecationWarning
-
     # not a library's chatter: a plugin's old spelling, named with its new one, for its author to see
     warnings.filterwarnings("default", category=PluginApiDeprecationWarning)
-    import torch  # noqa: F401  (torch configures its loggers on import; adjust after)
+    # torch: here, not at the top, as `edgeplug --help` and `edgeplug plugins` start without it; it
+    # configures its loggers on import, so they are adjusted after
+    import torch  # noqa: F401
 
     for name in ("torchao", "torch", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -178,10 +218,6 @@ def _plugin_problems_as_lines() -> None:
     """A plugin problem (a broken ``EDGEPLUG_REGISTER_PLUGINS`` entry, a plugin that fails to import) is one
     ``edgeplug: warning:`` line on every command, ``-v`` or not: it is edgeplug's own message, naming the
     variable or plugin and the fix, not a library's chatter (``_quiet_dependencies`` drops UserWarnings)."""
-    import warnings
-
-    from edgeplug._registry import PluginWarning
-
     warnings.filterwarnings("default", category=PluginWarning)  # first in the list: before the ignores
     if getattr(warnings.showwarning, "edgeplug_lines", False):
         return
@@ -195,10 +231,6 @@ def _plugin_problems_as_lines() -> None:
 
     show.edgeplug_lines = True
     warnings.showwarning = show
-
-
-#: errors writing to stdout/stderr that are the environment's, and the exit code each ends with
-_STREAM_ERRORS = {errno.EPIPE: 141, errno.ENOSPC: 74, errno.EIO: 74, errno.EDQUOT: 74, errno.EFBIG: 74}
 
 
 def _stream_failed(exc: OSError) -> int:
@@ -220,7 +252,7 @@ def _stream_failed(exc: OSError) -> int:
                 pass
     finally:
         os.close(devnull)
-    return _STREAM_ERRORS[exc.errno]
+    return STREAM_ERRORS[exc.errno]
 
 
 class Terminated(BaseException):
@@ -236,9 +268,6 @@ def _debugging(args: argparse.Namespace) -> bool:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    import signal
-    import threading
-
     args = build_parser().parse_args(argv)
     if not getattr(args, "verbose", False):
         _quiet_dependencies()
@@ -255,8 +284,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _run(args: argparse.Namespace, previous: object) -> int:
-    import signal
-
     try:
         return args.fn(args)
     except EdgeplugError as exc:
@@ -269,14 +296,11 @@ def _run(args: argparse.Namespace, previous: object) -> int:
         _fail(args, exc, "terminated (SIGTERM); nothing was written")
         return 143
     except OSError as exc:
-        if exc.errno not in _STREAM_ERRORS:  # any other is not the terminal's: say so as below
+        if exc.errno not in STREAM_ERRORS:  # any other is not the terminal's: say so as below
             _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
             return 2
         return _stream_failed(exc)
     except SystemExit as exc:  # argparse exits before this try: this one came from the model's (or a plugin's) code
-        from edgeplug._failures import user_frame
-        from edgeplug._user_code import _location
-
         frame = user_frame(exc)
         where = f" at {_location(*frame)}" if frame else ""
         _fail(args, exc, f"the model's code called sys.exit({exc.code!r}){where} while edgeplug was lowering it; nothing was written")
@@ -292,12 +316,8 @@ def _run(args: argparse.Namespace, previous: object) -> int:
 def _end_without_waiting(code: int) -> None:
     """The command is done: a thread the model's code left running (said when it was found) does not keep
     the process alive. Exit handlers run, streams are flushed, then the process ends with ``code``."""
-    from edgeplug._user_code import left_running
-
     if not left_running():
         return
-    import atexit
-
     for s in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             s.flush()
@@ -307,8 +327,6 @@ def _end_without_waiting(code: int) -> None:
 
 def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
     if _debugging(args):
-        import traceback
-
         printed = getattr(exc, "model_output", "")
         if printed:  # what the model file printed while -v was off
             print(f"the model file printed, while edgeplug held it off the terminal:\n{printed.rstrip()}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgeplug import examples
-from edgeplug._cli.common import err
+from edgeplug._cli.common import STREAM_ERRORS, err
 from edgeplug._cli.quiet import native_output_hidden
 from edgeplug._errors import EdgeplugError
 from edgeplug._explorer import _model_explorer, explorer_command, write_explorer
@@ -26,8 +27,6 @@ from edgeplug._user_code import Effects
 
 
 def tolerance_arg(text: str) -> float:
-    import math
-
     try:
         value = float(text)
     except ValueError:
@@ -85,12 +84,13 @@ def _is_stdout(path: object) -> bool:
 def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     """What can be refused before a minute is spent on export: the SDK, the flags, every output path."""
     if args.verify and not args.dry_run:
+        # torch (_verify, and _pipeline and _weights below): loaded only once a lowering is asked for
         from edgeplug._verify import refuse_verify_without_runtime
 
         refuse_verify_without_runtime(backend)
     if not args.dry_run:
         backend.require_available()
-    from edgeplug._pipeline import make_partitioner
+    from edgeplug._pipeline import make_partitioner  # torch, executorch: as _verify above
 
     make_partitioner(backend, dry_run=args.dry_run)  # a factory that raises (a missing SDK module) fails here
     if args.calibration and not args.quantize:
@@ -111,7 +111,7 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     if args.write_stand_in:  # where a program with stand-in delegates would go (a dry run's, or a backend's)
         targets["the stand-in .pte"] = stand_in_path(out)
     if args.external_weights and not args.dry_run:  # the .ptd beside the .pte: both, or neither (save checks again)
-        from edgeplug._weights import check_external_weights, check_weights_target
+        from edgeplug._weights import check_external_weights, check_weights_target  # torch: as _verify above
 
         check_external_weights(backend)
         targets["the weights (.ptd)"] = check_weights_target(out)
@@ -136,7 +136,7 @@ def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: 
         else:
             result.save(out, report=args.report)
     except OSError as exc:
-        if _is_stdout(exc.filename) and exc.errno in _STREAM_ERRORS:
+        if _is_stdout(exc.filename) and exc.errno in STREAM_ERRORS:
             raise  # stdout is the environment's: main() ends quietly with the error's own code
         raise EdgeplugError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was written") from exc
 
@@ -213,55 +213,82 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    from edgeplug._pipeline import lower  # torch, executorch: only when lowering
-
     if args.verify_steps is not None:  # a mode of --verify: it implies it
         args.verify = True
-    start = time.perf_counter()
-
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"{time.perf_counter() - start:7.1f}s {msg}", file=sys.stderr, flush=True)
-
+    progress = _progress_printer(args.quiet)
     backend = get_backend(args.backend)
     with contextlib.nullcontext() if args.verbose else native_output_hidden():  # a partitioner factory may print
         out = _check_before_work(args, backend)
     _check_views(args)
     # without -v, what native libraries print (a vendor SDK's log, executorch's C++ log) stays off the terminal
-    hidden = contextlib.nullcontext() if args.verbose else native_output_hidden()
-    with hidden:
-        effects = Effects()
-        try:
-            model, inputs, kwargs, label = examples.load_model(
-                args.model, progress=progress, effects=effects, hold_output=not args.verbose
-            )
-        finally:
-            _say_effects(effects, progress)
-        if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
-            limit = args.calibration_batches
-            calibration = load_calibration(args.calibration, limit) if args.calibration else None
-            model = quantize(
-                model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
-                calibration_batches=limit,
-            )
-        result = lower(
-            model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
-            progress=progress, tolerance=args.tolerance, verify_steps=args.verify_steps, external_weights=args.external_weights,
-            profile_memory=args.profile_memory, keep_stand_in=args.write_stand_in,
-        )
-        report, v = result.report, result.report.verification
-        if args.compare_stock:
-            _compare_stock(report, model, inputs, backend, progress)
+    with contextlib.nullcontext() if args.verbose else native_output_hidden():
+        result = _load_and_lower(args, backend, progress)
+    report, v = result.report, result.report.verification
     failed = v is not None and not v.passed
-    held = report.stand_in
-    if held is not None and held.kind == "backend" and not args.write_stand_in:
-        report.notes.append(_not_written(out))
-    elif args.dry_run and args.output and not args.write_stand_in:
-        report.notes.append(f"--dry-run: {out} was not written")
-    elif failed:
-        report.notes.append(f"verification failed: {out} was not written")
+    report.notes.extend(_unwritten_notes(args, report, out, failed))
     _write_outputs(args, result, out, failed)
     _write_views(args, report)
+    _say_what_was_written(args, report, out)
+    if failed:
+        err(f"verification failed: {' | '.join(v.failures())}; no .pte was written")
+        return 3
+    return 0
+
+
+def _progress_printer(quiet: bool):
+    """``progress(msg)``: one line on stderr, with the seconds since the command started (none with -q)."""
+    start = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        if not quiet:
+            print(f"{time.perf_counter() - start:7.1f}s {msg}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def _load_and_lower(args: argparse.Namespace, backend: object, progress) -> object:
+    """The model file run, the model quantized (--quantize) and lowered, and the stock flow beside it (--compare-stock)."""
+    from edgeplug._pipeline import lower  # torch, executorch: only when lowering
+
+    effects = Effects()
+    try:
+        model, inputs, kwargs, label = examples.load_model(
+            args.model, progress=progress, effects=effects, hold_output=not args.verbose
+        )
+    finally:
+        _say_effects(effects, progress)
+    if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
+        limit = args.calibration_batches
+        calibration = load_calibration(args.calibration, limit) if args.calibration else None
+        model = quantize(
+            model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
+            calibration_batches=limit,
+        )
+    result = lower(
+        model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
+        progress=progress, tolerance=args.tolerance, verify_steps=args.verify_steps, external_weights=args.external_weights,
+        profile_memory=args.profile_memory, keep_stand_in=args.write_stand_in,
+    )
+    if args.compare_stock:
+        _compare_stock(result.report, model, inputs, backend, progress)
+    return result
+
+
+def _unwritten_notes(args: argparse.Namespace, report: object, out: object, failed: bool) -> list[str]:
+    """The note that says why the .pte was not written, where it was not."""
+    held = report.stand_in
+    if held is not None and held.kind == "backend" and not args.write_stand_in:
+        return [_not_written(out)]
+    if args.dry_run and args.output and not args.write_stand_in:
+        return [f"--dry-run: {out} was not written"]
+    if failed:
+        return [f"verification failed: {out} was not written"]
+    return []
+
+
+def _say_what_was_written(args: argparse.Namespace, report: object, out: object) -> None:
+    """The not-runnable line for stand-in delegates, then the table and where the report went."""
+    held = report.stand_in
     if held is not None and (held.kind == "backend" or args.write_stand_in):
         # the one line that says what this lowering is, wherever the table goes
         done = f"wrote it as {held.written}" if held.written else _not_written(out)
@@ -271,10 +298,6 @@ def cmd_lower(args: argparse.Namespace) -> int:
     print(report.to_table(), file=table_to)
     if args.report:
         print(f"wrote report {args.report}", file=table_to)
-    if failed:
-        err(f"verification failed: {' | '.join(v.failures())}; no .pte was written")
-        return 3
-    return 0
 
 
 def installed_schemes() -> str:

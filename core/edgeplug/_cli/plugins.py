@@ -6,10 +6,14 @@ The CLI is where the process's default plugin manager is read (``edgeplug._plugi
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import sys
 
 from edgeplug._backend import INSTALL_HINT
 from edgeplug._cli.common import err
+from edgeplug._devices import gpu_device
 from edgeplug._plugins import get_backend, manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
 from edgeplug._scaffold import write
@@ -35,8 +39,6 @@ def cmd_backends(args: argparse.Namespace) -> int:
     kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
     if specs and (args.adapter or (kernels and not args.no_adapter)):
         try:
-            from edgeplug._devices import gpu_device
-
             print(f"\nwgpu adapter: {gpu_device().describe()}")
         except Exception as exc:  # runtime is optional here
             print(f"\nwgpu adapter: none ({exc})")
@@ -55,7 +57,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
     """For each backend that has a runtime of its own (``BackendSpec.device_runtime``): whether it is
     built here, so the user knows what ``--verify`` will run."""
-    from edgeplug._verify.runners import find_device_runtime
+    from edgeplug._verify.runners import find_device_runtime  # torch: `edgeplug backends` starts without it
 
     for name in sorted(specs):
         if specs[name][1].device_runtime is None:
@@ -73,9 +75,6 @@ PROBE_SECONDS = 30.0
 
 def probe_partitioner(backend: object, seconds: float = PROBE_SECONDS) -> str:
     """Build the backend's partitioner once: '' if it builds, else why not (its error, or a timeout)."""
-    import contextlib
-    import io
-
     factory = backend.spec.partitioner
     try:  # what the SDK prints while it imports is noise here: the row says what matters
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -107,8 +106,6 @@ def _print_plugin_trouble(m: PluginManager) -> None:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     """Each plugin: distribution, version, entry point, status, and what it adds to which backend."""
-    import json
-
     found = summaries(manager())
     if args.json:
         print(json.dumps([

@@ -13,7 +13,9 @@ the libraries print while the process ends (an SDK's destructors).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import io
 import os
 import sys
@@ -23,8 +25,6 @@ from typing import Iterator, Optional, TextIO
 
 def _flush_c_streams() -> None:
     """Flush C's stdio buffers (what a library printf-ed and C has not written yet)."""
-    import ctypes
-
     try:
         ctypes.CDLL(None).fflush(None)
     except (OSError, AttributeError):
@@ -101,8 +101,6 @@ def _read(hidden: object, originals: dict, saved: dict) -> str:
 def silence_at_exit() -> None:
     """From the last exit handler on, descriptors 1 and 2 go nowhere: what libraries print while the
     process ends (their destructors) stays off the terminal. For the console command only."""
-    import atexit
-
     def silence() -> None:
         for s in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
