@@ -47,6 +47,7 @@ Importing edgeplug is cheap: torch, executorch and the plugins load on first use
 
 from __future__ import annotations
 
+from importlib import import_module as _import_module
 from typing import Any
 
 from edgeplug._errors import (
@@ -104,10 +105,8 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(mod), attr)
+        value = getattr(_import_module(mod), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'edgeplug' has no attribute {name!r}")

@@ -32,6 +32,7 @@ import types
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
 from typing import Any, Iterator, Literal, Optional
 
@@ -308,9 +309,7 @@ def required_api(distribution: str) -> Optional[int]:
     it admits; else the oldest newer one (API n is edgeplug 0.n)."""
     if not distribution or distribution.startswith("<"):
         return None
-    try:
-        from importlib.metadata import PackageNotFoundError, requires
-
+    try:  # packaging: `import edgeplug` loads this module, and only a plugin's requirement needs it
         from packaging.requirements import Requirement
         from packaging.version import Version
     except ImportError:  # pragma: no cover

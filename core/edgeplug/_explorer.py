@@ -17,10 +17,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from pathlib import Path
 
 from edgeplug._errors import EdgeplugError
+from edgeplug._outputs import write_files
 from edgeplug._report import LoweringReport
 
 INSTALL_HINT = "pip install 'edgeplug[explorer]' (Google's ai-edge-model-explorer)"
@@ -30,7 +33,7 @@ OVERLAYS = ("partition.json", "cpu.json", "fusion.json")
 
 
 def _model_explorer():
-    try:
+    try:  # an optional dependency: Model Explorer's package, for --explore
         from model_explorer import graph_builder, node_data_builder
     except ImportError as exc:
         raise EdgeplugError(f"--explore needs Model Explorer's Python package, which is not installed ({exc}): {INSTALL_HINT}") from exc
@@ -39,11 +42,6 @@ def _model_explorer():
 
 def write_explorer(report: LoweringReport, out_dir: str | os.PathLike) -> list[Path]:
     """Write the graph and its overlays into ``out_dir`` (created if missing); return the paths written."""
-    import dataclasses
-    import json
-
-    from edgeplug._outputs import write_files
-
     gb, nd = _model_explorer()
     if not report.graph:
         raise EdgeplugError("this report holds no graph (it was written before edgeplug recorded one): lower the model again")

@@ -11,14 +11,16 @@ exception stays chained as ``__cause__`` for ``--debug``.
 from __future__ import annotations
 
 import inspect
+import linecache
 import os
 import re
 import sys
+import sysconfig
 import traceback
 from types import FrameType, TracebackType
 from typing import Any, Iterator, Optional
 
-from edgeplug._errors import EdgeplugError, LoweringError
+from edgeplug._errors import BackendUnavailableError, EdgeplugError, LoweringError
 
 #: top-level packages that are never "the plugin at fault"
 _LIBRARIES = {"edgeplug", "torch", "executorch", "torchao", "pydantic", "pluggy", "functools", "contextlib", "importlib"}
@@ -201,8 +203,6 @@ def created_op_refused(exc: BaseException, created: Optional[dict[str, str]]) ->
 
 
 def _library_roots() -> tuple[str, ...]:
-    import sysconfig
-
     roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in sysconfig.get_paths()}
     for mod in ("torch", "executorch", "edgeplug", "torchao"):
         m = sys.modules.get(mod)
@@ -238,7 +238,6 @@ def user_frame(exc: BaseException) -> Optional[tuple[str, int, str]]:
 def _where(frame: Optional[tuple[str, int, str]]) -> str:
     if frame is None:
         return ""
-    import linecache
 
     file, line, func = frame
     text = linecache.getline(file, line).strip()
@@ -267,7 +266,7 @@ def _class_location(dotted: str) -> str:
 
 def _node_line(exc: BaseException) -> str:
     """The model's source line of the graph node a failing check was looking at, from its stack trace."""
-    import torch.fx
+    import torch.fx  # torch: the CLI's startup imports this module
 
     for frame in _frames(exc):
         node = frame.f_locals.get("node")
@@ -392,8 +391,6 @@ def name_the_plugin(exc: BaseException, backend: Any) -> BaseException:
 
     A ``BackendUnavailableError`` is left as it is: a plugin raising it says the environment is at fault
     (an SDK present that cannot make its device), and its message names what to do."""
-    from edgeplug._errors import BackendUnavailableError
-
     if isinstance(exc, BackendUnavailableError):
         exc.at_fault = "the environment"
         return exc

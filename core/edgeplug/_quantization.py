@@ -26,11 +26,19 @@ and its verification.
 
 from __future__ import annotations
 
+import copy
+import difflib
+import itertools
+import linecache
+import re as _re
 import time
+import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from edgeplug._errors import EdgeplugError, QuantizationError
+from edgeplug._plugins import backends, get_backend, manager
 from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
+from edgeplug.examples import import_user_file
 
 if TYPE_CHECKING:  # the module stays light (the CLI imports it): torch loads with quantize's first call
     from edgeplug._quantized import QuantizedModel
@@ -46,23 +54,17 @@ def _backend_name(backend: Any) -> str:
 
 
 def _contributions(backend: str) -> list[tuple[Any, QuantScheme]]:
-    from edgeplug._plugins import manager
-
     return [(info, rec) for info, rec in manager().contributions("edgeplug_quantizers", backend)]
 
 
 def schemes(backend: Any) -> list[QuantScheme]:
     """The quantization schemes ``backend`` (a name or ``Backend``) offers, in plugin order."""
-    from edgeplug._plugins import get_backend
-
     name = get_backend(backend).name if isinstance(backend, str) else _backend_name(backend)
     return [rec for _, rec in _contributions(name)]
 
 
 def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
     """The record of ``scheme`` for ``backend``; a clear error naming the backend's schemes when there is none."""
-    from edgeplug._plugins import backends, get_backend
-
     b = get_backend(backend) if isinstance(backend, str) else backend
     found = _contributions(b.name)
     key = scheme.strip().lower()
@@ -76,8 +78,6 @@ def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
     # two records of one scheme name make the plugin manager refuse the backend (get_backend raised above)
     matches = [(info, rec) for info, rec in found if rec.scheme == key]
     if not matches:
-        import difflib
-
         names = [rec.scheme for _, rec in found]
         close = difflib.get_close_matches(key, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -90,8 +90,6 @@ def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
 
 def make_quantizer(backend: Any, scheme: str) -> Any:
     """A fresh torchao ``Quantizer`` for ``scheme`` of ``backend`` (never reaches the network)."""
-    from edgeplug._plugins import get_backend
-
     b = get_backend(backend) if isinstance(backend, str) else backend
     rec = quant_scheme(b, scheme)
     try:
@@ -115,6 +113,7 @@ def recompose_norms(ep: Any, backend: Any) -> tuple[Any, list[FusionRecord]]:
     constant, so the quantizer annotates one op per norm. ``ep`` is left as it
     was; a backend without an rms_norm policy gets ``ep`` back.
     """
+    # torch: loaded when quantizing; the CLI's startup imports this module
     from edgeplug._fusion import fuse_program
 
     return fuse_program(ep, backend.fusion_policy("rms_norm"))
@@ -133,6 +132,7 @@ def drop_no_op_casts(ep: Any) -> tuple[Any, list[TransformRecord]]:
     were left unannotated, and XNNPACK's partitioner took ``dequantize -> slice`` into the delegate
     with a float output, which XNNPACK refuses at load ("Failed to create static slice node").
     """
+    # torch: loaded when quantizing; the CLI's startup imports this module
     import torch
 
     from edgeplug._fusion import copy_program
@@ -202,11 +202,11 @@ def quantize(
     generator that never ends is cut there); the report counts them and says
     when the data had more. The caller's model is not changed.
     """
+    # torch, torchao: loaded when quantizing; the CLI's startup imports this module
     import torch
     from torch.export import ExportedProgram
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from edgeplug._plugins import get_backend
     from edgeplug._inputs import inputs_for
     from edgeplug._quantized import QuantizationInfo, QuantizedModel
     from edgeplug._stages import transform
@@ -259,6 +259,7 @@ def _norm_math_in_float(ep: Any, quantizer: Any) -> tuple[Any, list[str]]:
     0.999). Those nodes are marked annotated with nothing to observe, so they compute in float
     between the quantized input and the weight multiply, which the quantizer still annotates.
     """
+    # torch, torchao: loaded when quantizing; the CLI's startup imports this module
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
 
     from edgeplug._graph import analyze_constants
@@ -300,6 +301,7 @@ def _recompose(ep: Any, backend: Any) -> tuple[Any, list[TransformRecord], list[
 
 def _check_source_transform(model: Any, rec: QuantScheme, backend: Any, calibration: Any) -> None:
     """Before any work: a source transform needs the module itself and takes no calibration data."""
+    # torch: loaded when quantizing; the CLI's startup imports this module
     from torch.export import ExportedProgram
 
     if isinstance(model, ExportedProgram):
@@ -322,8 +324,7 @@ def _source_transform(
     """The exported program of a deep copy of ``model`` quantized with torchao's ``quantize_`` and the
     scheme's config; the backend's export passes applied. ``model`` is left as it was. A layer whose
     width the scheme's group size does not divide stays float, named in ``info.kept_float``."""
-    import copy
-
+    # torch, torchao: loaded when quantizing; the CLI's startup imports this module
     import torch
     from torchao.quantization import quantize_
 
@@ -355,6 +356,7 @@ def _drop_padding_idx_of_dequantized_embeddings(ep: Any) -> list[TransformRecord
     the two-argument form only, so with a padding index (Gemma, Phi-3 and OLMo2 declare one) the
     dequantize was left on the CPU, where no kernel runs it ("Missing out variants").
     """
+    # torch: loaded when quantizing; the CLI's startup imports this module
     import torch
 
     from edgeplug._graph.ops import op_name
@@ -395,6 +397,7 @@ def _whole_groups(config: Any, filter_fn: Any, kept_float: list[str]) -> Any:
     group = _group_size(config)
     if group is None:
         return filter_fn
+    # torch, torchao: loaded when quantizing; the CLI's startup imports this module
     from torchao.quantization.quant_api import _is_linear
 
     chosen = filter_fn or _is_linear
@@ -438,6 +441,7 @@ def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRe
     chain and calibration fails ("tensors used as indices must be long ..."). ``ep`` is left as it
     was; every fold (and every refusal, with why) is a record in the quantization report.
     """
+    # torch: loaded when quantizing; the CLI's startup imports this module
     from edgeplug._fusion import copy_program
     from edgeplug._graph.fold import fold_constant_subgraphs
 
@@ -451,6 +455,7 @@ def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRe
 
 def _refuse_second_quantization(model: Any) -> None:
     """A model ``quantize`` made, or one holding quantize/dequantize ops, is not quantized again."""
+    # torch: loaded when quantizing; the CLI's startup imports this module
     from edgeplug._quantized import QuantizedModel, is_quantized
 
     if not is_quantized(model):
@@ -497,10 +502,6 @@ class _QuantizeStages:
 def _graph_node_that_raised(exc: BaseException) -> str:
     """`` at node 'index' (torch.ops.aten.index.Tensor(...), from model.py:12)``: the innermost line of an
     fx-generated forward in ``exc``'s traceback, and the model line its node came from; "" if none."""
-    import linecache
-    import re as _re
-    import traceback
-
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<eval_with_key>")]
     if not frames:
         return ""
@@ -527,6 +528,7 @@ def _graph_node_that_raised(exc: BaseException) -> str:
 
 
 def _calibrate(prepared: Any, calibration: Any, given: Any, info: Any) -> None:
+    # torch: loaded when quantizing; the CLI's startup imports this module
     import torch
 
     with torch.no_grad():
@@ -545,6 +547,7 @@ def _calibrate(prepared: Any, calibration: Any, given: Any, info: Any) -> None:
 
 
 def _float_outputs(model: Any, given: Any) -> list[Any]:
+    # torch: loaded when quantizing; the CLI's startup imports this module
     from torch.export import ExportedProgram
 
     from edgeplug._eager import EagerModel
@@ -573,12 +576,9 @@ def load_calibration(spec: str, limit: int = DEFAULT_CALIBRATION_BATCHES) -> lis
     At most ``limit`` + 1 are read (one more than the cap, so ``quantize`` can
     say the data had more): a generator that never ends is cut.
     """
-    import itertools
-
     limit = check_calibration_batches(limit)
     if ":" not in spec:
         raise QuantizationError(f"--calibration {spec!r}: expected FILE.py:ATTR")
-    from edgeplug.examples import import_user_file
 
     module, attr, path_s = import_user_file(spec, "calibration file", error=QuantizationError)
     try:

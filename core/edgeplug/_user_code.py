@@ -19,13 +19,18 @@ messages that name the model's line.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import os
 import sys
 import tempfile
+import textwrap
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
+
+from edgeplug._failures import _is_user_file
 
 
 @dataclass
@@ -50,8 +55,6 @@ def _location(file: str, line: int, func: str) -> str:
 
 def where_in_user_code(frame: Any = None) -> str:
     """``model.py:12, in make`` for the innermost frame of the caller's stack in the user's own files ('')."""
-    from edgeplug._failures import _is_user_file
-
     f = frame if frame is not None else sys._getframe(1)
     while f is not None:
         code = f.f_code
@@ -64,10 +67,6 @@ def where_in_user_code(frame: Any = None) -> str:
 def returned_at(fn: Any) -> str:
     """``model.py:14`` for the function ``fn``'s return statement (its only one; else where it is defined),
     '' where it has no source file."""
-    import ast
-    import inspect
-    import textwrap
-
     code = getattr(fn, "__code__", None)
     if code is None:
         return ""
@@ -87,8 +86,6 @@ def returned_at(fn: Any) -> str:
 
 def _own_nodes(fn_node: Any) -> Iterator[Any]:
     """The nodes of a function's body, not those of functions or classes defined inside it."""
-    import ast
-
     stack = list(ast.iter_child_nodes(fn_node))
     while stack:
         node = stack.pop()

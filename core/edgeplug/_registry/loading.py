@@ -7,10 +7,14 @@ whole and the others load.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import os
+import signal
 import threading
 import traceback
+from importlib.metadata import distribution, entry_points
 from pathlib import Path
 from typing import Any, Optional
 
@@ -62,8 +66,6 @@ def _own_paths(info: PluginInfo, plugin: object = None) -> tuple[set[str], tuple
     dirs: list[str] = []
     if not info.registered:
         try:
-            from importlib.metadata import distribution
-
             for f in distribution(info.distribution).files or ():
                 if str(f).endswith(".py"):
                     files.add(str(Path(f.locate()).resolve()))
@@ -71,8 +73,6 @@ def _own_paths(info: PluginInfo, plugin: object = None) -> tuple[set[str], tuple
             pass
     tops = {t for t in (_package(info), _package(info, plugin) if plugin is not None else None) if t}
     for top in tops:
-        import importlib.util
-
         try:
             spec = importlib.util.find_spec(top)
         except Exception:  # a broken parent package: nothing to add
@@ -221,8 +221,6 @@ class time_limit:
         self.seconds, self.what, self.armed, self.previous = seconds, what, False, None
 
     def __enter__(self) -> "time_limit":
-        import signal
-
         if (
             self.seconds <= 0
             or not hasattr(signal, "setitimer")
@@ -244,18 +242,12 @@ class time_limit:
 
     def __exit__(self, *exc: Any) -> None:
         if self.armed:
-            import signal
-
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous if self.previous is not None else signal.SIG_DFL)
 
 
 
 def _entry_points() -> list[Any]:
-    try:
-        from importlib.metadata import entry_points
-    except ImportError:  # pragma: no cover
-        from importlib_metadata import entry_points  # type: ignore
     return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
 
 
@@ -353,8 +345,6 @@ def import_named(info: PluginInfo) -> object:
     """The module (or its ``OBJECT``) an ``ENV_REGISTER`` entry names; ``NamedNotFound`` saying what to fix.
 
     An error raised by the module's own code propagates as it is (it is located in that code)."""
-    import importlib
-
     module_name, colon, attr = info.name.partition(":")
     if not all(p.isidentifier() for p in module_name.split(".")) or (
         colon and not all(p.isidentifier() for p in attr.split("."))

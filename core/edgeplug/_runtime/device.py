@@ -93,7 +93,7 @@ class GpuDevice:
     """One wgpu device with the adapter's full limits, plus pipeline and constant caches."""
 
     def __init__(self, adapter: Any) -> None:
-        import wgpu
+        import wgpu  # an optional dependency (edgeplug[gpu])
 
         self._wgpu = wgpu
         self.adapter = adapter
@@ -344,7 +344,7 @@ def open_device(adapter: Optional[str] = None) -> GpuDevice:
     matching, disabled with ``none``, or the device failing to open).
     """
     wanted = os.environ.get(ADAPTER_ENV) if adapter is None else adapter
-    try:
+    try:  # an optional dependency (edgeplug[gpu]): its absence is a clear NoAdapterError
         import wgpu
     except ImportError as exc:
         raise NoAdapterError(f"wgpu is not installed ({exc}); pip install wgpu") from exc

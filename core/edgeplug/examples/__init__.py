@@ -9,38 +9,25 @@ seeded; nothing is downloaded.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeplug._errors import EdgeplugError
+from edgeplug._failures import user_frame
+from edgeplug._models import EXAMPLE_NAMES, MODELS
+from edgeplug._user_code import Effects, contained, returned_at
 
 ExampleFn = Callable[[], tuple[Any, tuple[Any, ...]]]
 
 
-def _llama() -> tuple[Any, tuple[Any, ...]]:
-    from edgeplug.examples.llama import tiny_llama
-
-    return tiny_llama()
-
-
-def _gemma_norm() -> tuple[Any, tuple[Any, ...]]:
-    from edgeplug.examples.llama import gemma_style_block
-
-    return gemma_style_block()
-
-
-def _mlp() -> tuple[Any, tuple[Any, ...]]:
-    from edgeplug.examples.llama import small_mlp
-
-    return small_mlp()
-
-
+#: ``edgeplug lower NAME``'s names for the registry's hand-written models (``edgeplug._models``, whose
+#: names say what each is: ``llama`` is ``handwritten-llama-decoder``): name -> (build, description)
 EXAMPLES: dict[str, tuple[ExampleFn, str]] = {
-    "llama": (_llama, "tiny Llama-style decoder: RMSNorm, causal attention, SwiGLU (2 layers, dim 64)"),
-    "gemma-block": (_gemma_norm, "Gemma-style block: RMSNorm scaled by (1 + w), attention, GeGLU"),
-    "mlp": (_mlp, "two linear layers with a GELU (smallest smoke test)"),
+    public: (MODELS[name].build, MODELS[name].what) for public, name in EXAMPLE_NAMES.items()
 }
 
 
@@ -51,10 +38,10 @@ def list_examples() -> dict[str, str]:
 def _check_contract(result: Any, spec: str, fn: Any = None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """``(model, args)`` or ``(model, args, kwargs)``: a module (or ExportedProgram) and its example inputs.
     ``fn``: the model file's function, whose line the messages name."""
+    # torch: the CLI's startup imports this module; a model being loaded pays for it
     import torch
 
     from edgeplug._inputs import example_inputs
-    from edgeplug._user_code import returned_at
 
     at = returned_at(fn) if fn is not None else ""
     paren = f" ({at})" if at else ""
@@ -83,8 +70,6 @@ def _check_contract(result: Any, spec: str, fn: Any = None) -> tuple[Any, tuple[
 
 def _describe_exit(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
-        from edgeplug._failures import user_frame
-
         frame = user_frame(exc)  # the line that called it (the file's own, or a sibling's)
         where = f" at {_location(*frame)}" if frame else ""
         return f"it called sys.exit({exc.code!r}){where}; a model file must return (model, args), not exit"
@@ -92,8 +77,6 @@ def _describe_exit(exc: BaseException) -> str:
 
 
 def _location(file: str, line: int, func: str) -> str:
-    import os
-
     rel = os.path.relpath(file)
     return f"{file if rel.startswith('..') else rel}:{line}, in {func}"
 
@@ -151,8 +134,6 @@ def load_model(
     if spec in EXAMPLES:
         return (*_check_contract(EXAMPLES[spec][0](), spec), spec)
     if ":" in spec:
-        from edgeplug._user_code import Effects, contained
-
         terminal = sys.stderr
 
         def told(msg: str) -> None:  # edgeplug's own progress line is not the model's output: never held
@@ -179,7 +160,6 @@ def load_model(
             f"{spec!r} names a file but not what to call in it: use {spec}:FUNCTION, a function in the "
             "file returning (model, args) or (model, args, kwargs)"
         )
-    import difflib
 
     known = ", ".join(EXAMPLES)
     close = difflib.get_close_matches(spec, EXAMPLES, n=1)
