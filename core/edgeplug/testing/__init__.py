@@ -84,6 +84,7 @@ fixture or test needs them.
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -118,6 +119,7 @@ def backends_row(stdout: str, backend: str) -> str:
 def delegate_ids(pte: bytes) -> set[str]:
     """The delegate ids (``BackendDetails.id``, e.g. ``"XnnpackBackend"``) of a serialized ``.pte``, as
     executorch reads it back."""
+    # executorch: pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     program = deserialize_pte_binary(pte).program
@@ -128,8 +130,7 @@ def program_cpu_ops(result: Any) -> list[str]:
     """The ops a lowered program's top-level graph calls (what the CPU runs), one entry a call, without the
     overload (``aten.atan2``: serialization turns ops into their out variants). ``result`` is what
     ``edgeplug.lower`` returned, not a dry run."""
-    import operator
-
+    # op_name loads torch; pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
     from edgeplug.plugin import op_name
 
     gm = result.program.exported_program().graph_module
@@ -143,6 +144,7 @@ def program_cpu_ops(result: Any) -> list[str]:
 def program_delegated_ops(result: Any) -> list[str]:
     """The ops inside a lowered program's delegates (``aten.mul.Tensor``), one entry a call, as each
     partition was handed to its backend."""
+    # executorch: pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
     from edgeplug.plugin import op_name
@@ -159,6 +161,7 @@ def program_delegated_ops(result: Any) -> list[str]:
 def pt2e_schemes(backend: str) -> dict[str, tuple]:
     """``{scheme: (activation bits, weight bits, per channel)}`` of the PT2E quantization schemes ``backend``
     declares (``QuantScheme`` records); asserts every scheme it declares names it and has a description."""
+    # pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
     from edgeplug._quantization import schemes
 
     declared = schemes(backend)
@@ -221,6 +224,7 @@ def write_unloadable_library(path: str | Path) -> Path:
     on the loader path (a copy of torch's ``libshm.so`` with its ``libc10.so`` dependency renamed). For
     showing that an SDK whose libraries are there but do not load makes a backend unavailable, with a
     reason naming the library and a hint naming LD_LIBRARY_PATH. Returns ``path``."""
+    # torch: pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
     import torch
 
     libshm = Path(torch.__file__).parent / "lib" / "libshm.so"

@@ -47,7 +47,37 @@ The tests (``__all__``, what ``import *`` brings into a plugin's test module):
 
 from __future__ import annotations
 
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import distribution
+
 import pytest
+import torch
+from executorch.exir import EdgeCompileConfig, to_edge
+from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir.backend.partitioner import Partitioner
+
+import edgeplug
+from edgeplug import Availability
+from edgeplug import _plugins as plugins
+from edgeplug._errors import BackendUnavailableError
+from edgeplug._fusion import fusion_stage
+from edgeplug._partition import FilterContext, op_name
+from edgeplug._partition.phases import graph_fingerprint
+from edgeplug._partition.verdict import NotAnAnswer, filter_answer
+from edgeplug._policy_target import PolicyTargetError, check_policy
+from edgeplug._records import HOOK_RECORDS, FusionPolicy, resolve_op_name
+from edgeplug._registry import ENTRY_POINT_GROUP
+from edgeplug._verify.runners import find_device_runtime
+from edgeplug.examples import list_examples, load_model
+from edgeplug.testing import assert_no_traceback, error_line, files_under
+from edgeplug.testing.faults import CorruptWeight
+from edgeplug.testing.programs import CUSTOM_OPS, cached_attention
+from edgeplug.testing.rms_norm_cases import ACCEPTED, Bundle
 
 __all__ = [
     "test_plugin_loaded_without_problems",
@@ -74,8 +104,6 @@ TOLERANCE = 1e-4
 
 
 def _problems_of(backend) -> list[str]:
-    from edgeplug import _plugins as plugins
-
     return [
         p.message
         for p in plugins.problems()
@@ -90,11 +118,6 @@ def test_plugin_loaded_without_problems(edgeplug_backend):
 
 def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backend):
     """The backend's distribution declares its entry point in the ``edgeplug`` group and requires edgeplug."""
-    import re
-    from importlib.metadata import distribution
-
-    from edgeplug._registry import ENTRY_POINT_GROUP
-
     info = edgeplug_backend.plugin
     if info.registered:
         pytest.skip(f"{edgeplug_backend.name!r} was registered in code, not installed")
@@ -108,10 +131,6 @@ def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backe
 def test_backend_spec(edgeplug_backend):
     """The spec describes the backend, names its delegate, builds an executorch ``Partitioner``; the availability
     probe answers without raising, and an unavailable backend says why and what to do."""
-    from executorch.exir.backend.partitioner import Partitioner
-
-    from edgeplug import Availability
-
     spec = edgeplug_backend.spec
     assert spec.description.strip(), "BackendSpec.description is empty"
     assert spec.backend_id.strip(), "BackendSpec.backend_id is empty"
@@ -129,10 +148,6 @@ def test_backend_spec(edgeplug_backend):
 
 def test_records_validate_and_name_a_backend(edgeplug_backend):
     """Every record of the backend's distribution re-validates and names a registered backend."""
-    import edgeplug
-    from edgeplug import _plugins as plugins
-    from edgeplug._records import HOOK_RECORDS
-
     known = set(edgeplug.backends())
     unclaimed = [u.message for u in plugins.unclaimed() if u.contribution.plugin == edgeplug_backend.plugin]
     assert not unclaimed, " | ".join(unclaimed)
@@ -153,8 +168,6 @@ def test_records_validate_and_name_a_backend(edgeplug_backend):
 
 def test_skip_table_holds_real_operator_overloads(edgeplug_backend):
     """Every op the backend keeps whole is an ``OpOverload`` that ``torch.ops`` resolves to the same object."""
-    import torch
-
     for op in edgeplug_backend.keep_whole:
         assert isinstance(op, torch._ops.OpOverload), f"{op!r} is not an OpOverload"
         ns, name = op._schema.name.split("::")
@@ -164,9 +177,6 @@ def test_skip_table_holds_real_operator_overloads(edgeplug_backend):
 
 def test_fusion_policy(edgeplug_backend):
     """At most one policy per pattern; the fused target is a registered operator taking the policy's arguments."""
-    from edgeplug._policy_target import PolicyTargetError, check_policy
-    from edgeplug._records import FusionPolicy
-
     policies = edgeplug_backend.fusion_policies
     if not policies:
         pytest.skip(f"backend {edgeplug_backend.name!r} declares no fusion policy: nothing is fused for it")
@@ -188,12 +198,6 @@ WEIGHTLESS = ("no_weight", "norm_output_also_used", "f_rms_norm_no_weight")
 
 def test_norms_without_a_weight_fuse(edgeplug_backend):
     """Each norm with no weight becomes one fused op (its record not a rejection) matching eager."""
-    import torch
-
-    import edgeplug
-    from edgeplug._fusion import fusion_stage
-    from edgeplug.testing.rms_norm_cases import ACCEPTED, Bundle
-
     policy = edgeplug_backend.fusion_policy("rms_norm")
     if policy is None:
         pytest.skip(f"backend {edgeplug_backend.name!r} declares no rms_norm fusion policy")
@@ -225,10 +229,6 @@ def test_norms_without_a_weight_fuse(edgeplug_backend):
 
 def test_kernels_name_registered_ops(edgeplug_backend):
     """Every kernel's op (namespace.name.overload) is a registered operator once the backend's libraries load."""
-    import torch
-
-    from edgeplug._records import resolve_op_name
-
     kernels = edgeplug_backend.kernels
     if not kernels:
         pytest.skip(f"backend {edgeplug_backend.name!r} registers no kernels")
@@ -253,11 +253,6 @@ _EXAMPLE_PROGRAMS: dict = {}
 def _example_programs(name: str) -> tuple:
     """(aten program, edge program) of one built-in example, exported once per session (callers copy)."""
     if name not in _EXAMPLE_PROGRAMS:
-        import torch
-        from executorch.exir import EdgeCompileConfig, to_edge
-
-        from edgeplug.examples import load_model
-
         loaded = load_model(name)
         model, args = loaded[0], loaded[1]
         kwargs = loaded[2] if len(loaded) > 2 and isinstance(loaded[2], dict) else None
@@ -269,13 +264,6 @@ def _example_programs(name: str) -> tuple:
 
 def test_filters_answer_within_their_contract(edgeplug_backend):
     """Each filter, on every node of every example (aten and edge), answers None/True/False/a Verdict and changes nothing."""
-    import copy
-
-    from edgeplug.examples import list_examples
-    from edgeplug._partition import FilterContext
-    from edgeplug._partition.phases import graph_fingerprint
-    from edgeplug._partition.verdict import NotAnAnswer, filter_answer
-
     filters = edgeplug_backend.filters
     if not filters:
         pytest.skip(f"backend {edgeplug_backend.name!r} declares no partitioner filter")
@@ -315,8 +303,6 @@ def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
     assert ours, f"no partition for {edgeplug_backend.spec.backend_id}: {report.to_table()}"
     assert report.delegated_nodes > 0
     if edgeplug_backend.availability().ok:
-        from executorch.exir._serialize._program import deserialize_pte_binary
-
         # a backend whose preprocess stands in for the compiler (a vendor's saver mode) says so, and is no dry run's
         assert report.dry_run == (report.stand_in is not None)
         assert report.stand_in is None or report.stand_in.kind == "backend"
@@ -330,10 +316,6 @@ def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
 def test_unavailable_backend_refuses_with_what_to_install(edgeplug_backend):
     """Where the backend cannot serialize here, ``edgeplug.lower`` refuses with ``BackendUnavailableError`` naming
     the backend, the reason, the hint and ``--dry-run``."""
-    import edgeplug
-    from edgeplug._errors import BackendUnavailableError
-    from edgeplug.examples import load_model
-
     availability = edgeplug_backend.availability()
     if availability.ok:
         pytest.skip(f"{edgeplug_backend.name!r} can serialize here")
@@ -348,8 +330,6 @@ def test_unavailable_backend_refuses_with_what_to_install(edgeplug_backend):
 
 def test_kept_whole_ops_are_not_left_on_cpu(edgeplug_backend, edgeplug_lowering):
     """One predicate decides keep-whole and delegate: no kept-whole op stays on the CPU."""
-    from edgeplug._partition import op_name
-
     report = _lowered(edgeplug_lowering, edgeplug_backend).report
     kept = {op_name(op) for op in edgeplug_backend.keep_whole}
     stranded = {op: n for op, n in report.cpu_ops.items() if op in kept}
@@ -364,7 +344,6 @@ def test_verification_matches_eager(edgeplug_backend, edgeplug_lowering):
         pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host (verify='none')")
     if not edgeplug_backend.availability().ok:
         pytest.skip(f"{edgeplug_backend.name!r} cannot serialize here, so there is nothing to run")
-    from edgeplug._verify.runners import find_device_runtime
 
     report = edgeplug_lowering(EXAMPLE, edgeplug_backend.name, verify=True).report
     runtime, _ = find_device_runtime(edgeplug_backend)  # the backend's own runtime runs the .pte where it is built
@@ -379,11 +358,6 @@ def test_verification_fails_on_a_corrupted_weight(edgeplug_backend, edgeplug_cli
     """A verification that cannot fail is a defect: ``edgeplug lower mlp --verify`` with a pass that scales a
     weight by 1.01 (``edgeplug.testing.faults.CorruptWeight``) exits 3 with one error line naming the
     difference, writes the report (strict JSON, saying why) and no .pte, and shows no traceback."""
-    import json
-
-    from edgeplug.testing import assert_no_traceback, error_line, files_under
-    from edgeplug.testing.faults import CorruptWeight
-
     if edgeplug_backend.spec.verify_method == "none":
         pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host (verify='none')")
     if not edgeplug_backend.availability().ok:
@@ -407,9 +381,6 @@ def test_llm_custom_ops_are_delegated_or_named(edgeplug_backend):
     """ExecuTorch's LLM custom ops (``llama::update_cache``, ``llama::custom_sdpa``) in a program with a
     dynamic sequence length pass every stage: each is delegated or left on the CPU with a reason, and
     the caller's program can be lowered again afterwards."""
-    import edgeplug
-    from edgeplug.testing.programs import CUSTOM_OPS, cached_attention
-
     ep, args = cached_attention()
     code = ep.graph_module.code
     dry_run = not edgeplug_backend.availability().ok
@@ -432,18 +403,12 @@ EDGEPLUG_LINE = r"( *\d+\.\ds .*|edgeplug: .*)"
 
 def foreign_lines(stderr: str) -> list[str]:
     """The lines of ``stderr`` that edgeplug did not write (a library's log, a Python logging record, a warning)."""
-    import re
-
     return [line for line in stderr.splitlines() if line.strip() and not re.fullmatch(EDGEPLUG_LINE, line)]
 
 
 def test_the_command_prints_only_edgeplugs_lines(edgeplug_backend, tmp_path):
     """Quiet by default: ``edgeplug lower llama --backend NAME`` without ``-v``, in a process of its own (what
     native libraries print to the process's stderr included), writes only edgeplug's lines to stderr."""
-    import os
-    import subprocess
-    import sys
-
     if edgeplug_backend.plugin.registered and not edgeplug_backend.plugin.named_in_env:
         pytest.skip(f"{edgeplug_backend.name!r} was registered in this process only: another process has no such backend")
     argv = [sys.executable, "-m", "edgeplug._cli", "lower", EXAMPLE, "--backend", edgeplug_backend.name,

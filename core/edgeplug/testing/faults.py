@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import torch
+
 import edgeplug
 
 __all__ = ["CorruptWeight"]
@@ -29,8 +31,6 @@ class CorruptWeight:
         self.backends, self.how, self.weight_suffix = tuple(backends), how, weight_suffix
 
     def corrupt(self, ep: Any) -> Any:
-        import torch
-
         keys = [k for k in ep.state_dict if k.endswith(self.weight_suffix)]
         if not keys:
             raise KeyError(f"CorruptWeight: no weight ending in {self.weight_suffix!r} in {sorted(ep.state_dict)}")

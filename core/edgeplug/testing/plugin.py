@@ -8,11 +8,14 @@ importing it stays cheap: no torch, no executorch, no plugin discovery. See
 from __future__ import annotations
 
 import importlib
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
+
+import edgeplug
 
 OPTION = "--edgeplug-backend"
 INI = "edgeplug_backends"
@@ -36,7 +39,6 @@ def selected_backends(config: pytest.Config) -> list[str]:
     names = list(config.getoption(OPTION) or []) or list(config.getini(INI) or [])
     if names:
         return names
-    import edgeplug
 
     return edgeplug.backends()
 
@@ -55,8 +57,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def edgeplug_backend(edgeplug_backend_name: str) -> Any:
     """The resolved ``Backend`` for the current backend parameter."""
-    import edgeplug
-
     return edgeplug.get_backend(edgeplug_backend_name)
 
 
@@ -70,7 +70,7 @@ class LoweringCache:
     def __call__(
         self, example: str, backend: str, *, dry_run: Optional[bool] = None, verify: bool = False
     ) -> Any:
-        import edgeplug
+        # every pytest run imports this plugin: the examples' loader waits for a test that asks
         from edgeplug.examples import load_model
 
         b = edgeplug.get_backend(backend)
@@ -105,6 +105,7 @@ def edgeplug_lowering() -> LoweringCache:
 
 
 def _reset_plugins() -> None:
+    # every pytest run imports this plugin: the plugin manager waits for a test that asks
     from edgeplug import _plugins as plugins
 
     plugins.reset()
@@ -134,6 +135,7 @@ def edgeplug_site(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | Path], Pat
 @pytest.fixture
 def edgeplug_register() -> Callable[..., Any]:
     """Register hookimpls (a module or object) for one test; unregistered afterwards."""
+    # every pytest run imports this plugin: the plugin manager waits for a test that asks
     from edgeplug import _plugins as plugins
 
     added: list[object] = []
@@ -151,6 +153,7 @@ def edgeplug_register() -> Callable[..., Any]:
 def edgeplug_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[Any, str, str]]:
     """``edgeplug_cli("lower", "mlp", "-b", "mybackend")`` runs the ``edgeplug`` command in this process and
     returns (exit code, stdout, stderr); an argparse usage error gives its exit code too."""
+    # every pytest run imports this plugin: the CLI (its commands, the report) waits for a test that asks
     from edgeplug._cli import main
 
     def run(*argv: Any) -> tuple[Any, str, str]:
@@ -185,8 +188,6 @@ def edgeplug_plain_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def edgeplug_no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Refuses every socket connection and name lookup for one test and returns the list of attempts
     (empty when nothing tried the network), e.g. to show a quantizer factory builds offline."""
-    import socket
-
     attempts: list[str] = []
 
     def refuse(*args: Any, **kwargs: Any) -> None:

@@ -1,4 +1,6 @@
-"""Programs the conformance suite and backends' tests lower besides the built-in examples.
+"""Programs the conformance suite and backends' tests lower besides the built-in examples (the model
+registry, ``edgeplug._models``, lists them as ``testing-cached-attention`` and
+``testing-mobilenet-v2-blocks`` / ``testing-mobilenet-v3-blocks``).
 
 ``cached_attention``: one attention block over a static KV cache, written the
 way ExecuTorch's LLM export writes it: the cache is updated in place with
@@ -45,7 +47,8 @@ def cached_attention(dim: int = 32, heads: int = 2, cache: int = 16) -> tuple[An
 
 
 def _export(dim: int, heads: int, cache: int) -> tuple[Any, tuple]:
-    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (registers llama::*)
+    # registers llama::* by loading executorch's custom-ops library: only the cached-attention program needs it
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
 
     class CachedAttention(torch.nn.Module):
         def __init__(self) -> None:

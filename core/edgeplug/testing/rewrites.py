@@ -26,7 +26,10 @@ from collections import Counter
 from typing import Any
 
 import torch
+from executorch.exir import EdgeCompileConfig, to_edge
 from torch import nn
+
+from edgeplug.plugin import apply_rewrite, op_name
 
 __all__ = [
     "RewriteBlock",
@@ -108,8 +111,6 @@ def attention_inputs(s: int, *, all_masked: int = 0, seed: int = 0) -> tuple[tor
 
 def edge_program(model: nn.Module, inputs: tuple, dynamic_shapes: Any = None) -> Any:
     """``torch.export`` then ``to_edge`` (IR validity unchecked): the edge dialect ``ExportedProgram``."""
-    from executorch.exir import EdgeCompileConfig, to_edge
-
     ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
     return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
 
@@ -124,15 +125,11 @@ def attention_program(model: nn.Module, inputs: tuple, dynamic: bool = True) -> 
 
 def op_counts(ep: Any) -> Counter:
     """How many times each op (``aten.add.Tensor``, ...) is called in an exported program's graph."""
-    from edgeplug.plugin import op_name
-
     return Counter(op_name(n) for n in ep.graph_module.graph.nodes if n.op == "call_function")
 
 
 def rewritten(ep: Any, name: str, **params: Any) -> tuple[Any, list]:
     """(a copy of ``ep`` with the rewrite ``name`` applied with ``params``, the records it returned);
     ``ep`` is left as it was."""
-    from edgeplug.plugin import apply_rewrite
-
     after = copy.deepcopy(ep)
     return after, apply_rewrite(after, name, **params)

@@ -41,7 +41,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 import torch.nn.functional as F
+from executorch.exir import EdgeCompileConfig, to_edge
 from torch import nn
 
 __all__ = ["ACCEPTED", "Bundle", "Case", "CaseModule", "D", "EPS", "REJECTED", "ROUNDED", "SCALED", "UNRELATED", "WHOLE"]
@@ -202,8 +204,6 @@ ACCEPTED: tuple[Case, ...] = (
 )
 
 def _fake_quant(t: torch.Tensor) -> torch.Tensor:
-    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
-
     qd = torch.ops.quantized_decomposed
     q = qd.quantize_per_tensor(t, 0.02, 0, -128, 127, torch.int8)
     return qd.dequantize_per_tensor(q, 0.02, 0, -128, 127, torch.int8)
@@ -395,8 +395,6 @@ class Bundle(nn.Module):
 
     def edge_program(self) -> Any:
         """``to_edge(export(self))``, keeping ``aten.rms_norm`` whole when a case asks for it."""
-        from executorch.exir import EdgeCompileConfig, to_edge
-
         keep = [torch.ops.aten.rms_norm.default] if any(c.whole for c in self.cases) else []
         with torch.no_grad():
             ep = torch.export.export(self, self.inputs())
