@@ -20,6 +20,7 @@ and the report):
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any, Callable, Literal, Optional
 
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 #: The plugin API version this core speaks (``BackendSpec.api_version``); the
 #: registry checks the API a plugin wants and the renames it uses (``edgeplug._api``).
+from edgeplug import _api
 from edgeplug._api import API_VERSION
 
 #: How ``edgeplug.verify`` runs a backend's lowered programs (``BackendSpec.verify_method``).
@@ -157,7 +159,6 @@ class BackendSpec(_Record):
         # a keyword of the previous plugin API (edgeplug._api.RENAMES): warned, or refused naming the new one
         if not isinstance(data, dict):
             return data
-        from edgeplug import _api
 
         for old, rename in _api.field_renames("BackendSpec").items():
             if old not in data:
@@ -194,7 +195,7 @@ class KeepWhole(_Record):
     @field_validator("ops")
     @classmethod
     def _check_ops(cls, ops: tuple[Any, ...]) -> tuple[Any, ...]:
-        import torch
+        import torch  # torch: `import edgeplug` loads this module; only a record that names ops pays for it
 
         for op in ops:
             if not isinstance(op, torch._ops.OpOverload):
@@ -307,9 +308,8 @@ def resolve_op_name(name: str) -> str:
             f"op {name!r} is not written namespace.name.overload, the way edge programs name "
             f"ops (e.g. {hint!r}; 'aten::linear' or 'aten.linear' never match a node)"
         )
-    import difflib
 
-    import torch
+    import torch  # torch: `import edgeplug` loads this module; only a record that names ops pays for it
 
     ns, op, overload = m.groups()
     registered = _registered_ops(torch)
