@@ -1,5 +1,6 @@
-"""The built-in zoo: tiny, randomly initialised transformers models (nothing is downloaded),
-and how a model entry of ``edgeplug zoo --models`` resolves to something a cell can build.
+"""The built-in zoo: the registry's transformers models (``edgeplug._models``, ``transformers-*``)
+under the zoo's names (``llama`` is ``transformers-llama``), how they are built, and how a model
+entry of ``edgeplug zoo --models`` resolves to something a cell can build.
 
 An entry is a built-in name (``llama``), a transformers class the built-in zoo knows
 (``LlamaForCausalLM``, ``Qwen3Config``), ``FILE.py:FUNCTION`` (the function returns
@@ -10,7 +11,6 @@ FILE.py there is relative to the list).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
@@ -18,80 +18,12 @@ from typing import Any, Optional
 import torch
 
 from edgeplug._errors import EdgeplugError
+from edgeplug._models import DECODER, MODELS as REGISTRY, SEQ, VOCAB, ZOO_NAMES, Arch
 
-SEQ, VOCAB = 8, 128
-#: shared by every decoder config: 2 layers, hidden 64, 4 heads of 16, 2 key/value heads
-DECODER = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=64,
-)
+# DECODER, SEQ, VOCAB and Arch are the zoo's names too (edgeplug._zoo's table, _render, benches)
 
-
-@dataclass(frozen=True)
-class Arch:
-    """One architecture: transformers config and model classes, config overrides, call kwargs."""
-
-    config: str
-    model: str
-    overrides: dict = field(default_factory=dict)
-    base: dict = field(default_factory=lambda: dict(DECODER))
-    call: dict = field(default_factory=lambda: {"use_cache": False})
-    output: str = "logits"
-    note: str = ""
-
-
-MODELS: dict[str, Arch] = {
-    "llama": Arch("LlamaConfig", "LlamaForCausalLM"),
-    "qwen3": Arch("Qwen3Config", "Qwen3ForCausalLM", note="q/k norms"),
-    "gemma3": Arch("Gemma3TextConfig", "Gemma3ForCausalLM", note="text; norms weighted 1 + w, q/k norms"),
-    "olmoe": Arch("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 1}, note="mixture of experts"),
-    "falcon-mamba": Arch(
-        "FalconMambaConfig",
-        "FalconMambaForCausalLM",
-        base=dict(vocab_size=VOCAB, hidden_size=64, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4),
-        note="state-space (Mamba-1), unweighted norms of B, C and dt",
-    ),
-    "bert": Arch(
-        "BertConfig",
-        "BertModel",
-        base=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64),
-        call={},
-        output="last_hidden_state",
-        note="encoder, LayerNorm (no RMSNorm)",
-    ),
-    "mistral": Arch("MistralConfig", "MistralForCausalLM"),
-    "phi3": Arch("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
-    "olmo2": Arch("Olmo2Config", "Olmo2ForCausalLM", {"eos_token_id": 1}, note="norms after attention/MLP, q/k norms over all heads"),
-    "bamba": Arch(
-        "BambaConfig",
-        "BambaForCausalLM",
-        {"attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
-         "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 8},
-        note="hybrid: a Mamba-2 layer, then an attention layer; gated norm in the mixer",
-    ),
-    "t5-encoder": Arch(
-        "T5Config",
-        "T5EncoderModel",
-        base=dict(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4),
-        call={},
-        output="last_hidden_state",
-        note="encoder, RMSNorm without mean subtraction (T5LayerNorm)",
-    ),
-    "jamba": Arch(
-        "JambaConfig",
-        "JambaForCausalLM",
-        {"num_experts": 2, "num_experts_per_tok": 1, "attn_layer_period": 2, "attn_layer_offset": 1,
-         "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8, "mamba_d_conv": 4,
-         "mamba_expand": 2, "mamba_dt_rank": 8},
-        note="hybrid: a Mamba layer, then attention with a mixture of experts",
-    ),
-}
+#: the zoo's names (cell records, docs/zoo.md) for the registry's transformers models (edgeplug._models)
+MODELS: dict[str, Arch] = {short: REGISTRY[name].arch for short, name in ZOO_NAMES.items()}
 
 
 #: what `make zoo` runs (jamba: a second hybrid, on request)
@@ -182,12 +114,16 @@ class Forward(torch.nn.Module):
 
 
 def build(name: str, layers: Optional[int] = None) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
-    """The tiny model ``name`` and its example inputs; the same numbers in every process.
+    """The zoo's tiny model ``name`` and its example inputs; the same numbers in every process.
 
     ``layers`` overrides the config's layer count (the tests use 1)."""
+    return build_arch(MODELS[name], layers)
+
+
+def build_arch(arch: Arch, layers: Optional[int] = None) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    """transformers' model of ``arch`` (randomly initialised, norm weights moved off their init) and its inputs."""
     import transformers
 
-    arch = MODELS[name]
     settings = {**arch.base, **arch.overrides}
     if layers is not None:
         settings["num_layers" if "num_layers" in settings else "num_hidden_layers"] = layers
