@@ -118,22 +118,17 @@ def shared_weights_in_preprocess() -> Iterator[None]:
 #: a weight this large or larger waits on disk, not in memory, once serialized (``spilled_weights``)
 SPILL_BYTES = 1 << 16
 
-_spilled_type: Any = None
+class SpilledWeight(FileBackedData):
+    """A weight's bytes in a temporary file; never copied (the file does not change)."""
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        # serialize_pte_binary deep-copies the emitted program, constants included
+        return self
 
 
 def _spill(data: bytes) -> Any:
     """``data`` written to a temporary file at once; what stands in for it (executorch's ``FileBackedData``,
     which serializers stream from the file) removes the file when it is released."""
-    global _spilled_type
-    if _spilled_type is None:
-        class SpilledWeight(FileBackedData):
-            """A weight's bytes in a temporary file; never copied (the file does not change)."""
-
-            def __deepcopy__(self, memo: Any) -> Any:
-                # serialize_pte_binary deep-copies the emitted program, constants included
-                return self
-
-        _spilled_type = SpilledWeight
     fd, path = tempfile.mkstemp(prefix="edgeplug-weight-", suffix=".bin")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -141,7 +136,7 @@ def _spill(data: bytes) -> Any:
     except BaseException:
         os.remove(path)
         raise
-    return _spilled_type(path, cleanup=True)
+    return SpilledWeight(path, cleanup=True)
 
 
 @contextlib.contextmanager
