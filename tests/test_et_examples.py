@@ -40,34 +40,21 @@ import pytest
 import torch
 
 import edgeplug
+from edgeplug._models import MODELS
 from edgeplug.testing.programs import mobilenet_blocks
 
 WHOLE_SET = os.environ.get("EDGEPLUG_ZOO") == "1"
-SEQ, VOCAB = 8, 128
 
-#: the tiny ModelArgs every transformer example shares (2 layers, dim 64, 4 heads of 16, 2 kv heads)
-TINY = dict(
-    dim=64,
-    n_layers=2,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=16,
-    vocab_size=VOCAB,
-    hidden_dim=128,
-    max_seq_len=32,
-    max_context_len=32,
-    max_batch_size=1,
-)
-#: example -> ModelArgs overrides (None: not a ModelArgs transformer)
+#: example (the cases' names) -> the model of edgeplug._models it is (None: built here, not registered)
 EXAMPLES = {
-    "llama": dict(norm_eps=1e-5),
-    "llama-kv": dict(norm_eps=1e-5, use_kv_cache=True),
-    "qwen3": dict(norm_eps=1e-6, use_qk_norm=True, qk_norm_before_rope=True, use_hf_rope=True, rope_theta=1e6),
-    "lfm2": dict(norm_eps=1e-5, layer_types=["conv", "full_attention"]),
+    "llama": "executorch-llama",
+    "llama-kv": "executorch-llama-kv",
+    "qwen3": "executorch-llama-as-qwen3",
+    "lfm2": "executorch-llama-as-lfm2",
     "mobilenet_v2": None,
     "mobilenet_v3": None,
-    "mobilenet_v2-blocks": None,
-    "mobilenet_v3-blocks": None,
+    "mobilenet_v2-blocks": "testing-mobilenet-v2-blocks",
+    "mobilenet_v3-blocks": "testing-mobilenet-v3-blocks",
 }
 #: batch norms in each MobileNet-blocks model (a backend's preprocess may fold each into its convolution)
 BLOCK_BATCH_NORMS = {"mobilenet_v2-blocks": 10, "mobilenet_v3-blocks": 10}
@@ -137,28 +124,14 @@ def _mobilenet(version: str):
 
 def build_example(example: str, dtype: torch.dtype):
     """executorch's example ``example``, tiny and random: (model, example inputs)."""
-    overrides = EXAMPLES[example]
-    if overrides is None:
-        if example in BLOCK_BATCH_NORMS:  # mobilenet_v2-blocks -> v2
-            model, inputs = mobilenet_blocks(example.removeprefix("mobilenet_").removesuffix("-blocks"))
-        else:
-            model, inputs = _mobilenet(example)
+    registered = EXAMPLES[example]
+    if registered is None:
+        model, inputs = _mobilenet(example)
+    else:
+        model, inputs = MODELS[registered].build()
+    if registered is None or registered.startswith("testing-mobilenet"):
         return model.to(dtype), tuple(t.to(dtype) for t in inputs)
-    from executorch.examples.models.llama.llama_transformer import construct_transformer
-    from executorch.examples.models.llama.model_args import ModelArgs
-
-    torch.manual_seed(0)
-    model = construct_transformer(ModelArgs(**TINY, **overrides)).eval()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for m in model.modules():  # RMSNorm weights start at ones: a dropped weight must show
-            if "Norm" in type(m).__name__ and isinstance(getattr(m, "weight", None), torch.nn.Parameter):
-                m.weight.add_(0.2 * torch.randn(m.weight.shape, generator=g))
-    model = model.to(dtype)
-    if overrides.get("use_kv_cache"):
-        # one decode step at position 0: the inputs hold a dict, as executorch's llama runner passes them
-        return model, (torch.randint(0, VOCAB, (1, 1), generator=g), {"input_pos": torch.tensor([0])})
-    return model, (torch.randint(0, VOCAB, (1, SEQ), generator=g),)
+    return model.to(dtype), inputs  # token ids (and the KV cache's input_pos) stay integers
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ def test_every_registered_name_maps_to_one_builder_and_no_model_has_two_names():
     built_by: dict[tuple, str] = {}
     for name, model in MODELS.items():
         assert model.name == name
-        key = (model.builder, model.options, repr(model.arch))
+        key = (model.builder, repr(model.options), repr(model.arch))
         assert key not in built_by, f"{name} and {built_by[key]} are one model under two names"
         built_by[key] = name
 
@@ -79,6 +79,9 @@ def test_each_name_says_which_family_the_model_is_of():
         elif family == "transformers":
             assert model.arch is not None, name
             assert what.replace("-", "") in model.arch.model.lower(), f"{name} builds {model.arch.model}"
+        elif family == "executorch":  # executorch's own Llama transformer, as it is or configured as another
+            assert model.builder == "edgeplug.testing.programs:_executorch_llama", name
+            assert what == "llama" or what.startswith("llama-"), name
         else:
             assert family == "testing" and module == "edgeplug.testing.programs", name
 
@@ -91,6 +94,8 @@ def test_a_registered_model_builds_what_its_name_says():
     direct, (image_again,) = mobilenet_blocks("v3")
     assert torch.equal(image, image_again) and torch.equal(v3(image), direct(image))
     assert any(isinstance(m, torch.nn.Hardswish) for m in v3.modules())  # v3, not v2
+    et_llama, (tokens,) = MODELS["executorch-llama-as-qwen3"].build()
+    assert type(et_llama).__module__.startswith("executorch.examples.models.llama") and et_llama.params.use_qk_norm
     forward, (ids,) = MODELS["transformers-llama"].build(layers=1)
     assert type(forward.model).__name__ == "LlamaForCausalLM" and forward.model.config.num_hidden_layers == 1
     zoo_forward, (zoo_ids,) = zoo_models.build("llama", 1)

@@ -6,6 +6,8 @@ Three families, built in code and seeded (nothing is downloaded):
   decoder, a Gemma-style block, an MLP;
 - ``transformers-*``: transformers' own classes (``LlamaForCausalLM``, ``Qwen3ForCausalLM``, ...) with a
   tiny config (``Arch``), built by the zoo (``edgeplug._zoo._models.build_arch``);
+- ``executorch-*``: executorch's own Llama transformer (``executorch.examples.models.llama``) of a
+  tiny ``ModelArgs``, as it is and configured as other models (``edgeplug.testing.programs``);
 - ``testing-*``: the programs of ``edgeplug.testing.programs`` (ExecuTorch's cached-attention custom
   ops, MobileNet's building blocks).
 
@@ -13,7 +15,8 @@ The commands keep their shorter public names, each a view of this table: ``edgep
 (``EXAMPLE_NAMES``; ``edgeplug.examples.EXAMPLES``) and ``edgeplug zoo --models NAME``
 (``ZOO_NAMES``; ``edgeplug._zoo.MODELS``). The two commands' ``llama`` are different models (the
 hand-written decoder and transformers' LlamaForCausalLM); ``PUBLIC_NAME_CLASHES`` lists such names,
-kept because they are public, and tests/test_model_registry.py refuses a new one.
+kept because they are public, and tests/test_model_registry.py refuses a new one. tests/test_et_examples.py's
+case names (``llama``, ``qwen3``, ...) are its own view of the ``executorch-*`` and ``testing-*`` models.
 
 Listing the models imports neither torch nor transformers: a builder is named as ``module:function``
 and imported when the model is built.
@@ -161,6 +164,31 @@ MODELS: dict[str, Model] = _table(
          "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8, "mamba_d_conv": 4,
          "mamba_expand": 2, "mamba_dt_rank": 8},
         note="hybrid: a Mamba layer, then attention with a mixture of experts",
+    ),
+    Model(
+        "executorch-llama",
+        "executorch's own Llama transformer (examples/models/llama) of a tiny ModelArgs, no KV cache",
+        "edgeplug.testing.programs:_executorch_llama",
+        options=(("norm_eps", 1e-5),),
+    ),
+    Model(
+        "executorch-llama-kv",
+        "executorch's Llama transformer with its KV cache: one decode step, inputs (ids, {input_pos})",
+        "edgeplug.testing.programs:_executorch_llama",
+        options=(("norm_eps", 1e-5), ("use_kv_cache", True)),
+    ),
+    Model(
+        "executorch-llama-as-qwen3",
+        "executorch's Llama transformer configured as Qwen3: q/k norms before RoPE, HF RoPE",
+        "edgeplug.testing.programs:_executorch_llama",
+        options=(("norm_eps", 1e-6), ("use_qk_norm", True), ("qk_norm_before_rope", True), ("use_hf_rope", True),
+                 ("rope_theta", 1e6)),
+    ),
+    Model(
+        "executorch-llama-as-lfm2",
+        "executorch's Llama transformer with LFM2's layers: a short convolution, then full attention",
+        "edgeplug.testing.programs:_executorch_llama",
+        options=(("norm_eps", 1e-5), ("layer_types", ["conv", "full_attention"])),
     ),
     Model(
         "testing-cached-attention",

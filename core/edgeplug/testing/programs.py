@@ -76,6 +76,37 @@ def _export(dim: int, heads: int, cache: int) -> tuple[Any, tuple]:
     return ep, args
 
 
+# -- executorch's own Llama transformer (executorch.examples.models.llama), tiny and random ----------------
+
+#: the tiny ModelArgs every variant shares (2 layers, dim 64, 4 heads of 16, 2 kv heads)
+_ET_LLAMA_ARGS = dict(
+    dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, vocab_size=128, hidden_dim=128,
+    max_seq_len=32, max_context_len=32, max_batch_size=1,
+)
+
+
+def _executorch_llama(**overrides: Any) -> tuple[nn.Module, tuple]:
+    """``(model in eval mode, inputs)``: executorch's ``construct_transformer`` of the tiny ModelArgs with
+    ``overrides`` (edgeplug._models's ``executorch-*`` entries say which), RMSNorm weights moved off their
+    ones so a dropped weight shows; 8 token ids, or with ``use_kv_cache`` one decode step at position 0
+    (a dict of inputs, as executorch's llama runner passes them)."""
+    # executorch's examples package: only these models load it
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    model = construct_transformer(ModelArgs(**_ET_LLAMA_ARGS, **overrides)).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if "Norm" in type(m).__name__ and isinstance(getattr(m, "weight", None), torch.nn.Parameter):
+                m.weight.add_(0.2 * torch.randn(m.weight.shape, generator=g))
+    vocab = _ET_LLAMA_ARGS["vocab_size"]
+    if overrides.get("use_kv_cache"):
+        return model, (torch.randint(0, vocab, (1, 1), generator=g), {"input_pos": torch.tensor([0])})
+    return model, (torch.randint(0, vocab, (1, 8), generator=g),)
+
+
 # -- MobileNet's building blocks (after torchvision's MobileNetV2/V3, written small) ---------------------
 
 
