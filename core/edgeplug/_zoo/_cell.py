@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 import torch
 
+import edgeplug
+from edgeplug._records import QuantScheme
 from edgeplug._zoo._lowering import Target, _flat, first_line, lower_edgeplug, lower_stock, target, versus_float
 from edgeplug._zoo._models import exported_call, label
 from edgeplug._zoo._quantized import StageError, quantize_stock, time_ptes
@@ -65,9 +67,6 @@ def warm_up(backend: str) -> None:
 
 def schemes_of(backend: str) -> list[str]:
     """The quantization schemes ``backend`` declares (its plugins' QuantScheme records)."""
-    import edgeplug
-    from edgeplug._records import QuantScheme
-
     return [c.record.scheme for c in edgeplug.get_backend(backend).contributions if isinstance(c.record, QuantScheme)]
 
 
@@ -106,48 +105,73 @@ def run_cell(
     if cell.error:
         return cell
     stock = target_.stock if compare_stock else None
-    import edgeplug
-
     try:
         cell.no_policy = edgeplug.get_backend(backend).fusion_policy("rms_norm") is None
     except Exception:
         pass
-    program = ep
-    stock_program, stock_eager = ep, eager
+    program, stock_program, stock_eager = ep, ep, eager
     if scheme != FLOAT:
-        name, _, owner = scheme.partition("@")  # SCHEME@OWNER: OWNER's scheme, lowered for this backend
-        owner = owner or backend
-        record = next(r for r in edgeplug.get_backend(owner).records(edgeplug.QuantScheme) if r.scheme == name)
-        if warm:
-            warm_up(backend)
-        if stock is not None:
-            try:
-                stock_program = quantize_stock(module, args, kwargs, record)
-                with torch.no_grad():
-                    stock_eager = _flat(stock_program.module()(*args, **kwargs))
-            except StageError as exc:
-                cell.stock = Side(error=str(exc), stage=exc.stage)
-                stock = None
-        try:  # a source transform rewrites the module's linear layers: it takes the module, not the program
-            source = module if record.kind == "source_transform" else ep
-            program = edgeplug.quantize(source, args, owner, name, kwargs=kwargs or None)
-        except Exception as exc:
-            cell.edgeplug = Side(error=first_line(exc), stage="quantize")
-            program = None
+        program, stock_program, stock_eager, stock_goes_on = _quantize_both(
+            cell, module, ep, args, kwargs, eager, compare_stock=stock is not None, warm=warm,
+        )
+        stock = stock if stock_goes_on else None
     elif warm:
         warm_up(backend)
+    buffers = _lower_both(cell, program, stock_program, stock_eager, eager, args, kwargs, target_ if stock is not None else None)
+    runs_here = edgeplug.get_backend(backend).spec.verify_method == "pte"
+    if scheme != FLOAT and runs_here and not kwargs:
+        _run_ptes(cell, buffers, args, eager)
+    for _ in range(repeat - 1):
+        _time_again(cell, program, stock_program, args, kwargs, backend, target_ if stock is not None else None, model)
+    return cell
+
+
+def _quantize_both(
+    cell: Cell, module: Any, ep: Any, args: tuple, kwargs: dict, eager: list, *, compare_stock: bool, warm: bool,
+) -> tuple[Any, Any, list, bool]:
+    """The quantized cell's two programs: stock's quantized as executorch alone does, edgeplug's by
+    ``edgeplug.quantize``. Returns (edgeplug's program or None, stock's, stock's eager outputs, whether
+    stock goes on); a side that fails records where."""
+    name, _, owner = cell.scheme.partition("@")  # SCHEME@OWNER: OWNER's scheme, lowered for this backend
+    owner = owner or cell.backend
+    record = next(r for r in edgeplug.get_backend(owner).records(edgeplug.QuantScheme) if r.scheme == name)
+    if warm:
+        warm_up(cell.backend)
+    stock_program, stock_eager = ep, eager
+    if compare_stock:
+        try:
+            stock_program = quantize_stock(module, args, kwargs, record)
+            with torch.no_grad():
+                stock_eager = _flat(stock_program.module()(*args, **kwargs))
+        except StageError as exc:
+            cell.stock = Side(error=str(exc), stage=exc.stage)
+            compare_stock = False
+    try:  # a source transform rewrites the module's linear layers: it takes the module, not the program
+        source = module if record.kind == "source_transform" else ep
+        program = edgeplug.quantize(source, args, owner, name, kwargs=kwargs or None)
+    except Exception as exc:
+        cell.edgeplug = Side(error=first_line(exc), stage="quantize")
+        program = None
+    return program, stock_program, stock_eager, compare_stock
+
+
+def _lower_both(
+    cell: Cell, program: Any, stock_program: Any, stock_eager: list, eager: list, args: tuple, kwargs: dict,
+    stock: Optional[Target],
+) -> dict[str, bytes]:
+    """Stock's lowering (where ``stock``), then edgeplug's; the serialized programs by side."""
     buffers: dict[str, bytes] = {}
     if stock is not None:
         keep: dict = {}
         cell.stock = lower_stock(
-            stock_program, args, [] if kwargs else stock_eager, target_, keep,
-            float_outputs=eager if scheme != FLOAT else None,
+            stock_program, args, [] if kwargs else stock_eager, stock, keep,
+            float_outputs=eager if cell.scheme != FLOAT else None,
         )
         if "buffer" in keep:
             buffers["stock"] = keep["buffer"]
     result = None
     if program is not None:
-        cell.edgeplug, result = lower_edgeplug(program, args, backend, target_.dry_run, label(model), kwargs=kwargs)
+        cell.edgeplug, result = lower_edgeplug(program, args, cell.backend, cell.dry_run, label(cell.model), kwargs=kwargs)
     if result is not None:
         fusions = result.report.fusions
         cell.fusion_outcomes = dict(Counter(str(f.outcome) for f in fusions))
@@ -157,24 +181,27 @@ def run_cell(
     # the repeats run with the same live objects as the first stock lowering: not the first
     # lowering's programs, which would make every later lowering's garbage collection slower
     del result
-    runs_here = edgeplug.get_backend(backend).spec.verify_method == "pte"
-    if scheme != FLOAT and runs_here and "edgeplug" in buffers and not kwargs:
+    return buffers
+
+
+def _run_ptes(cell: Cell, buffers: dict[str, bytes], args: tuple, eager: list) -> None:
+    """A quantized cell whose programs run here: edgeplug's .pte against the float model, measured as
+    stock's is, then both .pte files timed."""
+    if "edgeplug" in buffers:
         try:  # the .pte itself against the float model, measured as stock's is
+            # executorch's runtime (a native library): loaded in the cells that run a .pte, not at import
             from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
             outs = _flat(_load_for_executorch_from_buffer(buffers["edgeplug"]).forward(list(args)))
             cell.edgeplug.cosine_to_float, cell.edgeplug.max_abs_float = versus_float(outs[0], eager[0])
         except Exception as exc:
             cell.edgeplug.verify_error = cell.edgeplug.verify_error or first_line(exc)
-    if scheme != FLOAT and runs_here and buffers and not kwargs:
+    if buffers:
         try:
             for side, ms in time_ptes(buffers, list(args)).items():
                 getattr(cell, side).latency_ms = ms
         except Exception as exc:
             cell.detail = "timing the .pte files: " + first_line(exc)
-    for _ in range(repeat - 1):
-        _time_again(cell, program, stock_program, args, kwargs, backend, target_ if stock is not None else None, model)
-    return cell
 
 
 def _time_again(

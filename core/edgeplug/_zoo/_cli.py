@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 from edgeplug._errors import EdgeplugError
+from edgeplug._outputs import check_output_paths, is_stream, write_file
 
 
 def _positive(kind):
@@ -85,8 +86,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """Before any cell runs: --out and --markdown by lower's output rules (a folder, an unwritable
     place, the same file twice, a model file or model list), and --markdown holds no other text than a
     zoo page (it is rewritten)."""
-    from edgeplug._outputs import check_output_paths
-    from edgeplug._zoo._models import resolve_models
+    from edgeplug._zoo._models import resolve_models  # torch: as in command
 
     inputs = [("the model list", e.strip()[1:]) for raw in args.models or [] for e in raw.split(",")
               if e.strip().startswith("@")]
@@ -101,8 +101,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 def _page(path: str) -> str:
     """The zoo page at ``path`` ("" where there is none); refuses a file that holds anything else."""
-    from edgeplug._outputs import is_stream
-    from edgeplug._zoo._render import is_zoo_page
+    from edgeplug._zoo._render import is_zoo_page  # torch: as in command
 
     if is_stream(path) or not os.path.isfile(path):
         return ""
@@ -120,71 +119,84 @@ def _page(path: str) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    from edgeplug._zoo._render import render, table
-    from edgeplug._zoo._run import run
-
     if args.resume and not args.out:
         raise EdgeplugError("--resume needs --out CELLS.jsonl: the file whose missing cells to run")
     if args.retries < 0:
         raise EdgeplugError(f"--retries must be 0 or more, not {args.retries}")
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # wgpu only warns without it
     interactive = sys.stderr.isatty()
+    progress, warn = _printers(args.quiet, interactive)
+    _check_outputs(args)
+    start = time.perf_counter()
+    cells = _run_cells(args, progress, warn)
+    if interactive and not args.quiet:
+        print(file=sys.stderr)
+    # torch: the zoo's modules load it, and `edgeplug --help` starts without it
+    from edgeplug._zoo._render import table
+
+    print(table(cells))
+    if args.markdown:
+        write_file(args.markdown, _page_text(args, cells, time.perf_counter() - start))
+        print(f"wrote {args.markdown}")
+    if args.out:
+        print(f"cells in {args.out}")
+    return 0
+
+
+def _printers(quiet: bool, interactive: bool):
+    """``progress(line)``: a cell's line (rewritten in place on a terminal), none with --quiet;
+    ``warn(line)``: what the user must know, with --quiet too."""
 
     def progress(line: str) -> None:
-        if args.quiet:
+        if quiet:
             return
         if interactive and line.startswith("["):
             print("\r\033[K" + line[: os.get_terminal_size(sys.stderr.fileno()).columns - 1], end="", file=sys.stderr, flush=True)
         else:
             print(line, file=sys.stderr, flush=True)
 
-    def warn(line: str) -> None:  # shown with --quiet too: what the user must know
-        if interactive and not args.quiet:
+    def warn(line: str) -> None:
+        if interactive and not quiet:
             print(file=sys.stderr)
         print(f"edgeplug zoo: warning: {line}", file=sys.stderr, flush=True)
 
-    _check_outputs(args)
-    start = time.perf_counter()
+    return progress, warn
+
+
+def _run_cells(args: argparse.Namespace, progress, warn) -> list:
+    """Every cell the arguments name; on an error, Ctrl-C or SIGTERM, what finished is kept, and says so."""
+    from edgeplug._zoo._run import load_cells, run  # torch: as in command
+
     try:
-        cells = run(
+        return run(
             args.models, args.backends, args.schemes, compare_stock=args.compare_stock, jobs=args.jobs,
             executor=args.executor, address=args.address, timeout=args.timeout, memory_limit=args.memory_limit,
             retries=args.retries, out=args.out, resume=args.resume, layers=args.layers, repeat=args.repeat,
             progress=progress, warn=warn,
         )
-    except BaseException as exc:  # an error, Ctrl-C, SIGTERM: what finished is kept, and says so
+    except BaseException as exc:
         if args.out and os.path.exists(args.out) and not isinstance(exc, EdgeplugError):
-            from edgeplug._zoo._run import load_cells
-
             kept = len(load_cells(args.out))
             print(f"\nedgeplug zoo: stopped; {args.out} keeps the {kept} cells finished: add --resume to run "
                   "the rest", file=sys.stderr, flush=True)
         raise
-    if interactive and not args.quiet:
-        print(file=sys.stderr)
-    print(table(cells))
-    if args.markdown:
-        from edgeplug._outputs import write_file
-        from edgeplug._zoo._record import FLOAT
-        from edgeplug._zoo._render import render_quantized, splice_quantized
 
-        seconds = time.perf_counter() - start
-        floats = [c for c in cells if c.scheme == FLOAT]
-        quantized = [c for c in cells if c.scheme != FLOAT]
-        old = _page(args.markdown)
-        # a run of float cells writes the page and keeps its quantized section; a quantized run rewrites that section
-        text = render(floats, command_line(args), args.jobs, seconds, layers=args.layers, repeat=args.repeat,
-                      executor=args.executor) if floats else old
-        if quantized:
-            text = splice_quantized(text, render_quantized(quantized, command_line(args), args.jobs, seconds, layers=args.layers))
-        elif old:
-            from edgeplug._zoo._render import QUANTIZED_BEGIN, QUANTIZED_END
 
-            if QUANTIZED_BEGIN in old and QUANTIZED_END in old:
-                kept = QUANTIZED_BEGIN + old.split(QUANTIZED_BEGIN, 1)[1].split(QUANTIZED_END, 1)[0] + QUANTIZED_END
-                text = splice_quantized(text, kept + "\n")
-        write_file(args.markdown, text)
-        print(f"wrote {args.markdown}")
-    if args.out:
-        print(f"cells in {args.out}")
-    return 0
+def _page_text(args: argparse.Namespace, cells: list, seconds: float) -> str:
+    """The --markdown page: a run of float cells writes the page and keeps its quantized section; a
+    quantized run rewrites that section."""
+    # torch: as in command
+    from edgeplug._zoo._record import FLOAT
+    from edgeplug._zoo._render import QUANTIZED_BEGIN, QUANTIZED_END, render, render_quantized, splice_quantized
+
+    floats = [c for c in cells if c.scheme == FLOAT]
+    quantized = [c for c in cells if c.scheme != FLOAT]
+    old = _page(args.markdown)
+    text = render(floats, command_line(args), args.jobs, seconds, layers=args.layers, repeat=args.repeat,
+                  executor=args.executor) if floats else old
+    if quantized:
+        text = splice_quantized(text, render_quantized(quantized, command_line(args), args.jobs, seconds, layers=args.layers))
+    elif old and QUANTIZED_BEGIN in old and QUANTIZED_END in old:
+        kept = QUANTIZED_BEGIN + old.split(QUANTIZED_BEGIN, 1)[1].split(QUANTIZED_END, 1)[0] + QUANTIZED_END
+        text = splice_quantized(text, kept + "\n")
+    return text

@@ -15,8 +15,11 @@ exit) is recorded as ``crashed`` at once: running it again would crash again.
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -63,8 +66,6 @@ def _attempt_counter(spec: dict, folder: Optional[str]):
             return local[0]
         return count
     name = "-".join(str(spec.get(k, "")) for k in ("model", "backend", "scheme"))
-    import hashlib
-
     path = Path(folder) / (hashlib.sha1(name.encode()).hexdigest()[:16] + ".starts")  # no slashes from the model
 
     def count_file() -> int:
@@ -76,6 +77,8 @@ def _attempt_counter(spec: dict, folder: Optional[str]):
 
 
 def _one_process(spec: dict, timeout: Optional[float], memory_mb: Optional[int], executor: str) -> dict:
+    # torch (_record, _lowering): this module is also the cell's process, which sets its memory limit
+    # before it imports anything
     from edgeplug._zoo._lowering import dry_run
     from edgeplug._zoo._record import Cell
 
@@ -94,19 +97,7 @@ def _one_process(spec: dict, timeout: Optional[float], memory_mb: Optional[int],
             cell.status, cell.detail = "lost", "the run was stopped before this cell started"
             return cell.to_dict()
         start = time.perf_counter()
-        with open(log, "wb") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "edgeplug._zoo._isolate"],
-                stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,  # a timeout ends its whole process group
-            )
-            _LIVE.add(proc)
-            try:
-                proc.stdin.write(json.dumps(job).encode())
-                proc.stdin.close()
-                status, usage, timed_out = _wait(proc, timeout)
-            finally:
-                _LIVE.discard(proc)
+        status, usage, timed_out = _start_and_wait(job, log, env, timeout)
         cell.wall_seconds = round(time.perf_counter() - start, 3)
         cell.peak_mb = round(usage.ru_maxrss / 1024, 1) if usage is not None else None
         if timed_out:
@@ -117,25 +108,42 @@ def _one_process(spec: dict, timeout: Optional[float], memory_mb: Optional[int],
                 done = json.load(f)
             done["wall_seconds"], done["peak_mb"] = cell.wall_seconds, done.get("peak_mb") or cell.peak_mb
             return done
-        tail = _tail(log)
-        near_limit = memory_mb is not None and cell.peak_mb is not None and cell.peak_mb >= 0.9 * memory_mb
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-            if memory_mb is not None and (near_limit or any(w in tail for w in _MEMORY_WORDS)):
-                cell.status = "memory"
-                cell.detail = f"killed by {name} at its memory limit of {memory_mb} MB (peak {cell.peak_mb} MB)"
-            elif sig == signal.SIGKILL:
-                cell.status, cell.detail = "lost", "its process was killed (SIGKILL) mid-run"
-            else:
-                cell.status, cell.detail = "crashed", f"its process died of {name}" + (f": {tail}" if tail else "")
-        else:
-            code = os.WEXITSTATUS(status)
-            if memory_mb is not None and any(w in tail for w in _MEMORY_WORDS):
-                cell.status, cell.detail = "memory", f"exceeded its memory limit of {memory_mb} MB: {tail}"
-            else:
-                cell.status, cell.detail = "crashed", f"its process exited with code {code}" + (f": {tail}" if tail else "")
+        cell.status, cell.detail = _why_it_ended(status, _tail(log), memory_mb, cell.peak_mb)
         return cell.to_dict()
+
+
+def _start_and_wait(job: dict, log: str, env: dict, timeout: Optional[float]) -> tuple[int, Any, bool]:
+    """The cell's process started on ``job`` (its output in ``log``) and waited for: ``_wait``'s answer."""
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "edgeplug._zoo._isolate"],
+            stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,  # a timeout ends its whole process group
+        )
+        _LIVE.add(proc)
+        try:
+            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.close()
+            return _wait(proc, timeout)
+        finally:
+            _LIVE.discard(proc)
+
+
+def _why_it_ended(status: int, tail: str, memory_mb: Optional[int], peak_mb: Optional[float]) -> tuple[str, str]:
+    """(status, detail) of a cell's process that wrote no cell: its memory limit, killed, or crashed."""
+    near_limit = memory_mb is not None and peak_mb is not None and peak_mb >= 0.9 * memory_mb
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        if memory_mb is not None and (near_limit or any(w in tail for w in _MEMORY_WORDS)):
+            return "memory", f"killed by {name} at its memory limit of {memory_mb} MB (peak {peak_mb} MB)"
+        if sig == signal.SIGKILL:
+            return "lost", "its process was killed (SIGKILL) mid-run"
+        return "crashed", f"its process died of {name}" + (f": {tail}" if tail else "")
+    code = os.WEXITSTATUS(status)
+    if memory_mb is not None and any(w in tail for w in _MEMORY_WORDS):
+        return "memory", f"exceeded its memory limit of {memory_mb} MB: {tail}"
+    return "crashed", f"its process exited with code {code}" + (f": {tail}" if tail else "")
 
 
 #: cell processes running now, so that an interrupted run ends them (``kill_live``)
@@ -194,24 +202,21 @@ def _child() -> int:
     job = json.loads(sys.stdin.read())
     memory_mb = job.get("memory_mb")
     if memory_mb:
-        import resource
-
         limit = int(memory_mb) << 20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     _die_with_parent()
     spec = dict(job["spec"])
     threads = spec.pop("threads", None)
+    # torch and the cell (which loads executorch): only now, under the memory limit set above
     import torch
 
     if threads:
         torch.set_num_threads(int(threads))
-    from edgeplug._zoo._cell import run_cell
+    from edgeplug._zoo._cell import run_cell  # under the memory limit: as torch above
 
     cell = run_cell(**spec)
     if memory_mb and any(w in text for w in _MEMORY_WORDS for text in (cell.error, cell.edgeplug.error, cell.stock.error)):
         cell.status, cell.detail = "memory", f"exceeded its memory limit of {memory_mb} MB"
-    import resource
-
     cell.peak_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     tmp = job["out"] + ".tmp"
     with open(tmp, "w") as f:
@@ -223,8 +228,6 @@ def _child() -> int:
 def _die_with_parent() -> None:
     """Linux: this process gets SIGKILL when the process that started it dies (a lost Ray worker)."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import replace
+from importlib.metadata import version
 from typing import Any, Optional
 
 from edgeplug._zoo._record import FLOAT, Cell, Side
@@ -126,66 +127,16 @@ NORM_OPS = ("aten.rsqrt.default", "aten.mean.dim", "aten.rms_norm.default", "et_
 def targets(cells: list[Cell]) -> list[str]:
     """Issue 13's "done when", one line each: met or not, with the figures."""
     cells = [_settled(c) for c in cells]
-    def decoder(c: Cell) -> bool:
-        arch = MODELS.get(c.model)
-        return arch is not None and arch.output == "logits"
-
-    def ok(c: Cell) -> bool:
-        return not c.error and c.edgeplug.ok
-
-    lowered = sum(ok(c) for c in cells)
+    lowered = sum(_lowered(c) for c in cells)
     out = [f"every cell lowers with edgeplug: {lowered} of {len(cells)} — {'met' if lowered == len(cells) else 'not met'}"]
     for backend in ("vulkan", "webgpu"):
-        cs = [c for c in cells if c.backend == backend and decoder(c)]
-        if not cs:
-            continue
-        one = [c for c in cs if ok(c) and c.edgeplug.partitions == 1]
-        cpu = sum(c.edgeplug.cpu_nodes or 0 for c in cs if ok(c))
-        # an op the delegate has no kernel for stays on the CPU and splits the graph where it stands
-        kernelless = {c.model: sorted(op for op, why in c.edgeplug.cpu_reasons.items() if all(NO_KERNEL in r for r in why))
-                      for c in cs if ok(c)}
-        other = {c.model: sorted(set(c.edgeplug.cpu_ops) - set(kernelless[c.model])) for c in cs if ok(c)}
-        clean = [c for c in cs if ok(c) and not other[c.model] and (kernelless[c.model] or c.edgeplug.partitions == 1)]
-        split = [f"{c.model} {c.edgeplug.partitions} ({', '.join(o.removeprefix('aten.') for o in kernelless[c.model])})"
-                 for c in cs if ok(c) and c.edgeplug.partitions > 1 and kernelless[c.model]]
-        rest = [f"{m}: {', '.join(o.removeprefix('aten.') for o in ops)}" for m, ops in other.items() if ops]
-        out.append(
-            f"{backend}: 1 partition on {len(one)} of {len(cs)} decoders; "
-            + (f"split only at ops without a kernel: {'; '.join(split)}; " if split else "")
-            + f"{cpu} CPU nodes over the {sum(ok(c) for c in cs)} that lowered, each with the partitioner's reason; "
-            + (f"CPU ops that have a kernel: {'; '.join(rest)} " if rest else "no CPU op that has a kernel ")
-            + f"(target: 1 partition, 0 CPU nodes but ops without a kernel) — {'met' if len(clean) == len(cs) else 'not met'}"
-        )
-    cs = [c for c in cells if c.backend == "xnnpack" and decoder(c)]
+        cs = [c for c in cells if c.backend == backend and _decoder(c)]
+        if cs:
+            out.append(_gpu_target(backend, cs))
+    cs = [c for c in cells if c.backend == "xnnpack" and _decoder(c)]
     if cs:
-        third = [
-            c for c in cs
-            if ok(c) and c.stock.ok
-            and c.edgeplug.cpu_nodes * 3 <= c.stock.cpu_nodes and c.edgeplug.partitions * 3 <= c.stock.partitions
-        ]
-        # where stock fails to lower at all there is nothing to divide: edgeplug lowering is the win
-        stock_failed = [c for c in cs if ok(c) and not c.stock.ok and not c.stock_absent]
-        normed = [c for c in cs if ok(c) and any(op in c.edgeplug.cpu_ops for op in NORM_OPS)]
-        met = len(third) + len(stock_failed) == len(cs) and not normed
-        out.append(
-            f"xnnpack: at most a third of stock's CPU nodes and partitions on {len(third)} of {len(cs)} decoders"
-            + (f" (stock fails on {', '.join(c.model for c in stock_failed)}, which edgeplug lowers)" if stock_failed else "")
-            + f"; a norm op ({', '.join(o.removeprefix('aten.') for o in NORM_OPS[:3])}) on the CPU in {len(normed)} "
-            f"(target: all, none) — {'met' if met else 'not met'}"
-        )
-    policy = [c for c in cells if ok(c) and not c.no_policy]
-    unrecorded = sum(max(0, (c.norms_present or 0) - c.norms_recorded) for c in policy)
-    verified = [c for c in cells if c.edgeplug.max_abs_diff is not None]
-    over = [c for c in verified if c.edgeplug.max_abs_diff > 1e-4]
-    failed = [c for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_error]
-    unrun = sorted({c.backend for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_method == "none"})
-    out.append(
-        f"norms: {unrecorded} norms without a fusion record in {len(policy)} cells of backends with an rms_norm "
-        f"policy (xnnpack has none); max |lowered − eager| > 1e-4 in {len(over)} of {len(verified)} verified cells, "
-        f"{len(failed)} real lowerings could not verify"
-        + (f" ({', '.join(unrun)}: no runtime for its programs on this host, not run)" if unrun else "")
-        + f" — {'met' if not unrecorded and not over and not failed else 'not met'}"
-    )
+        out.append(_xnnpack_target(cs))
+    out.append(_norms_and_verification_target(cells))
     ratios = [c.time_ratio for c in cells if c.time_ratio is not None]
     within = sum(1 for r in ratios if r <= 1.1)
     out.append(
@@ -193,6 +144,75 @@ def targets(cells: list[Cell]) -> list[str]:
         f" — {'met' if ratios and within == len(ratios) else 'not met'}"
     )
     return out
+
+
+def _decoder(c: Cell) -> bool:
+    arch = MODELS.get(c.model)
+    return arch is not None and arch.output == "logits"
+
+
+def _lowered(c: Cell) -> bool:
+    return not c.error and c.edgeplug.ok
+
+
+def _gpu_target(backend: str, cs: list[Cell]) -> str:
+    """vulkan's or webgpu's decoders: one partition each, the CPU only for ops without a kernel."""
+    ok = _lowered
+    one = [c for c in cs if ok(c) and c.edgeplug.partitions == 1]
+    cpu = sum(c.edgeplug.cpu_nodes or 0 for c in cs if ok(c))
+    # an op the delegate has no kernel for stays on the CPU and splits the graph where it stands
+    kernelless = {c.model: sorted(op for op, why in c.edgeplug.cpu_reasons.items() if all(NO_KERNEL in r for r in why))
+                  for c in cs if ok(c)}
+    other = {c.model: sorted(set(c.edgeplug.cpu_ops) - set(kernelless[c.model])) for c in cs if ok(c)}
+    clean = [c for c in cs if ok(c) and not other[c.model] and (kernelless[c.model] or c.edgeplug.partitions == 1)]
+    split = [f"{c.model} {c.edgeplug.partitions} ({', '.join(o.removeprefix('aten.') for o in kernelless[c.model])})"
+             for c in cs if ok(c) and c.edgeplug.partitions > 1 and kernelless[c.model]]
+    rest = [f"{m}: {', '.join(o.removeprefix('aten.') for o in ops)}" for m, ops in other.items() if ops]
+    return (
+        f"{backend}: 1 partition on {len(one)} of {len(cs)} decoders; "
+        + (f"split only at ops without a kernel: {'; '.join(split)}; " if split else "")
+        + f"{cpu} CPU nodes over the {sum(ok(c) for c in cs)} that lowered, each with the partitioner's reason; "
+        + (f"CPU ops that have a kernel: {'; '.join(rest)} " if rest else "no CPU op that has a kernel ")
+        + f"(target: 1 partition, 0 CPU nodes but ops without a kernel) — {'met' if len(clean) == len(cs) else 'not met'}"
+    )
+
+
+def _xnnpack_target(cs: list[Cell]) -> str:
+    """xnnpack's decoders: at most a third of stock's CPU nodes and partitions, no norm op on the CPU."""
+    ok = _lowered
+    third = [
+        c for c in cs
+        if ok(c) and c.stock.ok
+        and c.edgeplug.cpu_nodes * 3 <= c.stock.cpu_nodes and c.edgeplug.partitions * 3 <= c.stock.partitions
+    ]
+    # where stock fails to lower at all there is nothing to divide: edgeplug lowering is the win
+    stock_failed = [c for c in cs if ok(c) and not c.stock.ok and not c.stock_absent]
+    normed = [c for c in cs if ok(c) and any(op in c.edgeplug.cpu_ops for op in NORM_OPS)]
+    met = len(third) + len(stock_failed) == len(cs) and not normed
+    return (
+        f"xnnpack: at most a third of stock's CPU nodes and partitions on {len(third)} of {len(cs)} decoders"
+        + (f" (stock fails on {', '.join(c.model for c in stock_failed)}, which edgeplug lowers)" if stock_failed else "")
+        + f"; a norm op ({', '.join(o.removeprefix('aten.') for o in NORM_OPS[:3])}) on the CPU in {len(normed)} "
+        f"(target: all, none) — {'met' if met else 'not met'}"
+    )
+
+
+def _norms_and_verification_target(cells: list[Cell]) -> str:
+    """Every norm recorded where a policy fuses them; every verified cell within 1e-4, none that could not verify."""
+    ok = _lowered
+    policy = [c for c in cells if ok(c) and not c.no_policy]
+    unrecorded = sum(max(0, (c.norms_present or 0) - c.norms_recorded) for c in policy)
+    verified = [c for c in cells if c.edgeplug.max_abs_diff is not None]
+    over = [c for c in verified if c.edgeplug.max_abs_diff > 1e-4]
+    failed = [c for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_error]
+    unrun = sorted({c.backend for c in cells if not c.dry_run and ok(c) and c.edgeplug.verify_method == "none"})
+    return (
+        f"norms: {unrecorded} norms without a fusion record in {len(policy)} cells of backends with an rms_norm "
+        f"policy (xnnpack has none); max |lowered − eager| > 1e-4 in {len(over)} of {len(verified)} verified cells, "
+        f"{len(failed)} real lowerings could not verify"
+        + (f" ({', '.join(unrun)}: no runtime for its programs on this host, not run)" if unrun else "")
+        + f" — {'met' if not unrecorded and not over and not failed else 'not met'}"
+    )
 
 
 def render(
@@ -206,12 +226,27 @@ def render(
     executor: str = "local",
 ) -> str:
     """docs/zoo.md: how the run was made, the summary against issue 13's targets, the matrix, CPU ops by model."""
-    from importlib.metadata import version
+    cells = [_settled(c) for c in cells]
+    lines = [
+        *_how_it_ran(command, jobs, seconds, partial, layers, repeat, executor),
+        *_how_to_run_more(),
+        *_summary_lines(cells),
+        *_matrix_lines(cells),
+        *_cpu_ops_lines(cells),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
 
+
+def _fmt(v: Optional[float], spec: str = ".2f") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _how_it_ran(command: str, jobs: int, seconds: float, partial: str, layers: Optional[int], repeat: int, executor: str) -> list[str]:
+    """The page's title, the command, the versions and machine, the models, and what each column means."""
+    # torch and transformers: the zoo's CLI starts (and parses its arguments) without them
     import torch
     import transformers
 
-    cells = [_settled(c) for c in cells]
     et_version = version("executorch")
     lines: list[str] = []
     add = lines.append
@@ -251,6 +286,13 @@ def render(
            if repeat > 1 else "single runs on a shared machine, so expect ±20% noise)")
         + ". A failing cell shows the first line of its error.")
     add("")
+    return lines
+
+
+def _how_to_run_more() -> list[str]:
+    """How cells are isolated, how to run another set or on Ray, and the rules of the results file."""
+    lines: list[str] = []
+    add = lines.append
     add("Each cell (model × backend × scheme) ran in its own process, with a timeout and a memory limit; "
         "a cell that ran past either, crashed, or whose worker was lost (after its retries) is a row that says so. "
         "To run another set, or on a Ray cluster (`pip install 'edgeplug[ray]'`):")
@@ -267,13 +309,15 @@ def render(
     add("")
     add(JOURNAL_RULES)
     add("")
+    return lines
+
+
+def _summary_lines(cells: list[Cell]) -> list[str]:
+    """The summary's figures, then each of issue 13's targets, met or not."""
     s = summary(cells)
-    add("## Summary")
-    add("")
-
-    def fmt(v: Optional[float], spec: str = ".2f") -> str:
-        return "—" if v is None else format(v, spec)
-
+    fmt = _fmt
+    lines = ["## Summary", ""]
+    add = lines.append
     add(f"- cells: {s['cells']}; edgeplug failed in {s['edgeplug_failures']}, stock in {s['stock_failures']} "
         f"(of the real lowerings)")
     add(f"- against stock, on the {s['compared']} cells both lowered: partitions ≤ stock's in "
@@ -291,8 +335,13 @@ def render(
     for line in targets(cells):
         add(f"- {line}")
     add("")
-    add("## Matrix")
-    add("")
+    return lines
+
+
+def _matrix_lines(cells: list[Cell]) -> list[str]:
+    """One row a cell: both sides' partitions and CPU nodes, norms, max |Δ|, and the time ratio."""
+    lines = ["## Matrix", ""]
+    add = lines.append
     add("| model | backend | scheme | edgeplug partitions / CPU nodes | stock partitions / CPU nodes | norms fused / present "
         "| max \\|Δ\\| edgeplug | max \\|Δ\\| stock | time / stock |")
     add("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -302,12 +351,17 @@ def render(
             add(f"| {c.label} | {backend} | {c.scheme} | **fails**: {_esc(c.error)} | | | | | |")
             continue
         stock = _pc(c.stock) if not c.stock_absent else c.stock_absent
-        ratio = fmt(c.time_ratio) + "×" if c.time_ratio is not None else "—"
+        ratio = _fmt(c.time_ratio) + "×" if c.time_ratio is not None else "—"
         add(f"| {c.label} | {backend} | {c.scheme} | {_pc(c.edgeplug)} | {stock} | {_norms(c)} | {_diff(c.edgeplug)} "
             f"| {_diff(c.stock)} | {ratio} |")
     add("")
-    add("## CPU nodes by op")
-    add("")
+    return lines
+
+
+def _cpu_ops_lines(cells: list[Cell]) -> list[str]:
+    """Per model, per cell: the ops each side left on the CPU (edgeplug's with the partitioner's reasons)."""
+    lines = ["## CPU nodes by op", ""]
+    add = lines.append
     add("edgeplug's reasons are the partitioner's, from `report.cpu_nodes`.")
     add("")
     for model in dict.fromkeys(c.model for c in cells):
@@ -336,7 +390,7 @@ def render(
             for anchor, reason in c.rejected:
                 add(f"  - norm `{anchor}` not fused: {_esc(reason)}")
         add("")
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 #: what docs/zoo.md says of the results file and of runs that cannot go on
@@ -467,11 +521,19 @@ def quantized_targets(cells: list[Cell]) -> list[str]:
 def render_quantized(cells: list[Cell], command: str, jobs: int, seconds: float, layers: Optional[int] = None,
                      notes: Optional[list[str]] = None) -> str:
     """docs/zoo.md's quantized section: how it was made, issue 22's targets, then a row per quantized cell."""
-    from importlib.metadata import version
-
-    import torch
-
     cells = [_settled(c) for c in cells if c.scheme != FLOAT]
+    lines = _quantized_heading(cells, command, jobs, seconds, layers)
+    lines += ["### Against issue 22's targets", ""]
+    lines += [f"- {line}" for line in quantized_targets(cells)]
+    lines += [f"- {note}" for note in notes or []]
+    lines += ["", *_quantized_rows(cells), "", QUANTIZED_END]
+    return "\n".join(lines) + "\n"
+
+
+def _quantized_heading(cells: list[Cell], command: str, jobs: int, seconds: float, layers: Optional[int]) -> list[str]:
+    """The quantized section's opening: the command, the versions, what each side runs, what each column means."""
+    import torch  # torch: the zoo's CLI starts (and parses its arguments) without it
+
     lines: list[str] = [QUANTIZED_BEGIN, "", "## Quantized: each backend's schemes beside stock executorch's flow", ""]
     add = lines.append
     add("Generated by (from the repository root; `make zoo` runs it after the float cells):")
@@ -502,13 +564,13 @@ def render_quantized(cells: list[Cell], command: str, jobs: int, seconds: float,
         "executorch's runtime on one thread (15 rounds of 20 calls, the two sides alternating), ratio to stock. "
         "`SCHEME@OWNER` lowers another backend's scheme (its quantizer) for this backend.")
     add("")
-    add("### Against issue 22's targets")
-    add("")
-    for line in quantized_targets(cells):
-        add(f"- {line}")
-    for note in notes or []:
-        add(f"- {note}")
-    add("")
+    return lines
+
+
+def _quantized_rows(cells: list[Cell]) -> list[str]:
+    """The quantized table: a row per cell, both sides."""
+    lines: list[str] = []
+    add = lines.append
     add("| model | backend | scheme | edgeplug | stock | partitions / CPU nodes (edgeplug vs stock) | cosine to float "
         "(edgeplug / stock; the quantized model's own) | max \\|q − float\\| (edgeplug / stock) | .pte KiB (edgeplug vs stock) | latency ms, edgeplug (/ stock) |")
     add("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -525,9 +587,7 @@ def render_quantized(cells: list[Cell], command: str, jobs: int, seconds: float,
         add(f"| {c.label} | {c.backend} | {c.scheme} | {_lowers(e, c.dry_run)} | {stock} | {pc} "
             f"| {_pair(e.cosine_to_float, s.cosine_to_float, '.4f')}{_own(e)} | {_pair(e.max_abs_float, s.max_abs_float, '.3f')} "
             f"| {size} | {latency} |")
-    add("")
-    add(QUANTIZED_END)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _own(side: Side) -> str:

@@ -8,18 +8,28 @@ that file and runs only the cells it lacks.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
+import socket
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+import edgeplug
 from edgeplug._errors import EdgeplugError
-from edgeplug._zoo._record import FLOAT, Cell
+from edgeplug._failures import first_line
+from edgeplug._outputs import STDOUT, check_output_paths
+from edgeplug._zoo._cell import schemes_of
+from edgeplug._zoo._lowering import dry_run
+from edgeplug._zoo._models import resolve_models
+from edgeplug._zoo._record import FLOAT, Cell, cell_from_json
 from edgeplug._zoo._isolate import allow, execute_cell, kill_live
 
 EXECUTORS = ("local", "ray")
@@ -48,10 +58,6 @@ def plan(
     own schemes; a scheme no chosen backend declares is an error, one only some declare makes
     cells for those. ``SCHEME@OWNER`` quantizes with backend OWNER's scheme and lowers for each chosen
     backend that declares no SCHEME of its own (a scheme a backend does not offer, tried on both sides)."""
-    import edgeplug
-    from edgeplug._zoo._cell import schemes_of
-    from edgeplug._zoo._models import resolve_models
-
     keys = resolve_models(_split(models) if models is not None else None)
     installed = list(edgeplug.backends())
     chosen = _split(backends) if backends is not None else installed
@@ -150,8 +156,6 @@ class Results:
 
 
 def _lock(fd: int, path: str) -> None:
-    import fcntl
-
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -186,8 +190,6 @@ def _read(path: str, settings: Optional[Settings]) -> tuple[dict[tuple[str, str,
 
     Refuses a file none of whose lines is a cell or one cut short (not a results file), and a cell
     recorded under other settings."""
-    from edgeplug._zoo._record import cell_from_json
-
     cells: dict[tuple[str, str, str], Cell] = {}
     problems: list[tuple[int, str]] = []
     looks_like_results = False
@@ -261,21 +263,7 @@ def run(
     or the cluster at ``address``). ``progress`` gets a line per finished cell; ``warn`` (default:
     ``progress``) a line for what the caller must see: lines of ``out`` skipped as no cell, a Ray
     cluster that cannot run a cell yet."""
-    if executor not in EXECUTORS:
-        raise EdgeplugError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
-    if jobs < 1:
-        raise EdgeplugError(f"jobs must be at least 1, not {jobs}")
-    if address and executor != "ray":
-        raise EdgeplugError("an address is for --executor ray")
-    for name, value in (("timeout", timeout), ("memory_limit", memory_limit)):
-        if value is not None and value <= 0:
-            raise EdgeplugError(f"{name} must be positive, not {value}")
-    if out is not None:
-        from edgeplug._outputs import STDOUT, check_output_paths
-
-        if os.fspath(out) == STDOUT:
-            raise EdgeplugError("the results file cannot be stdout (-): --resume reads it back; name a file")
-        check_output_paths({"the results file": out})
+    _check_run(executor, jobs, address, timeout, memory_limit, out)
     settings = Settings(layers=layers, compare_stock=compare_stock, repeat=repeat)
     cells, notes = plan(models, backends, schemes)
     say = progress or (lambda line: None)
@@ -312,6 +300,25 @@ def run(
     return [done[k] for k in cells if k in done]
 
 
+def _check_run(
+    executor: str, jobs: int, address: Optional[str], timeout: Optional[float], memory_limit: Optional[int], out: Optional[str],
+) -> None:
+    """``run``'s options, refused before any cell runs."""
+    if executor not in EXECUTORS:
+        raise EdgeplugError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+    if jobs < 1:
+        raise EdgeplugError(f"jobs must be at least 1, not {jobs}")
+    if address and executor != "ray":
+        raise EdgeplugError("an address is for --executor ray")
+    for name, value in (("timeout", timeout), ("memory_limit", memory_limit)):
+        if value is not None and value <= 0:
+            raise EdgeplugError(f"{name} must be positive, not {value}")
+    if out is not None:
+        if os.fspath(out) == STDOUT:
+            raise EdgeplugError("the results file cannot be stdout (-): --resume reads it back; name a file")
+        check_output_paths({"the results file": out})
+
+
 def _local(specs, jobs, timeout, memory_mb, retries, attempts_dir) -> Iterator[Cell]:
     """Each cell in a fresh process, ``jobs`` at a time (a thread per running cell waits on it)."""
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="edgeplug-zoo") as pool:
@@ -335,7 +342,7 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address, say, w
     which no cell starts within ``timeout`` (a local cluster), or none finishes within
     ``(retries + 2) * timeout`` (any cluster), stops with a line saying so."""
     try:
-        import ray
+        import ray  # an optional dependency (edgeplug[ray]), for --executor ray only
     except ImportError as exc:
         raise EdgeplugError(
             f"--executor ray needs ray ({exc}): pip install 'edgeplug[ray]'"
@@ -372,13 +379,7 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address, say, w
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=None if timeout is None else 2.0)
                 now = time.monotonic()
                 if not ready and timeout is not None:
-                    started = any(Path(attempts_dir).glob("*.starts"))
-                    why = None
-                    if starts_visible and not started and now - submitted > timeout:
-                        why = f"no cell started within {timeout:g} s (the cell timeout) of being submitted"
-                    elif now - last > (retries + 2) * timeout:
-                        why = (f"no cell finished in {now - last:.0f} s, longer than a cell can take "
-                               f"({retries} retr{'y' if retries == 1 else 'ies'} of {timeout:g} s, and as long again to start)")
+                    why = _stalled(now, submitted, last, timeout, retries, starts_visible, attempts_dir)
                     if why:
                         raise EdgeplugError(
                             f"the Ray cluster {where} makes no progress: {why}; {len(pending)} of {len(specs)} "
@@ -401,13 +402,24 @@ def _ray(specs, jobs, timeout, memory_mb, retries, attempts_dir, address, say, w
             cluster.stop()
 
 
+def _stalled(
+    now: float, submitted: float, last: float, timeout: float, retries: int, starts_visible: bool, attempts_dir: str,
+) -> Optional[str]:
+    """Why a Ray run makes no progress (no cell started, or none finished, for longer than a cell can take), or None."""
+    started = any(Path(attempts_dir).glob("*.starts"))
+    if starts_visible and not started and now - submitted > timeout:
+        return f"no cell started within {timeout:g} s (the cell timeout) of being submitted"
+    if now - last > (retries + 2) * timeout:
+        return (f"no cell finished in {now - last:.0f} s, longer than a cell can take "
+                f"({retries} retr{'y' if retries == 1 else 'ies'} of {timeout:g} s, and as long again to start)")
+    return None
+
+
 class _Cluster:
     """``ray.init`` under a deadline. It runs in a thread that stays alive until ``stop``: the processes
     Ray starts die with the thread that started them (their parent-death signal)."""
 
     def __init__(self, ray, address: Optional[str], jobs: int, timeout: Optional[float]) -> None:
-        import threading
-
         self.ray, self.address, self.jobs, self.timeout = ray, address, jobs, timeout
         self.seconds = 0.0
         self._up, self._release = threading.Event(), threading.Event()
@@ -415,8 +427,6 @@ class _Cluster:
         self._thread = threading.Thread(target=self._init, name="edgeplug-zoo-ray", daemon=True)
 
     def _init(self) -> None:
-        import logging
-
         # Ray's SIGTERM handler is for a main thread; the run's own handler (the CLI's) stays in place
         logging.getLogger("ray._private.worker").addFilter(lambda r: "SIGTERM handler is not set" not in r.getMessage())
         try:
@@ -430,8 +440,6 @@ class _Cluster:
         self._release.wait()
 
     def start(self) -> None:
-        from edgeplug._failures import first_line
-
         where = f"at {self.address}" if self.address else f"(local, {self.jobs} CPUs)"
         if self.address:
             _answers(self.address, self.timeout)
@@ -457,8 +465,6 @@ class _Cluster:
 
 def _answers(address: str, timeout: Optional[float]) -> None:
     """Refuse at once an ``address`` (HOST:PORT) where nothing listens; other forms are Ray's to resolve."""
-    import socket
-
     text = address.removeprefix("ray://")
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
@@ -504,9 +510,6 @@ def _unschedulable(ray, memory_mb: Optional[int]) -> str:
 
 
 def _lost(spec: dict, exc: BaseException, retries: int) -> Cell:
-    from edgeplug._failures import first_line
-    from edgeplug._zoo._lowering import dry_run
-
     cell = Cell(model=spec["model"], backend=spec["backend"], scheme=spec["scheme"], status="lost", attempts=retries + 1)
     try:
         cell.dry_run = dry_run(spec["backend"])
