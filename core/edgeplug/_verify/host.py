@@ -46,7 +46,9 @@ import torch.utils._pytree as pytree
 from torch.fx import Interpreter, Node
 
 from edgeplug._errors import EdgeplugError, KernelError, VerificationError
+from edgeplug._graph.ops import op_name
 from edgeplug._inputs import ExampleInputs, runtime_inputs
+from edgeplug._plugins import get_backend
 from edgeplug._runtime.device import GpuDevice, NoAdapterError
 from edgeplug._devices import gpu_device  # the process's device (edgeplug.plugin.gpu_device is this one)
 
@@ -151,8 +153,6 @@ def _program_constant(ep: Any, spec: Any) -> torch.Tensor:
 
 class _Session:
     def __init__(self, backend: Any, state: Optional[Mapping[str, torch.Tensor]] = None) -> None:
-        from edgeplug._partition import op_name
-
         self.op_name = op_name
         self.backend = backend
         #: buffer name -> its value left by the call before (the program's state between calls)
@@ -434,8 +434,6 @@ def run_lowered(result: Any, backend: Any, calls: Sequence[ExampleInputs] = ()) 
     call's.
     """
     if isinstance(backend, str):
-        from edgeplug._plugins import get_backend
-
         backend = get_backend(backend)
     if result.edge is None:
         raise VerificationError("the lowering result holds no edge program to run")

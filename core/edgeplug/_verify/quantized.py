@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import torch
+import torch.utils._pytree as pytree
+
 from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
 from edgeplug._failures import first_line
 from edgeplug._quantized import QuantizationInfo, output_steps
@@ -63,9 +66,6 @@ def _refused(exc: BaseException, info: Any, backend: Any) -> VerificationError:
 
 
 def _same_inputs(a: tuple, b: tuple) -> bool:
-    import torch
-    import torch.utils._pytree as pytree
-
     la, lb = pytree.tree_leaves(a), pytree.tree_leaves(b)
     if len(la) != len(lb):
         return False

@@ -16,6 +16,7 @@ from edgeplug._eager import _tensors
 from edgeplug._errors import RuntimeNotFound, RuntimeRefusedError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._result import LoweringResult
+from edgeplug._verify.host import HostProgram, run_lowered
 
 
 def _runtime_inputs(result: LoweringResult, given: Optional[ExampleInputs] = None) -> list[Any]:
@@ -75,8 +76,6 @@ def run_pte(result: LoweringResult, calls: Sequence[ExampleInputs] = ()) -> _Run
 def run_kernels(result: LoweringResult, backend: Backend, calls: Sequence[ExampleInputs] = ()) -> _Run:
     """Run the delegates on ``backend``'s host kernels: the example inputs, then each of ``calls``, the
     program's buffers carried from one call to the next (``edgeplug._verify.host.run_lowered``)."""
-    from edgeplug._verify.host import run_lowered
-
     run = run_lowered(_with_copied_inputs(result), backend, copy.deepcopy(list(calls)))
     return _Run(run.outputs, "kernels", run.adapter, run.note, dict(run.mutated_buffers), steps=run.steps)
 
@@ -180,8 +179,6 @@ class LoadedProgram:
             self._call = _PteModule(result)
             self.label = "executorch runtime (host CPU)"
         elif target.method == "kernels":
-            from edgeplug._verify.host import HostProgram
-
             host = HostProgram(_with_copied_inputs(result), self.backend)
             spec = result.exported_program.call_spec.in_spec
 
@@ -210,6 +207,7 @@ class _PteModule:
     """The .pte loaded in executorch's runtime, its mutable buffers kept between calls."""
 
     def __init__(self, result: LoweringResult) -> None:
+        # executorch's runtime (a native library): loaded only where a .pte is run on the host
         from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
         if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):

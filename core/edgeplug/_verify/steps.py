@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
+from executorch.exir.lowered_backend_module import get_lowered_submodules
 from torch.export import ExportedProgram
 
 from edgeplug._failures import first_line
@@ -29,8 +30,6 @@ class _Step:
 
 def keeps_state(ep: ExportedProgram) -> bool:
     """Whether the lowered program writes buffers (a KV cache), at the top level or inside a delegate."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
-
     if ep.graph_signature.buffers_to_mutate:
         return True
     return any(

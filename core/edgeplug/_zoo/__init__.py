@@ -13,6 +13,7 @@ Names load on first use: ``import edgeplug._zoo`` imports neither torch nor ray.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 _NAMES = {
@@ -37,8 +38,6 @@ def __getattr__(name: str) -> Any:
     module = _NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'edgeplug._zoo' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f"edgeplug._zoo.{module}"), name)
     globals()[name] = value
     return value

@@ -19,7 +19,8 @@ from typing import Any, Optional
 
 import torch
 
-import edgeplug
+from edgeplug._plugins import get_backend
+from edgeplug._quantization import quantize
 from edgeplug._records import QuantScheme
 from edgeplug._zoo._lowering import Target, _flat, first_line, lower_edgeplug, lower_stock, target, versus_float
 from edgeplug._zoo._models import exported_call, label
@@ -67,7 +68,7 @@ def warm_up(backend: str) -> None:
 
 def schemes_of(backend: str) -> list[str]:
     """The quantization schemes ``backend`` declares (its plugins' QuantScheme records)."""
-    return [c.record.scheme for c in edgeplug.get_backend(backend).contributions if isinstance(c.record, QuantScheme)]
+    return [c.record.scheme for c in get_backend(backend).contributions if isinstance(c.record, QuantScheme)]
 
 
 def run_cell(
@@ -106,7 +107,7 @@ def run_cell(
         return cell
     stock = target_.stock if compare_stock else None
     try:
-        cell.no_policy = edgeplug.get_backend(backend).fusion_policy("rms_norm") is None
+        cell.no_policy = get_backend(backend).fusion_policy("rms_norm") is None
     except Exception:
         pass
     program, stock_program, stock_eager = ep, ep, eager
@@ -118,7 +119,7 @@ def run_cell(
     elif warm:
         warm_up(backend)
     buffers = _lower_both(cell, program, stock_program, stock_eager, eager, args, kwargs, target_ if stock is not None else None)
-    runs_here = edgeplug.get_backend(backend).spec.verify_method == "pte"
+    runs_here = get_backend(backend).spec.verify_method == "pte"
     if scheme != FLOAT and runs_here and not kwargs:
         _run_ptes(cell, buffers, args, eager)
     for _ in range(repeat - 1):
@@ -134,7 +135,7 @@ def _quantize_both(
     stock goes on); a side that fails records where."""
     name, _, owner = cell.scheme.partition("@")  # SCHEME@OWNER: OWNER's scheme, lowered for this backend
     owner = owner or cell.backend
-    record = next(r for r in edgeplug.get_backend(owner).records(edgeplug.QuantScheme) if r.scheme == name)
+    record = next(r for r in get_backend(owner).records(QuantScheme) if r.scheme == name)
     if warm:
         warm_up(cell.backend)
     stock_program, stock_eager = ep, eager
@@ -148,7 +149,7 @@ def _quantize_both(
             compare_stock = False
     try:  # a source transform rewrites the module's linear layers: it takes the module, not the program
         source = module if record.kind == "source_transform" else ep
-        program = edgeplug.quantize(source, args, owner, name, kwargs=kwargs or None)
+        program = quantize(source, args, owner, name, kwargs=kwargs or None)
     except Exception as exc:
         cell.edgeplug = Side(error=first_line(exc), stage="quantize")
         program = None

@@ -15,8 +15,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-import torch
+import operator
 
+import torch
+import torch.utils._pytree as pytree
+
+from edgeplug._plugins import get_backend
 from edgeplug._zoo._record import Side
 
 
@@ -34,9 +38,7 @@ class Target:
 def dry_run(backend: str) -> bool:
     """Whether ``backend``'s cells are dry runs (its delegate cannot serialize here), without building its
     partitioner: what a cell that never reported (a timeout, a lost process) is recorded with."""
-    import edgeplug
-
-    return not edgeplug.get_backend(backend).availability().ok
+    return not get_backend(backend).availability().ok
 
 
 def target(backend: str) -> Target:
@@ -46,9 +48,7 @@ def target(backend: str) -> Target:
     executorch's ``to_edge_transform_and_lower`` with the partitioner the plugin builds, used alone,
     where that partitioner is executorch's own class (a support-table stand-in is not a stock flow).
     """
-    import edgeplug
-
-    b = edgeplug.get_backend(backend)
+    b = get_backend(backend)
     available = b.availability()
     if not available.ok:
         return Target(True, None, f"its SDK is absent here ({available.reason}): stock cannot run here")
@@ -69,8 +69,7 @@ def op_label(target: Any) -> str:
 
 def stock_graph_breaks(edge_ep: Any) -> tuple[int, Counter]:
     """(partitions, CPU ops) of a program stock executorch lowered, counted as edgeplug's report counts."""
-    import operator
-
+    # executorch: the zoo's parent process imports this module (dry_run) and lowers nothing
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
     partitions = len(get_lowered_submodules(edge_ep.graph_module))
@@ -90,8 +89,6 @@ def first_line(exc: BaseException) -> str:
 
 
 def _flat(out: Any) -> list[torch.Tensor]:
-    import torch.utils._pytree as pytree
-
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
@@ -100,13 +97,15 @@ def lower_edgeplug(
     kwargs: Optional[dict] = None,
 ) -> tuple[Side, Any]:
     """edgeplug.lower (timed, serialization included) then edgeplug.verify where it runs."""
-    import edgeplug
+    # the lowering (executorch): only a cell's process lowers; the parent imports this module for dry_run
+    from edgeplug._pipeline import lower
+    from edgeplug._verify import verify as verify_lowered
 
     side = Side()
     try:
         gc.collect()  # each timed lowering starts from a collected heap, stock's and edgeplug's alike
         t = time.perf_counter()
-        result = edgeplug.lower(
+        result = lower(
             copy.deepcopy(ep), inputs, backend, kwargs=kwargs or None, dry_run=dry_run, model_name=model_name
         )
         side.seconds = time.perf_counter() - t
@@ -123,12 +122,12 @@ def lower_edgeplug(
     for c in report.cpu_nodes:
         reasons.setdefault(c.op, set()).add(c.reason)
     side.cpu_reasons = {op: sorted(r) for op, r in reasons.items()}
-    if verify and not dry_run and edgeplug.get_backend(backend).spec.verify_method == "none":
+    if verify and not dry_run and get_backend(backend).spec.verify_method == "none":
         side.verify_method = "none"  # no runtime for its programs on this host (coreml off Apple): not a failure
     elif verify and not dry_run:
         try:
             t = time.perf_counter()
-            v = edgeplug.verify(result, backend)
+            v = verify_lowered(result, backend)
             side.verify_seconds = time.perf_counter() - t
             side.max_abs_diff = v.max_abs_diff
             side.verify_method = v.method + (f" on {v.adapter}" if v.adapter else "")
@@ -154,6 +153,7 @@ def lower_stock(
     ``eager``: the outputs the .pte should give (where it runs here); ``float_outputs``: the float model's,
     for a quantized program's cosine and max |Δ| to float; ``keep``: a dict that receives the serialized
     program as ``"buffer"`` (to time it later)."""
+    # executorch: as in lower_edgeplug, only a cell's process lowers
     from executorch.exir import to_edge_transform_and_lower
 
     side = Side()
@@ -179,6 +179,7 @@ def lower_stock(
         keep["buffer"] = buffer
     if target.stock_runs_here:  # a delegate executorch's Python runtime runs (the backend verifies .pte files)
         try:
+            # executorch's runtime (a native library): only where a stock .pte is run here
             from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
             if not eager:

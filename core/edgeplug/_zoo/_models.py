@@ -11,6 +11,7 @@ FILE.py there is relative to the list).
 
 from __future__ import annotations
 
+import difflib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
@@ -18,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from edgeplug._errors import EdgeplugError
+from edgeplug.examples import load_model
 from edgeplug._models import DECODER, MODELS as REGISTRY, SEQ, VOCAB, ZOO_NAMES, Arch
 
 # DECODER, SEQ, VOCAB and Arch are the zoo's names too (edgeplug._zoo's table, _render, benches)
@@ -79,8 +81,6 @@ def _resolve_one(entry: str, source: Optional[str]) -> list[str]:
             raise EdgeplugError(f"model file {path!r}{where} does not exist (from {entry!r})")
         # absolute: a cell's process, or a Ray worker, may start in another folder
         return [f"{Path(path).resolve()}:{function}"]
-    import difflib
-
     close = difflib.get_close_matches(entry, list(MODELS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise EdgeplugError(
@@ -122,6 +122,7 @@ def build(name: str, layers: Optional[int] = None) -> tuple[torch.nn.Module, tup
 
 def build_arch(arch: Arch, layers: Optional[int] = None) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
     """transformers' model of ``arch`` (randomly initialised, norm weights moved off their init) and its inputs."""
+    # transformers: an optional dependency, needed for the zoo's built-in models only (not for FILE.py:FUNCTION)
     import transformers
 
     settings = {**arch.base, **arch.overrides}
@@ -171,8 +172,6 @@ def load(key: str, layers: Optional[int] = None) -> tuple[Any, tuple, dict]:
     if key in MODELS:
         model, inputs = build(key, layers)
         return model, inputs, {}
-    from edgeplug.examples import load_model
-
     model, args, *rest = load_model(key)
     kwargs = rest[0] if rest and isinstance(rest[0], dict) else {}
     return model, tuple(args), kwargs

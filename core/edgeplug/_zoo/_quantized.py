@@ -33,6 +33,7 @@ def quantize_stock(module: torch.nn.Module, args: tuple, kwargs: dict, record: A
     stage = "export"
     try:
         if record.kind == "pt2e":
+            # torchao: only a cell's process quantizes; the zoo's parent imports this module
             from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
             with torch.no_grad():
@@ -45,6 +46,7 @@ def quantize_stock(module: torch.nn.Module, args: tuple, kwargs: dict, record: A
                 converted = convert_pt2e(prepared)
                 stage = "export"
                 return torch.export.export(converted, args, kwargs or None)
+        # torchao: as above
         from torchao.quantization import quantize_
 
         stage = "quantize_"
@@ -65,6 +67,7 @@ def time_ptes(buffers: dict[str, bytes], inputs: list, rounds: int = 15, calls: 
 
     Every round times ``calls`` forwards of each program, the sides alternating (the first side changes
     from round to round), after three warm-up calls each; the median over rounds is kept."""
+    # executorch's runtime (a native library): only in the cells that time a .pte
     from executorch.extension.pybindings import portable_lib
 
     portable_lib._unsafe_reset_threadpool(1)  # one thread: the figure is the program's, not the machine's

@@ -7,6 +7,7 @@ them into tables.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
@@ -177,8 +178,6 @@ def _known(cls: type, data: dict) -> dict:
 
 
 def _check_fields(cls: type, data: dict, where: str) -> None:
-    import typing
-
     hints = typing.get_type_hints(cls)
     for name, value in data.items():
         if name not in hints:
@@ -193,8 +192,6 @@ def _check_fields(cls: type, data: dict, where: str) -> None:
 
 
 def _fits(value: object, hint: object) -> bool:
-    import typing
-
     if typing.get_origin(hint) is typing.Union:
         return any(_fits(value, arm) for arm in typing.get_args(hint))
     if hint is type(None):
@@ -210,8 +207,6 @@ def _fits(value: object, hint: object) -> bool:
 
 
 def _hint_name(hint: object) -> str:
-    import typing
-
     if typing.get_origin(hint) is typing.Union:
         return " or ".join(_hint_name(a) for a in typing.get_args(hint))
     return {type(None): "null", str: "text", int: "an integer", float: "a number", bool: "true/false",

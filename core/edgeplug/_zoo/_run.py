@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-import edgeplug
+from edgeplug._plugins import backends as installed_backends
 from edgeplug._errors import EdgeplugError
 from edgeplug._failures import first_line
 from edgeplug._outputs import STDOUT, check_output_paths
@@ -59,7 +59,7 @@ def plan(
     cells for those. ``SCHEME@OWNER`` quantizes with backend OWNER's scheme and lowers for each chosen
     backend that declares no SCHEME of its own (a scheme a backend does not offer, tried on both sides)."""
     keys = resolve_models(_split(models) if models is not None else None)
-    installed = list(edgeplug.backends())
+    installed = list(installed_backends())
     chosen = _split(backends) if backends is not None else installed
     unknown = [b for b in chosen if b not in installed]
     if unknown:
