@@ -135,7 +135,7 @@ def targets(cells: list[Cell]) -> list[str]:
             out.append(_gpu_target(backend, cs))
     cs = [c for c in cells if c.backend == "xnnpack" and _decoder(c)]
     if cs:
-        out.append(_xnnpack_target(cs))
+        out.append(_third_of_stock_target(cs))
     out.append(_norms_and_verification_target(cells))
     ratios = [c.time_ratio for c in cells if c.time_ratio is not None]
     within = sum(1 for r in ratios if r <= 1.1)
@@ -177,7 +177,7 @@ def _gpu_target(backend: str, cs: list[Cell]) -> str:
     )
 
 
-def _xnnpack_target(cs: list[Cell]) -> str:
+def _third_of_stock_target(cs: list[Cell]) -> str:
     """xnnpack's decoders: at most a third of stock's CPU nodes and partitions, no norm op on the CPU."""
     ok = _lowered
     third = [
