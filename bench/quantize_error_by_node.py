@@ -43,9 +43,9 @@ def _outputs(gm: torch.fx.GraphModule, args: tuple) -> dict[str, Any]:
 
 def by_node(model: str, backend: str, scheme: str, layers: int) -> None:
     import edgeplug
-    from edgeplug._plugins import get_backend
-    from edgeplug._quantization import drop_no_op_casts, fold_before_annotation, recompose_norms
-    from edgeplug._stages import transform
+    from edgeplug._registry.lookup import get_backend
+    from edgeplug._quantize.quantize import drop_no_op_casts, fold_before_annotation, recompose_norms
+    from edgeplug._graph.export_stage import transform
     from edgeplug._zoo._models import build
 
     m, args = build(model, layers)
@@ -70,7 +70,7 @@ def by_node(model: str, backend: str, scheme: str, layers: int) -> None:
 
 def with_eps(model: str, eps: float, layers: int) -> None:
     import edgeplug
-    import edgeplug._quantization as quantization
+    import edgeplug._quantize.quantize as quantization
     from edgeplug._zoo._models import build
 
     def quantizer() -> Any:

@@ -29,7 +29,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 def build_report(layers: int, backend: str, compare_stock: bool):
     from edgeplug.examples.llama import tiny_llama
     from edgeplug._pipeline import lower
-    from edgeplug._report_html import stock_partitioning
+    from edgeplug._report.html import stock_partitioning
 
     model, inputs = tiny_llama(layers=layers)
     t = time.perf_counter()
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", help="also write the page here")
     args = ap.parse_args(argv)
 
-    from edgeplug._report_html import load_report, render_html
+    from edgeplug._report.html import load_report, render_html
 
     report = load_report(args.report) if args.report else build_report(args.layers, args.backend, args.compare_stock)
     page = render_html(report)

@@ -165,7 +165,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--greedy", type=int, default=32, help="greedy tokens compared (verify_steps)")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
-    from edgeplug._verify.runners import find_device_runtime
+    from edgeplug._verify.targets import find_device_runtime
     from edgeplug._zoo._cell import _quiet
 
     runtime, why = find_device_runtime(edgeplug.get_backend("vulkan"))

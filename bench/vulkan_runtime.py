@@ -37,7 +37,7 @@ from torch import nn
 import edgeplug
 from edgeplug._failures import first_line
 from edgeplug._inputs import ExampleInputs
-from edgeplug._verify.runners import find_device_runtime, run_device_runtime, run_kernels, _runtime_inputs
+from edgeplug._verify.targets import find_device_runtime, run_device_runtime, run_kernels, _runtime_inputs
 from edgeplug._verify.steps import decode_steps
 
 SETS = ("zoo", "examples", "optimum", "quantized", "rmsnorm", "seed")

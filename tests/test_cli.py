@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import edgeplug
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 
 
 #: the backend the cases that only need some lowering use (a fixture backend: those cases ask for fixture_backends)

@@ -3,7 +3,7 @@
 ``edgeplug.plugin`` re-exports names from the core's private modules for
 backend authors; a core module that imported it back would make the author
 surface a dependency of what it publishes (host verification once read
-``edgeplug.plugin.gpu_device``; the device cache is ``edgeplug._devices`` now).
+``edgeplug.plugin.gpu_device``; the device cache is ``edgeplug._runtime.process`` now).
 Only the packages written for plugin authors and their tests may import it:
 ``edgeplug.testing`` (the conformance suite) and ``edgeplug.examples``.
 """
@@ -55,7 +55,7 @@ def test_the_check_sees_each_spelling():
 
 
 def test_gpu_device_of_the_author_surface_is_the_cores_one():
-    import edgeplug._devices
+    import edgeplug._runtime.process
     import edgeplug.plugin
 
-    assert edgeplug.plugin.gpu_device is edgeplug._devices.gpu_device
+    assert edgeplug.plugin.gpu_device is edgeplug._runtime.process.gpu_device

@@ -23,7 +23,7 @@ import torch
 
 import edgeplug
 import edgeplug_fixture_backends
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 from edgeplug.testing import assert_no_traceback, error_line, files_under
 from edgeplug.testing.faults import CorruptWeight
 

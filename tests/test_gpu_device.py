@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from edgeplug._errors import KernelError
-from edgeplug._runtime import ADAPTER_ENV, DeviceCache, NoAdapterError, open_device
+from edgeplug._runtime.device import ADAPTER_ENV, DeviceCache, NoAdapterError, open_device
 from edgeplug._runtime.device import AdapterInfo, choose_adapter
 from edgeplug.plugin import gpu_device
 

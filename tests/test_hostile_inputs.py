@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 
 EDGEPLUG = [sys.executable, "-m", "edgeplug._cli"]
 
@@ -345,7 +345,7 @@ def test_a_calibration_generator_that_never_ends_is_cut_and_counted(quantized):
 
 
 def test_a_calibration_file_that_never_ends_is_read_to_the_cap(tmp_path):
-    from edgeplug._quantization import load_calibration
+    from edgeplug._quantize.quantize import load_calibration
 
     (tmp_path / "c.py").write_text("import itertools, torch\ndata = ((torch.zeros(1),) for _ in itertools.count())\n")
     assert len(load_calibration("c.py:data", 5)) == 6  # one more than the cap: quantize says there were more
@@ -365,7 +365,7 @@ def test_calibration_batches_flag(cli, argv, expect):
 
 
 def test_a_second_quantization_is_refused_up_front(quantized):
-    from edgeplug._quantization import QuantizationError
+    from edgeplug._quantize.quantize import QuantizationError
 
     with pytest.raises(QuantizationError, match=rf"already quantized \(by {BACKEND}'s quantizer, scheme '8a8w'\)"):
         edgeplug.quantize(quantized, (torch.randn(1, 4),), BACKEND, "8a8w")

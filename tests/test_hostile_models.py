@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 
 EDGEPLUG = [sys.executable, "-m", "edgeplug._cli"]
 #: the backend the CLI cases lower to (tests/fixtures/backends); fixture-fused verifies on the host

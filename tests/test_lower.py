@@ -23,7 +23,7 @@ TABLE, FUSED, KEEP, OFFLINE = "fixture-table", "fixture-fused", "fixture-keep", 
 
 @pytest.fixture(autouse=True)
 def _clean(clean_plugin_env, fixture_backends):
-    edgeplug._plugins.reset()
+    edgeplug._registry.lookup.reset()
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_every_public_name_stays_the_function_whatever_was_imported_first():
     import sys
 
     code = (
-        "import edgeplug, edgeplug._pipeline, edgeplug._report\n"
+        "import edgeplug, edgeplug._pipeline, edgeplug._report.records\n"
         "names = ['transform', 'fuse', 'verify', 'lower', 'backends', 'get_backend']\n"
         "for n in names: getattr(edgeplug, n)\n"
         "import edgeplug._pipeline\n"
@@ -309,7 +309,7 @@ def test_run_lowered_takes_a_backend_name(edgeplug_lowering):
 
 
 def test_the_report_is_strict_json_with_non_finite_numbers_as_null():
-    from edgeplug._report import LoweringReport, OutputCheck, Verification
+    from edgeplug._report.records import LoweringReport, OutputCheck, Verification
 
     report = LoweringReport(
         model="m", backend=TABLE, distribution="d",

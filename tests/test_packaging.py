@@ -45,7 +45,7 @@ def test_a_wheel_build_writes_nothing_into_the_checkout(source, tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     if core:  # the package's data files travel with it
-        assert {"edgeplug/py.typed", "edgeplug/_vendor/dagre.min.js", "edgeplug/_report_page/report.js"} <= names
+        assert {"edgeplug/py.typed", "edgeplug/_vendor/dagre.min.js", "edgeplug/_report/page/report.js"} <= names
     else:  # every file of the plugin's packages travels, data files (kernel sources, tables) included
         files = {
             str(f.relative_to(source)) for pkg in _packages(source) for f in pkg.rglob("*")

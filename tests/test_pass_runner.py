@@ -82,7 +82,7 @@ class CorruptingPlugin:
 
 @pytest.fixture
 def corrupting_plugin(fixture_backends):
-    from edgeplug import _plugins as plugins
+    from edgeplug._registry import lookup as plugins
 
     plugins.register(CorruptingPlugin(), name="corrupting")
     yield
@@ -126,7 +126,7 @@ def test_a_plugin_pass_that_corrupts_the_graph_is_named(corrupting_plugin):
 
 def test_transform_runs_the_backends_export_passes(corrupting_plugin):
     # with only the well-behaved extra pass, transform applies it through the runner
-    from edgeplug import _plugins as plugins
+    from edgeplug._registry import lookup as plugins
 
     plugins.unregister("corrupting")
 
@@ -227,7 +227,7 @@ class _Norm(nn.Module):
 def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend, edge_sees_it_fused, fixture_backends):
     """Stage "edge" runs before an edge-stage fusion (a backend's own op), "pre_partition" after
     it; an aten-namespace target (aten.rms_norm) is fused on the aten program, before both."""
-    from edgeplug import _plugins as plugins
+    from edgeplug._registry import lookup as plugins
 
     seen: dict[str, set] = {}
 
@@ -257,7 +257,7 @@ def test_edge_passes_see_the_norm_and_pre_partition_passes_see_it_fused(backend,
 
 
 def test_a_constraint_across_stages_is_refused(fixture_backends):
-    from edgeplug import _plugins as plugins
+    from edgeplug._registry import lookup as plugins
 
     class Crossing:
         @edgeplug.hookimpl

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 from edgeplug._registry import PluginWarning
 from edgeplug.testing import assert_no_traceback, error_line, files_under
 

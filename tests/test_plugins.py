@@ -16,7 +16,7 @@ import warnings
 import pytest
 
 import edgeplug
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 from edgeplug._errors import PluginConflictError, UnknownBackendError
 from edgeplug._registry import PluginWarning
 
@@ -116,7 +116,7 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site, fi
     assert [p.name for p in b.passes_for("export")] == ["note-export"]
     assert [p.name for p in b.passes_for("edge")] == ["early", "late"]
     # edgeplug_quantizers
-    from edgeplug._quantization import schemes
+    from edgeplug._quantize.quantize import schemes
 
     assert [(s.scheme, s.weight_bits) for s in schemes("tinycpu")] == [("8a8w", 8)]
     assert {b.origin(r).distribution for r in (*b.passes, *b.filters, *b.kernels)} == {"edgeplug-fixture-good"}

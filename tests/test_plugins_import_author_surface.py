@@ -117,7 +117,7 @@ def test_a_planted_import_of_the_core_is_named_with_its_file_and_line(tmp_path):
         "    return __import__('edgeplug')\n"  # 16
     )
     (package / "testing" / "__init__.py").write_text(
-        "import edgeplug\nfrom edgeplug.testing.programs import cached_attention\nfrom edgeplug._plugins import manager\n"
+        "import edgeplug\nfrom edgeplug.testing.programs import cached_attention\nfrom edgeplug._registry.lookup import manager\n"
     )
     sources, bad = plugin_violations(tmp_path)
     assert len(sources) == 2
@@ -130,7 +130,7 @@ def test_a_planted_import_of_the_core_is_named_with_its_file_and_line(tmp_path):
         "plugins/toy/edgeplug_toy/hooks.py:14: imports edgeplug._partition.verdict",
         "plugins/toy/edgeplug_toy/hooks.py:16: imports edgeplug",
         # a test helper may use the façade and edgeplug.testing, never a private module
-        "plugins/toy/edgeplug_toy/testing/__init__.py:3: imports edgeplug._plugins",
+        "plugins/toy/edgeplug_toy/testing/__init__.py:3: imports edgeplug._registry.lookup",
     ]
 
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug._quantization import QuantizationError
-from edgeplug._quantized import output_steps
+from edgeplug._quantize.quantize import QuantizationError
+from edgeplug._quantize.program import output_steps
 from edgeplug.examples import load_model
 
 aten = torch.ops.aten

@@ -15,7 +15,7 @@ import torch
 
 import edgeplug
 from edgeplug.examples import EXAMPLES, load_model
-from edgeplug._quantization import schemes
+from edgeplug._quantize.quantize import schemes
 
 #: norms per example (two per block, and the final one)
 NORMS = {"llama": 5, "gemma-block": 3, "mlp": 0}

@@ -13,7 +13,7 @@ import torch
 
 import edgeplug
 from edgeplug._errors import EdgeplugError
-from edgeplug._quantization import QuantizationError, make_quantizer, quant_scheme, schemes
+from edgeplug._quantize.quantize import QuantizationError, make_quantizer, quant_scheme, schemes
 
 #: a quantizer factory the test can recognise: make_quantizer must call the record's factory, fresh each time
 class _Quantizer:

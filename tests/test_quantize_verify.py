@@ -12,7 +12,7 @@ import os
 import pytest
 
 import edgeplug
-from edgeplug._quantization import schemes
+from edgeplug._quantize.quantize import schemes
 from edgeplug.examples import load_model
 
 #: norms per example (two per block, and the final one)

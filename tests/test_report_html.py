@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeplug._report import GraphNode, LoweringReport, PartitionSummary
+from edgeplug._report.records import GraphNode, LoweringReport, PartitionSummary
 
 # `browser`: Debian's chromium through Playwright, one for the session (tests/conftest.py)
 
@@ -93,7 +93,7 @@ def test_cli_report_html_and_explore_for_llama(cli, tmp_path, browser, fixture_b
 
 @pytest.mark.slow
 def test_html_report_of_llama_with_fusions_and_no_stock_flow(edgeplug_lowering, tmp_path, browser, fixture_backends):
-    from edgeplug._report_html import stock_partitioning, write_report
+    from edgeplug._report.html import stock_partitioning, write_report
     from edgeplug.examples import load_model
 
     report = edgeplug_lowering("llama", fixture_backends.FUSED).report.model_copy(deep=True)
@@ -154,7 +154,7 @@ def _decoder_report(layers: int, per_layer: int = 40) -> LoweringReport:
 
 
 def test_a_big_graph_opens_collapsed_and_expands_by_module(browser, tmp_path):
-    from edgeplug._report_html import write_report
+    from edgeplug._report.html import write_report
 
     write_report(tmp_path / "big.html", _decoder_report(layers=12))
     p = Page(browser, tmp_path / "big.html")
@@ -182,7 +182,7 @@ def test_a_big_graph_opens_collapsed_and_expands_by_module(browser, tmp_path):
 
 
 def test_report_json_round_trips_and_html_is_self_contained(tmp_path):
-    from edgeplug._report_html import load_report, render_html
+    from edgeplug._report.html import load_report, render_html
 
     report = _decoder_report(layers=2)
     report.notes.append("</script><script>alert(1)</script>")  # data cannot close the data element
@@ -239,7 +239,7 @@ def test_a_report_saved_before_the_shared_partitioning_record_reads_the_same(cli
     assert "partitions: 1 (would delegate 3 nodes)" in lines
     assert "left on CPU (graph breaks): 2 nodes" in lines
     assert "stock executorch (stock()): 2 partitions, 2 nodes delegated, 3 on CPU" in lines
-    from edgeplug._report_html import load_report
+    from edgeplug._report.html import load_report
 
     again = json.loads(load_report(tmp_path / "old.json").to_json())
     assert list(again)[:7] == ["format_version", "model", "backend", "distribution", "dry_run", "stand_in", "stages"]

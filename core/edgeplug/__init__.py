@@ -85,21 +85,21 @@ from edgeplug import _api as _plugin_api  # noqa: E402
 _plugin_api.install_old_paths()  # the previous API's module paths (edgeplug.partition, ...): warned, then refused
 
 _LAZY = {
-    "backends": ("edgeplug._plugins", "backends"),
-    "get_backend": ("edgeplug._plugins", "get_backend"),
+    "backends": ("edgeplug._registry.lookup", "backends"),
+    "get_backend": ("edgeplug._registry.lookup", "get_backend"),
     "Backend": ("edgeplug._backend", "Backend"),
-    "transform": ("edgeplug._stages", "transform"),
-    "fuse": ("edgeplug._stages", "fuse"),
+    "transform": ("edgeplug._graph.export_stage", "transform"),
+    "fuse": ("edgeplug._fusion", "fuse"),
     "lower": ("edgeplug._pipeline", "lower"),
     "LoweringResult": ("edgeplug._result", "LoweringResult"),
-    "LoweringReport": ("edgeplug._report", "LoweringReport"),
-    "Verification": ("edgeplug._report", "Verification"),
-    "quantize": ("edgeplug._quantization", "quantize"),
-    "QuantizedModel": ("edgeplug._quantized", "QuantizedModel"),
+    "LoweringReport": ("edgeplug._report.records", "LoweringReport"),
+    "Verification": ("edgeplug._report.records", "Verification"),
+    "quantize": ("edgeplug._quantize.quantize", "quantize"),
+    "QuantizedModel": ("edgeplug._quantize.program", "QuantizedModel"),
     "verify": ("edgeplug._verify", "verify"),
-    "register_plugin": ("edgeplug._plugins", "register"),
-    "unregister_plugin": ("edgeplug._plugins", "unregister"),
-    "plugin_problems": ("edgeplug._plugins", "problems"),
+    "register_plugin": ("edgeplug._registry.lookup", "register"),
+    "unregister_plugin": ("edgeplug._registry.lookup", "unregister"),
+    "plugin_problems": ("edgeplug._registry.lookup", "problems"),
 }
 
 

@@ -1,6 +1,6 @@
 """Backend: everything the loaded plugins contribute to one backend, resolved from a ``PluginManager``.
 
-The lookup by name is ``edgeplug._plugins.get_backend`` (the process's registry, or one passed in);
+The lookup by name is ``edgeplug._registry.lookup.get_backend`` (the process's registry, or one passed in);
 the functions here take the registry they read.
 """
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from edgeplug._errors import EdgeplugError
 from edgeplug._outputs import write_files
-from edgeplug._report import LoweringReport
+from edgeplug._report.records import LoweringReport
 
 INSTALL_HINT = "pip install 'edgeplug[explorer]' (Google's ai-edge-model-explorer)"
 _PALETTE = ["#9fd4a3", "#a5c8f0", "#f5d38c", "#c9b3ea", "#8fd6d0", "#f3b4c9", "#d8d88f", "#b7c4cf"]

@@ -14,7 +14,7 @@ from torch.export import ExportedProgram
 from edgeplug._backend import Backend
 from edgeplug._graph.ops import op_name
 from edgeplug._partition.standin import STAND_IN_ID
-from edgeplug._report import CpuNode, PartitionSummary, lowered_partitions
+from edgeplug._report.records import CpuNode, PartitionSummary, lowered_partitions
 
 def count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) -> tuple[list[PartitionSummary], Counter]:
     """Partitions and delegated ops read from the lowered graph (a dry run's stand-in delegates

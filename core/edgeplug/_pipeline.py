@@ -39,7 +39,7 @@ from edgeplug._backend import Backend
 from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, LoweringError
 from edgeplug._failures import edgeplug_cause, first_line, name_the_plugin, root_cause, stage_failure, train_mode_dropout
-from edgeplug._fusion import fusion_stage, resolve_target
+from edgeplug._fusion import fuse, fusion_stage, resolve_target
 from edgeplug._graph import PassResult, run_passes
 from edgeplug._graph.cache_writes import values_at_indexed_shape
 from edgeplug._graph.fold import fold_constant_subgraphs
@@ -52,16 +52,16 @@ from edgeplug._lowered import foreign_passes, partition_of, partitions
 from edgeplug._memory import StageMemory
 from edgeplug._partition import CorePartitioner
 from edgeplug._partition.phases import copy_shared_constants
-from edgeplug._plugins import backends, get_backend
-from edgeplug._quantization import drop_no_op_casts
-from edgeplug._quantized import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
-from edgeplug._report import (
+from edgeplug._registry.lookup import backends, get_backend
+from edgeplug._quantize.quantize import drop_no_op_casts
+from edgeplug._quantize.program import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
+from edgeplug._report.records import (
     STAND_IN_KEY, CpuNode, GraphNode, LoweringReport, StageTiming, StandIn, annotate_graph, graph_of,
 )
 from edgeplug._registry import plugin_location
 from edgeplug._result import LoweringResult
 from edgeplug._shape_env import kept_shape_envs
-from edgeplug._stages import export_stage_passes, fuse
+from edgeplug._graph.export_stage import export_stage_passes
 from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
 from edgeplug._weights import (
     check_external_weights, external_constants, lowered_modules_released, serialized_size, shared_weights_in_preprocess,

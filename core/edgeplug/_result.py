@@ -14,8 +14,8 @@ from edgeplug._eager import Reference
 from edgeplug._errors import EdgeplugError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._outputs import check_output_paths, write_files
-from edgeplug._quantized import QuantizationInfo
-from edgeplug._report import LoweringReport, stand_in_path
+from edgeplug._quantize.program import QuantizationInfo
+from edgeplug._report.records import LoweringReport, stand_in_path
 from edgeplug._weights import check_saved_whole, check_weights_target, data_files
 
 

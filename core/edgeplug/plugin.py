@@ -93,7 +93,7 @@ from edgeplug._records import (
 
 # name -> (module, attribute); attribute None: the module itself
 _LAZY: dict[str, tuple[str, Any]] = {
-    "STAND_IN_KEY": ("edgeplug._report", "STAND_IN_KEY"),
+    "STAND_IN_KEY": ("edgeplug._report.records", "STAND_IN_KEY"),
     "Verdict": ("edgeplug._partition.verdict", "Verdict"),
     "TAKEN": ("edgeplug._partition.verdict", "TAKEN"),
     "refuse": ("edgeplug._partition.verdict", "refuse"),
@@ -116,7 +116,7 @@ _LAZY: dict[str, tuple[str, Any]] = {
     "op_name": ("edgeplug._graph.ops", "op_name"),
     "OpCall": ("edgeplug._verify.host", "OpCall"),
     "GpuDevice": ("edgeplug._runtime.device", "GpuDevice"),
-    "gpu_device": ("edgeplug._devices", "gpu_device"),
+    "gpu_device": ("edgeplug._runtime.process", "gpu_device"),
 }
 
 

@@ -18,11 +18,11 @@ from edgeplug._cli.quiet import native_output_hidden
 from edgeplug._errors import EdgeplugError
 from edgeplug._explorer import _model_explorer, explorer_command, write_explorer
 from edgeplug._outputs import check_output_paths, names_a_folder, write_file
-from edgeplug._plugins import get_backend, manager
-from edgeplug._quantization import DEFAULT_CALIBRATION_BATCHES, load_calibration, quant_scheme, quantize
+from edgeplug._registry.lookup import get_backend, manager
+from edgeplug._quantize.quantize import DEFAULT_CALIBRATION_BATCHES, load_calibration, quant_scheme, quantize
 from edgeplug._records import QuantScheme
-from edgeplug._report import stand_in_path
-from edgeplug._report_html import is_html, load_report, stock_partitioning, write_report
+from edgeplug._report.records import stand_in_path
+from edgeplug._report.html import is_html, load_report, stock_partitioning, write_report
 from edgeplug._user_code import Effects
 
 
@@ -257,7 +257,7 @@ def _load_and_lower(args: argparse.Namespace, backend: object, progress) -> obje
         )
     finally:
         _say_effects(effects, progress)
-    if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantization)
+    if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantize.quantize)
         limit = args.calibration_batches
         calibration = load_calibration(args.calibration, limit) if args.calibration else None
         model = quantize(

@@ -1,6 +1,6 @@
 """`edgeplug backends`, `plugins`, `new-backend`, `examples`: what is installed, and a new plugin's skeleton.
 
-The CLI is where the process's default plugin manager is read (``edgeplug._plugins.manager``).
+The CLI is where the process's default plugin manager is read (``edgeplug._registry.lookup.manager``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 
 from edgeplug._backend import INSTALL_HINT
 from edgeplug._cli.common import err
-from edgeplug._devices import gpu_device
-from edgeplug._plugins import get_backend, manager
+from edgeplug._runtime.process import gpu_device
+from edgeplug._registry.lookup import get_backend, manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
 from edgeplug._scaffold import write
 from edgeplug import _api
@@ -57,7 +57,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
     """For each backend that has a runtime of its own (``BackendSpec.device_runtime``): whether it is
     built here, so the user knows what ``--verify`` will run."""
-    from edgeplug._verify.runners import find_device_runtime  # torch: `edgeplug backends` starts without it
+    from edgeplug._verify.targets import find_device_runtime  # torch: `edgeplug backends` starts without it
 
     for name in sorted(specs):
         if specs[name][1].device_runtime is None:

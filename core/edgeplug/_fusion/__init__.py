@@ -28,6 +28,7 @@ from typing import Any, Optional
 import torch
 from torch.export import ExportedProgram
 
+from edgeplug._backend import Backend
 from edgeplug._errors import EdgeplugError
 from edgeplug._fusion.apply import decide_fusions, fuse_matches
 from edgeplug._fusion.decision import Decision, decide_fusion
@@ -35,6 +36,7 @@ from edgeplug._fusion.delegation import Veto, delegation_veto
 from edgeplug._graph.names import name_signature_as_graph
 from edgeplug._policy_target import FusedOp, PolicyTargetError, check_policy, resolve_target
 from edgeplug._records import FusionPolicy, FusionRecord
+from edgeplug._registry.lookup import get_backend
 
 
 def fuse_program(
@@ -89,6 +91,13 @@ def fuse_for_backend(ep: ExportedProgram, backend: Any) -> tuple[ExportedProgram
     return _fuse(ep, fused, delegation_veto(backend, fused))
 
 
+def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
+    """``edgeplug.fuse``: the core's pattern fusions on an edge-dialect program under ``backend``'s
+    policy (a name or a ``Backend``). Returns a new program (``ep`` is not changed) and one
+    ``FusionRecord`` per match: fused, folded, fused with a unit weight, or rejected with its reason."""
+    return fuse_for_backend(ep, backend if isinstance(backend, Backend) else get_backend(backend))
+
+
 def fusion_stage(policy: Optional[FusionPolicy]) -> str:
     """Where ``lower`` applies ``policy``: ``"export"`` (the aten program) or ``"edge"``.
 
@@ -127,6 +136,7 @@ __all__ = [
     "decide_fusion",
     "decide_fusions",
     "delegation_veto",
+    "fuse",
     "fuse_for_backend",
     "fuse_program",
     "fusion_stage",

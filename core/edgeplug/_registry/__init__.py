@@ -37,7 +37,7 @@ The modules, bottom up: ``info`` (the records of a load), ``loading``
 (discovery and collection), ``ordering`` (pass run order), ``validation``
 (conflicts), ``manager`` (``PluginManager``). This package is the only code
 that talks to pluggy. It holds no process-wide state: the default manager
-is in ``edgeplug._plugins``.
+is in ``edgeplug._registry.lookup``.
 """
 
 from edgeplug._registry.info import (

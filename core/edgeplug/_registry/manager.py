@@ -1,7 +1,7 @@
 """The plugin manager: loads plugins on first use, caches what it found, answers queries.
 
 A ``PluginManager`` is an ordinary object: code that needs plugins is given
-one (the process's default lives in ``edgeplug._plugins``, read only by the
+one (the process's default lives in ``edgeplug._registry.lookup``, read only by the
 façade, the CLI and the conformance suite).
 """
 

@@ -3,7 +3,8 @@
 - ``edgeplug._runtime.device``: the wgpu device layer (adapter choice through
   ``EDGEPLUG_WGPU_ADAPTER``, ``open_device``, pipelines and constants). It
   keeps no device of its own: the process's device is cached only at the
-  façade (``edgeplug._devices``, published as ``edgeplug.plugin.gpu_device``), and whoever runs a kernel passes it.
+  façade, and whoever runs a kernel passes it;
+- ``edgeplug._runtime.process``: the process's one device cache (``edgeplug.plugin.gpu_device`` is it).
 - host verification of a lowered program with these kernels lives in
   ``edgeplug._verify.host`` (``run_lowered``, ``OpCall``; imports executorch).
 
@@ -17,11 +18,6 @@ e.g. where the backend's runtime would abort. A ``device="cpu"`` kernel's impl
 takes the op's arguments only. An op's own contract (argument checks, buffer
 layout, launch) belongs to the plugins that implement it.
 
-Importing this package is cheap and needs neither executorch nor wgpu.
+Importing this package loads nothing (``process`` is read by ``edgeplug.plugin`` at load, and
+``device`` imports numpy and torch).
 """
-
-from __future__ import annotations
-
-from edgeplug._runtime.device import ADAPTER_ENV, DeviceCache, GpuDevice, NoAdapterError, open_device
-
-__all__ = ["ADAPTER_ENV", "DeviceCache", "GpuDevice", "NoAdapterError", "open_device"]

@@ -364,7 +364,7 @@ class DeviceCache:
     """Devices opened on first use and then shared, one per adapter choice; a failure is kept as well.
 
     Its owner decides its lifetime: the process's one lives in the façade
-    (``edgeplug._devices``, published as ``edgeplug.plugin.gpu_device``); a test or a benchmark may hold its own.
+    (``edgeplug._runtime.process``, published as ``edgeplug.plugin.gpu_device``); a test or a benchmark may hold its own.
     The key is the adapter choice (``EDGEPLUG_WGPU_ADAPTER``'s value when none
     is given), so changing the variable reaches another device, not a stale one.
     """

@@ -1,8 +1,9 @@
 """Verification, in one package: run a lowered program here, compare it with eager, explain the result.
 
-- ``run``: ``verify(result, backend)``, ``edgeplug.verify``; it chooses, once, the float or the
+- ``verify``: ``verify(result, backend)``, ``edgeplug.verify``; it chooses, once, the float or the
   quantized path and the runner (``BackendSpec.verify_method``);
-- ``runners``: the ``.pte`` in executorch's runtime, or the delegates on host kernels;
+- ``targets``: what runs the program: the ``.pte`` in executorch's runtime (or the backend's device
+  runtime), or the delegates on host kernels;
 - ``host``: the host-kernel interpreter of a lowered program (``run_lowered``, ``OpCall``);
 - ``steps``: decode steps for a program that keeps state in buffers (a KV cache);
 - ``quantized``: a quantized program against the quantized model, in steps of its output scale;
@@ -14,6 +15,6 @@ The eager reference itself is ``edgeplug._eager`` (``lower`` and ``quantize`` ta
 from __future__ import annotations
 
 from edgeplug._verify.compare import check_tolerance, compare_output, compare_outputs
-from edgeplug._verify.run import refuse_verify_without_runtime, verify
+from edgeplug._verify.verify import refuse_verify_without_runtime, verify
 
 __all__ = ["check_tolerance", "compare_output", "compare_outputs", "refuse_verify_without_runtime", "verify"]

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import torch
 
 from edgeplug._errors import EdgeplugError, VerificationError
-from edgeplug._report import OutputCheck
+from edgeplug._report.records import OutputCheck
 
 #: default max |difference| for fp32 (and fp64) outputs
 FP32_TOLERANCE = 1e-4

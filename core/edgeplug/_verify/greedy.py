@@ -22,10 +22,10 @@ import torch.utils._pytree as pytree
 from edgeplug._backend import Backend
 from edgeplug._failures import first_line
 from edgeplug._inputs import ExampleInputs, runtime_inputs
-from edgeplug._report import GreedyCheck
+from edgeplug._report.records import GreedyCheck
 from edgeplug._result import LoweringResult
 from edgeplug._verify.compare import compare_output
-from edgeplug._verify.runners import LoadedProgram, Target
+from edgeplug._verify.targets import LoadedProgram, Target
 from edgeplug._verify.steps import keeps_state
 
 

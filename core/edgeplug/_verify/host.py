@@ -48,9 +48,9 @@ from torch.fx import Interpreter, Node
 from edgeplug._errors import EdgeplugError, KernelError, VerificationError
 from edgeplug._graph.ops import op_name
 from edgeplug._inputs import ExampleInputs, runtime_inputs
-from edgeplug._plugins import get_backend
+from edgeplug._registry.lookup import get_backend
 from edgeplug._runtime.device import GpuDevice, NoAdapterError
-from edgeplug._devices import gpu_device  # the process's device (edgeplug.plugin.gpu_device is this one)
+from edgeplug._runtime.process import gpu_device  # the process's device (edgeplug.plugin.gpu_device is this one)
 
 
 @dataclass(frozen=True)

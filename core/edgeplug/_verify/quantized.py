@@ -11,11 +11,11 @@ import torch.utils._pytree as pytree
 
 from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
 from edgeplug._failures import first_line
-from edgeplug._quantized import QuantizationInfo, output_steps
-from edgeplug._plugins import manager
-from edgeplug._report import QuantizationSummary, Verification
+from edgeplug._quantize.program import QuantizationInfo, output_steps
+from edgeplug._registry.lookup import manager
+from edgeplug._report.records import QuantizationSummary, Verification
 from edgeplug._verify.compare import check_tolerance, compare_output
-from edgeplug._verify.runners import Target, choose_target, run_program
+from edgeplug._verify.targets import Target, choose_target, run_program
 from edgeplug._verify.steps import decode_steps, start_state_note, steps_note
 
 

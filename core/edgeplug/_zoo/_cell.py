@@ -19,12 +19,12 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug._plugins import get_backend
-from edgeplug._quantization import quantize
+from edgeplug._registry.lookup import get_backend
+from edgeplug._quantize.quantize import quantize
 from edgeplug._records import QuantScheme
 from edgeplug._zoo._lowering import Target, _flat, first_line, lower_edgeplug, lower_stock, target, versus_float
 from edgeplug._zoo._models import exported_call, label
-from edgeplug._zoo._quantized import StageError, quantize_stock, time_ptes
+from edgeplug._zoo._stock_quantize import StageError, quantize_stock, time_ptes
 from edgeplug._zoo._record import FLOAT, Cell, Side
 
 

@@ -20,7 +20,7 @@ import operator
 import torch
 import torch.utils._pytree as pytree
 
-from edgeplug._plugins import get_backend
+from edgeplug._registry.lookup import get_backend
 from edgeplug._zoo._record import Side
 
 

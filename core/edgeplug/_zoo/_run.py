@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from edgeplug._plugins import backends as installed_backends
+from edgeplug._registry.lookup import backends as installed_backends
 from edgeplug._errors import EdgeplugError
 from edgeplug._failures import first_line
 from edgeplug._outputs import STDOUT, check_output_paths

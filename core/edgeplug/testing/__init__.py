@@ -162,7 +162,7 @@ def pt2e_schemes(backend: str) -> dict[str, tuple]:
     """``{scheme: (activation bits, weight bits, per channel)}`` of the PT2E quantization schemes ``backend``
     declares (``QuantScheme`` records); asserts every scheme it declares names it and has a description."""
     # pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
-    from edgeplug._quantization import schemes
+    from edgeplug._quantize.quantize import schemes
 
     declared = schemes(backend)
     bad = [s.scheme for s in declared if s.backend != backend or not s.description]

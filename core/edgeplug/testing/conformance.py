@@ -63,7 +63,7 @@ from executorch.exir.backend.partitioner import Partitioner
 
 import edgeplug
 from edgeplug import Availability
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 from edgeplug._errors import BackendUnavailableError
 from edgeplug._fusion import fusion_stage
 from edgeplug._partition import FilterContext, op_name
@@ -72,7 +72,7 @@ from edgeplug._partition.verdict import NotAnAnswer, filter_answer
 from edgeplug._policy_target import PolicyTargetError, check_policy
 from edgeplug._records import HOOK_RECORDS, FusionPolicy, resolve_op_name
 from edgeplug._registry import ENTRY_POINT_GROUP
-from edgeplug._verify.runners import find_device_runtime
+from edgeplug._verify.targets import find_device_runtime
 from edgeplug.examples import list_examples, load_model
 from edgeplug.testing import assert_no_traceback, error_line, files_under
 from edgeplug.testing.faults import CorruptWeight

@@ -106,7 +106,7 @@ def edgeplug_lowering() -> LoweringCache:
 
 def _reset_plugins() -> None:
     # every pytest run imports this plugin: the plugin manager waits for a test that asks
-    from edgeplug import _plugins as plugins
+    from edgeplug._registry import lookup as plugins
 
     plugins.reset()
 
@@ -136,7 +136,7 @@ def edgeplug_site(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | Path], Pat
 def edgeplug_register() -> Callable[..., Any]:
     """Register hookimpls (a module or object) for one test; unregistered afterwards."""
     # every pytest run imports this plugin: the plugin manager waits for a test that asks
-    from edgeplug import _plugins as plugins
+    from edgeplug._registry import lookup as plugins
 
     added: list[object] = []
 

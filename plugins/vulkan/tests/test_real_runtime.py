@@ -77,7 +77,7 @@ def test_cli_verify_runs_in_the_real_runtime(runtime, edgeplug_cli, tmp_path):
 
 def test_real_runtime_agrees_with_emulation_and_eager(runtime):
     """One lowered program, both runners: each within 1e-4 of eager, and within 1e-5 of each other."""
-    from edgeplug._verify.runners import run_device_runtime, run_kernels
+    from edgeplug._verify.targets import run_device_runtime, run_kernels
 
     from edgeplug.examples import load_model
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeplug._quantization import make_quantizer
+from edgeplug._quantize.quantize import make_quantizer
 from edgeplug.testing import pt2e_schemes
 
 BACKENDS = ["vulkan", "webgpu"]
@@ -36,7 +36,7 @@ def test_factory_builds_vulkans_weight_only_quantizer_without_the_network(backen
 
 
 def test_an_unknown_scheme_names_the_weight_only_schemes_and_names_are_normalised():
-    from edgeplug._quantization import QuantizationError, quant_scheme
+    from edgeplug._quantize.quantize import QuantizationError, quant_scheme
 
     with pytest.raises(QuantizationError, match=r"no quantization scheme 'w3'; its schemes: w8, w4, w4-g32 "):
         quant_scheme("vulkan", "w3")

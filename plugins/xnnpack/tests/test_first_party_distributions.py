@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import edgeplug
-from edgeplug import _plugins as plugins
+from edgeplug._registry import lookup as plugins
 
 FIRST_PARTY = {"coreml", "qnn", "samsung", "vulkan", "webgpu", "xnnpack"}
 

@@ -69,7 +69,7 @@ def test_a_transformers_decoder_quantizes_lowers_and_runs(llama, quantized):
 def test_calibration_failure_names_the_node_and_the_models_line(llama, monkeypatch):
     """Without the fold the quantizer's observers break the index chain: the error names the node and
     where in the model it came from, not only the IndexError from deep inside torch."""
-    import edgeplug._quantization as quantization
+    import edgeplug._quantize.quantize as quantization
 
     monkeypatch.setattr(quantization, "fold_before_annotation", lambda ep, backend: (ep, []))
     model, inputs = llama

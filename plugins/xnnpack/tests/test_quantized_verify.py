@@ -10,7 +10,7 @@ import edgeplug
 from edgeplug._errors import VerificationError
 from edgeplug.examples import load_model
 from edgeplug._verify.quantized import QUANT_STEPS
-from edgeplug._quantized import output_steps
+from edgeplug._quantize.program import output_steps
 
 
 def test_quantized_xnnpack_program_verifies_within_steps_of_its_output_scale():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeplug._quantization import make_quantizer
+from edgeplug._quantize.quantize import make_quantizer
 from edgeplug.testing import pt2e_schemes
 
 #: PT2E scheme -> (activation bits, weight bits, per channel); torchao source transforms are tested elsewhere

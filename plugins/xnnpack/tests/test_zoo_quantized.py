@@ -41,7 +41,7 @@ def test_a_quantized_cell_lowers_both_sides_and_runs_both_ptes(cell_8da4w):
 
 def test_stocks_pt2e_flow_fails_at_calibration_and_says_so():
     """transformers' mask (an index chain) breaks after prepare_pt2e in stock's flow; edgeplug folds it first."""
-    from edgeplug._zoo._quantized import StageError, quantize_stock
+    from edgeplug._zoo._stock_quantize import StageError, quantize_stock
     from edgeplug._zoo._models import exported_call
 
     module, _, args, kwargs, _ = exported_call("llama", 1)

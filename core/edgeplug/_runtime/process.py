@@ -1,6 +1,6 @@
 """The process's GPU device: the one ``DeviceCache``, opened on first use and then shared.
 
-Like the default plugin manager in ``edgeplug._plugins``, this is the one
+Like the default plugin manager in ``edgeplug._registry.lookup``, this is the one
 piece of process state of its kind, and it sits beside the façades:
 ``edgeplug.plugin.gpu_device`` (backend authors) is this function, and host
 verification and the CLI read it here, so no core module imports the author

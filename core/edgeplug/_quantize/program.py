@@ -17,7 +17,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from edgeplug._records import FusionRecord, TransformRecord
-from edgeplug._report import QuantizationSummary, StageTiming
+from edgeplug._report.records import QuantizationSummary, StageTiming
 
 
 @dataclass

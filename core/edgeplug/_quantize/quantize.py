@@ -36,12 +36,12 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from edgeplug._errors import EdgeplugError, QuantizationError
-from edgeplug._plugins import backends, get_backend, manager
+from edgeplug._registry.lookup import backends, get_backend, manager
 from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
 from edgeplug.examples import import_user_file
 
 if TYPE_CHECKING:  # the module stays light (the CLI imports it): torch loads with quantize's first call
-    from edgeplug._quantized import QuantizedModel
+    from edgeplug._quantize.program import QuantizedModel
 
 Progress = Callable[[str], None]
 
@@ -208,8 +208,8 @@ def quantize(
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from edgeplug._inputs import inputs_for
-    from edgeplug._quantized import QuantizationInfo, QuantizedModel
-    from edgeplug._stages import transform
+    from edgeplug._quantize.program import QuantizationInfo, QuantizedModel
+    from edgeplug._graph.export_stage import transform
 
     if backend is None or scheme is None:
         raise EdgeplugError(
@@ -328,7 +328,7 @@ def _source_transform(
     import torch
     from torchao.quantization import quantize_
 
-    from edgeplug._stages import transform
+    from edgeplug._graph.export_stage import transform
 
     steps = timed("build config", lambda: _transform_steps(make_quantizer(backend, rec.scheme), rec, backend))
 
@@ -456,7 +456,7 @@ def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRe
 def _refuse_second_quantization(model: Any) -> None:
     """A model ``quantize`` made, or one holding quantize/dequantize ops, is not quantized again."""
     # torch: loaded when quantizing; the CLI's startup imports this module
-    from edgeplug._quantized import QuantizedModel, is_quantized
+    from edgeplug._quantize.program import QuantizedModel, is_quantized
 
     if not is_quantized(model):
         return

@@ -27,7 +27,7 @@ from edgeplug import __version__
 from edgeplug._errors import EdgeplugError
 from edgeplug._failures import first_line
 from edgeplug._outputs import write_file
-from edgeplug._report import (
+from edgeplug._report.records import (
     REPORT_FORMAT, CpuNode, LoweringReport, PartitionSummary, StockPartitioning, annotate_graph, graph_of,
     lowered_partitions,
 )
@@ -89,10 +89,10 @@ def render_html(report: LoweringReport) -> str:
     """The report as one HTML page with every script, style and datum inline (no network)."""
     return _PAGE.format(
         title=html.escape(f"edgeplug: {report.model} -> {report.backend}"),
-        css=_asset("_report_page", "report.css"),
+        css=_asset("_report/page", "report.css"),
         data=_inline_json(report.to_json(indent=None)),
         dagre=_asset("_vendor", "dagre.min.js"),
-        js=_asset("_report_page", "report.js"),
+        js=_asset("_report/page", "report.js"),
     )
 
 
@@ -156,7 +156,7 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
     """
     # the plugin manager (pluggy): only for a stock comparison, which a report read back never needs
     from edgeplug._backend import Backend
-    from edgeplug._plugins import get_backend
+    from edgeplug._registry.lookup import get_backend
 
     b = backend if isinstance(backend, Backend) else get_backend(backend)
     inner = b.make_partitioner()

@@ -9,14 +9,14 @@ import torch
 
 from edgeplug._backend import Backend
 from edgeplug._errors import VerificationError
-from edgeplug._plugins import get_backend
-from edgeplug._quantized import is_quantized
-from edgeplug._report import Verification
+from edgeplug._registry.lookup import get_backend
+from edgeplug._quantize.program import is_quantized
+from edgeplug._report.records import Verification
 from edgeplug._result import LoweringResult
 from edgeplug._verify.compare import compare_outputs
 from edgeplug._verify.greedy import greedy_check
 from edgeplug._verify.quantized import verify_quantized
-from edgeplug._verify.runners import Target, choose_target, run_program
+from edgeplug._verify.targets import Target, choose_target, run_program
 from edgeplug._verify.steps import compare_steps, decode_steps, start_state_note, steps_note
 
 
