@@ -17,7 +17,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "core" / "edgeplug"
 LIMIT = 60
 #: the modules held to the limit (globs under core/edgeplug)
-HELD = ("_cli/*.py", "_pipeline.py", "_report*.py", "_zoo/*.py")
+HELD = ("_cli/*.py", "_pipeline.py", "_report/*.py", "_zoo/*.py")
 
 
 def long_functions(source: str, path: str = "<src>", limit: int = LIMIT) -> list[str]:
