@@ -22,7 +22,7 @@ import edgeplug
 from edgeplug import FusionPolicy
 from edgeplug._errors import EdgeplugError
 from edgeplug._graph.constants import constant_value
-from edgeplug._patterns.base import is_op
+from edgeplug._fusion.nodes import is_op
 from edgeplug.testing.rms_norm_cases import ACCEPTED, D, REJECTED, ROUNDED, UNRELATED, WHOLE, Bundle
 
 KEEP, FUSED, NARROW, TABLE = "fixture-keep", "fixture-fused", "fixture-fused-narrow", "fixture-table"
@@ -415,14 +415,14 @@ def test_a_fused_op_the_backend_would_not_delegate_is_not_created(backend):
         for got, want in zip(fused_ep.module()(x), ep.module()(x)):
             torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     # fuse_program with the policy alone (no backend, no support check) fuses what it matches
-    from edgeplug._fusion import fuse_program
+    from edgeplug._fusion.program import fuse_program
 
     _, unchecked = fuse_program(ep, policy)
     assert unchecked[0].outcome == "fused"
 
 
 def test_policy_check_names_what_to_fix():
-    from edgeplug._fusion import PolicyTargetError, check_policy
+    from edgeplug._fusion.target import PolicyTargetError, check_policy
 
     good = edgeplug.get_backend(NARROW).fusion_policy("rms_norm")
     check_policy(good)
@@ -461,7 +461,7 @@ def test_bf16_norm_lowers_and_serializes():
 @pytest.mark.parametrize("backend", [KEEP, NARROW])
 def test_fuse_program_runs_on_the_aten_program(backend):
     """What quantization does before prepare_pt2e: the policy-level fuser on torch.export's program."""
-    from edgeplug._fusion import fuse_program
+    from edgeplug._fusion.program import fuse_program
 
     names = ("rsqrt", "gemma_one_plus_w", "runtime_scale", "pow_tensor_exponent")
     bundle = Bundle([c for c in ACCEPTED if c.name in names])

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import edgeplug
-from edgeplug._patterns.base import is_op
+from edgeplug._fusion.nodes import is_op
 
 D = 16
 SHAPE = (2, 4, D)

@@ -17,7 +17,7 @@ from torch import nn
 import edgeplug
 from edgeplug._graph.constants import constant_value
 from edgeplug._graph.ops import is_dequantize
-from edgeplug._patterns.base import is_op
+from edgeplug._fusion.nodes import is_op
 
 D = 16
 BACKENDS = ["fixture-keep", "fixture-fused"]

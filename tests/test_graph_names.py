@@ -104,12 +104,12 @@ def test_a_copied_program_keeps_a_builtin_named_input_consistent():
     whose signature still says ``input`` fails torch's verifier. The core's copies stay valid."""
     import torch
 
-    from edgeplug._fusion import copy_program
+    from edgeplug._graph.names import copy_graph
     from edgeplug._graph.names import copy_exported_program
 
     ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
     assert "input" in [n.name for n in ep.graph.nodes]
-    for copied in (copy_exported_program(ep), copy_program(ep)):
+    for copied in (copy_exported_program(ep), copy_graph(ep)):
         placeholders = [n.name for n in copied.graph.nodes if n.op == "placeholder"]
         assert placeholders == [s.arg.name for s in copied.graph_signature.input_specs]
         copied.validate()  # torch's own verifier

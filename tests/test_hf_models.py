@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import edgeplug
-from edgeplug._patterns.base import is_op
+from edgeplug._fusion.nodes import is_op
 
 transformers = pytest.importorskip("transformers")
 

@@ -9,7 +9,7 @@ import torch
 
 from edgeplug._graph import analyze_constants
 from edgeplug._graph.constants import constant_value
-from edgeplug._patterns import NoMatch, RmsNormMatch, match_rms_norm
+from edgeplug._fusion.rms_norm import NoMatch, RmsNormMatch, match_rms_norm
 from edgeplug.testing.rms_norm_cases import ACCEPTED, D, REJECTED, ROUNDED, UNRELATED, WHOLE, Bundle
 
 

@@ -89,7 +89,7 @@ _LAZY = {
     "get_backend": ("edgeplug._registry.lookup", "get_backend"),
     "Backend": ("edgeplug._backend", "Backend"),
     "transform": ("edgeplug._graph.export_stage", "transform"),
-    "fuse": ("edgeplug._fusion", "fuse"),
+    "fuse": ("edgeplug._fusion.program", "fuse"),
     "lower": ("edgeplug._pipeline", "lower"),
     "LoweringResult": ("edgeplug._result", "LoweringResult"),
     "LoweringReport": ("edgeplug._report.records", "LoweringReport"),

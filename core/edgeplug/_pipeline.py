@@ -39,7 +39,8 @@ from edgeplug._backend import Backend
 from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, LoweringError
 from edgeplug._failures import edgeplug_cause, first_line, name_the_plugin, root_cause, stage_failure, train_mode_dropout
-from edgeplug._fusion import fuse, fusion_stage, resolve_target
+from edgeplug._fusion.program import fuse, fusion_stage
+from edgeplug._fusion.target import resolve_target
 from edgeplug._graph import PassResult, run_passes
 from edgeplug._graph.cache_writes import values_at_indexed_shape
 from edgeplug._graph.fold import fold_constant_subgraphs

@@ -17,19 +17,25 @@ rewrite will do:
   weight as above), or ``rejected`` where the policy keeps weightless norms
   decomposed;
 * ``outcome="rejected"``: nothing changes; ``reason`` says why.
+
+``decide_fusions(found, fused_op, veto)`` is fusion's decision phase: one ``Decision`` per match of
+the match phase, each then put to the backend's veto (``edgeplug._fusion.delegation``). What the
+later phases learn (a weight that could not be folded) changes a decision only through
+``fold_failed`` here; ``Decision.record`` is what the report keeps of it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+import dataclasses
+from typing import Any, Callable, Literal, Optional, Union
 
 import torch
 
-from edgeplug._policy_target import FusedOp
-from edgeplug._patterns import RmsNormMatch
-from edgeplug._patterns.base import dtype, dtype_name, is_qdq, shape
-from edgeplug._records import FusionOutcome, FusionPolicy
+from edgeplug._fusion.target import FusedOp
+from edgeplug._fusion.rms_norm import RmsNormMatch
+from edgeplug._fusion.nodes import dtype, dtype_name, is_qdq, shape
+from edgeplug._records import FusionOutcome, FusionPolicy, FusionRecord
 
 Node = torch.fx.Node
 WeightAction = Literal["as_is", "fold", "unit", "none"]
@@ -57,10 +63,44 @@ class Decision:
         m = self.match
         return dtype(m.upcast.args[0] if self.absorb_upcast else m.input)
 
+    def record(self, weight: Any = None) -> FusionRecord:
+        """What the report keeps of this decision (``weight``: the fused op's weight node, once made)."""
+        m = self.match
+        return FusionRecord(
+            pattern="rms_norm",
+            anchor=m.anchor.name,
+            outcome=self.outcome,
+            reason=self.reason if self.outcome in ("fused_unit_weight", "rejected") else "",
+            eps=m.eps if self.outcome != "rejected" else None,
+            weight=weight.name if isinstance(weight, Node) else None,
+        )
+
     @property
     def fold_key(self) -> tuple[Node, int, Optional[torch.dtype]]:
         """Matches with equal keys share one folded constant."""
         return (self.match.weight, self.match.dim, self.input_dtype)
+
+
+#: ``veto(decision) -> reason`` ("" when the fusion may go ahead)
+Veto = Callable[["Decision"], str]
+
+
+def decide_fusions(
+    found: list[Union[RmsNormMatch, FusionRecord]], fused: FusedOp, veto: Optional[Veto] = None
+) -> list[Union[Decision, FusionRecord]]:
+    """The decision phase: each match of ``found`` decided and put to ``veto``; its records kept as they are."""
+    return [_decide_vetoed(m, fused, veto) if isinstance(m, RmsNormMatch) else m for m in found]
+
+
+def _decide_vetoed(m: Any, fused: FusedOp, veto: Optional[Veto]) -> Decision:
+    """``decide_fusion``, then the veto; an fp32 upcast the veto refuses inside the op stays outside instead."""
+    d = decide_fusion(m, fused)
+    why = veto(d) if veto is not None and d.outcome != "rejected" else ""
+    if why and d.absorb_upcast:
+        outside = decide_fusion(m, fused, absorb_upcast=False)
+        if not veto(outside):
+            return outside
+    return Decision(m, "rejected", reason=why) if why else d
 
 
 def decide_fusion(m: RmsNormMatch, fused: FusedOp, *, absorb_upcast: bool = True) -> Decision:
@@ -146,3 +186,22 @@ def rounds_before_weight(m: RmsNormMatch) -> str:
         if final is not None and narrow is not None and torch.promote_types(narrow, final) != narrow:
             return f"{n.name!r} (a cast to {dtype_name(narrow)})"
     return ""
+
+
+def fold_failed(d: Decision, error: Any, policy: FusionPolicy) -> Decision:
+    """A weight that could not be folded: the norm is fused with a unit weight and the multiply STAYS."""
+    why = f"weight {d.match.weight.name!r} could not be folded ({error or 'an earlier fold removed it'})"
+    if not policy.unit_weight_fallback:
+        reason = f"{why}, and the {policy.backend} policy does not fuse with a unit weight"
+        return dataclasses.replace(d, outcome="rejected", weight=None, reason=reason)
+    return dataclasses.replace(d, outcome="fused_unit_weight", weight="unit", reason=f"{why}: its multiply stays")
+
+
+def shares_folded_weight(d: Decision) -> Decision:
+    """A later norm sharing a weight an earlier one folded finds a constant of the program: fused as it is."""
+    return dataclasses.replace(d, outcome="fused", weight="as_is")
+
+
+def too_late(d: Decision, why: str) -> Decision:
+    """Refused at rewrite: what the match covers is gone (``why``)."""
+    return dataclasses.replace(d, outcome="rejected", reason=why)

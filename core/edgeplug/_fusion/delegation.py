@@ -11,17 +11,13 @@ with the backend's reason.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from edgeplug._fusion.decision import Decision
-from edgeplug._policy_target import FusedOp
-from edgeplug._patterns.base import dtype_name
-
-#: ``veto(decision) -> reason`` ("" when the fusion may go ahead)
-Veto = Callable[[Decision], str]
-
+from edgeplug._fusion.decision import Decision, Veto
+from edgeplug._fusion.target import FusedOp
+from edgeplug._fusion.nodes import dtype_name
 
 def delegation_veto(backend: Any, fused: FusedOp) -> Veto:
     """A veto refusing what ``backend`` would not delegate (nothing, where it states no support check)."""

@@ -113,3 +113,18 @@ def copy_exported_program(ep: Any) -> Any:
     out = copy.deepcopy(ep, memo)
     name_signature_as_graph(out.graph_signature, out.graph_module.graph)
     return out
+
+
+def copy_graph(ep: Any) -> Any:
+    """A copy of ``ep`` whose graph, signature and constant tables can change, its node names reserved
+    (``reserve_node_names``); the tensors are ``ep``'s own (for a rewrite that writes no tensor:
+    fusion, ``copy_exported_program`` copies what a pass may write)."""
+    graph = copy.deepcopy(ep.graph_module.graph)
+    gm = torch.fx.GraphModule(ep.graph_module, graph)
+    gm.meta.update(ep.graph_module.meta)
+    signature = copy.deepcopy(ep.graph_signature)
+    # the copy's node names (fx renames builtins' names; an earlier pass may have replaced an output)
+    name_signature_as_graph(signature, graph)
+    out = ep._update(gm, signature, state_dict=dict(ep.state_dict), constants=dict(ep.constants))
+    reserve_node_names(out.graph_module)
+    return out

@@ -108,13 +108,13 @@ def make_quantizer(backend: Any, scheme: str) -> Any:
 def recompose_norms(ep: Any, backend: Any) -> tuple[Any, list[FusionRecord]]:
     """RMSNorm recomposed on an aten-dialect program under ``backend``'s fusion policy.
 
-    The policy-level fuser (``edgeplug._fusion.fuse_program``) runs on the aten
+    The policy-level fuser (``edgeplug._fusion.program.fuse_program``) runs on the aten
     program: each norm becomes the policy's op, Gemma's ``1 + w`` folded into a
     constant, so the quantizer annotates one op per norm. ``ep`` is left as it
     was; a backend without an rms_norm policy gets ``ep`` back.
     """
     # torch: loaded when quantizing; the CLI's startup imports this module
-    from edgeplug._fusion import fuse_program
+    from edgeplug._fusion.program import fuse_program
 
     return fuse_program(ep, backend.fusion_policy("rms_norm"))
 
@@ -135,7 +135,7 @@ def drop_no_op_casts(ep: Any) -> tuple[Any, list[TransformRecord]]:
     # torch: loaded when quantizing; the CLI's startup imports this module
     import torch
 
-    from edgeplug._fusion import copy_program
+    from edgeplug._graph.names import copy_graph
 
     def no_op(node: Any) -> bool:
         if node.op != "call_function":
@@ -160,7 +160,7 @@ def drop_no_op_casts(ep: Any) -> tuple[Any, list[TransformRecord]]:
     }
     if not any(no_op(n) for n in ep.graph.nodes):
         return ep, []
-    out = copy_program(ep)
+    out = copy_graph(ep)
     graph, records = out.graph_module.graph, []
     for node in [n for n in graph.nodes if no_op(n)]:
         check = node.target is torch.ops.aten._assert_tensor_metadata.default
@@ -262,13 +262,11 @@ def _norm_math_in_float(ep: Any, quantizer: Any) -> tuple[Any, list[str]]:
     # torch, torchao: loaded when quantizing; the CLI's startup imports this module
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
 
-    from edgeplug._graph import analyze_constants
-    from edgeplug._patterns.rms_norm import match_rms_norm
+    from edgeplug._fusion.rms_norm import RmsNormMatch, find_rms_norms
 
-    analysis, names, norms = analyze_constants(ep), set(), []
-    for node in ep.graph.nodes:
-        m = match_rms_norm(node, ep, analysis=analysis)
-        if not m or m.spelling == "rms_norm":
+    names, norms = set(), []
+    for m in find_rms_norms(ep):  # fusion's own match phase
+        if not isinstance(m, RmsNormMatch) or m.spelling == "rms_norm":
             continue
         keep = {n.name for n in m.nodes} - {m.input.name} - ({m.weight_mul.name} if m.weight_mul is not None else set())
         names |= keep
@@ -442,10 +440,10 @@ def fold_before_annotation(ep: Any, backend: Any) -> tuple[Any, list[TransformRe
     was; every fold (and every refusal, with why) is a record in the quantization report.
     """
     # torch: loaded when quantizing; the CLI's startup imports this module
-    from edgeplug._fusion import copy_program
+    from edgeplug._graph.names import copy_graph
     from edgeplug._graph.fold import fold_constant_subgraphs
 
-    out = copy_program(ep)
+    out = copy_graph(ep)
     records = fold_constant_subgraphs(out, budget=backend.spec.constant_fold_budget)
     if not any(r.outcome == "applied" for r in records):
         return ep, records

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from edgeplug._policy_target import PolicyTargetError, check_policy
+from edgeplug._fusion.target import PolicyTargetError, check_policy
 from edgeplug._records import BackendSpec, FusionPolicy, Kernel, PassSpec, QuantScheme
 from edgeplug._registry.info import BackendProblem, Contribution, Loaded, UnclaimedRecord, who
 from edgeplug._registry.ordering import order_passes

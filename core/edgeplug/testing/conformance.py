@@ -65,11 +65,11 @@ import edgeplug
 from edgeplug import Availability
 from edgeplug._registry import lookup as plugins
 from edgeplug._errors import BackendUnavailableError
-from edgeplug._fusion import fusion_stage
+from edgeplug._fusion.program import fusion_stage
 from edgeplug._partition import FilterContext, op_name
 from edgeplug._partition.phases import graph_fingerprint
 from edgeplug._partition.verdict import NotAnAnswer, filter_answer
-from edgeplug._policy_target import PolicyTargetError, check_policy
+from edgeplug._fusion.target import PolicyTargetError, check_policy
 from edgeplug._records import HOOK_RECORDS, FusionPolicy, resolve_op_name
 from edgeplug._registry import ENTRY_POINT_GROUP
 from edgeplug._verify.targets import find_device_runtime

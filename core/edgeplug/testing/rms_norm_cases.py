@@ -1,6 +1,6 @@
 """RMSNorm spellings the core fuses, and the near-misses it must refuse.
 
-A catalogue for tests of ``edgeplug._patterns.match_rms_norm`` and
+A catalogue for tests of ``edgeplug._fusion.rms_norm.match_rms_norm`` and
 ``edgeplug.fuse``, usable by plugin authors to check their backend's policy.
 Each ``Case`` builds one small module computing one norm; ``Bundle`` puts many
 cases side by side in one module, because an export through ``to_edge`` costs

@@ -23,9 +23,11 @@ RMS) or a whole ``aten.rms_norm``, and proves the match equivalent to
   multiply in ``scale_mul``, which stays as it is.
 
 Anything else that looks like an RMSNorm is a ``NoMatch`` with the reason.
-Each proof is a guard of ``edgeplug._patterns.rms_norm_guards``; this module
-finds the candidate and puts them together. The matcher never changes the graph; ``edgeplug._fusion`` does, under a
-backend's policy.
+Each proof is a guard of ``edgeplug._fusion.rms_norm_guards``; this module
+finds the candidate and puts them together. ``find_rms_norms(ep)`` is fusion's match phase: every
+node of a program asked once, against one constant analysis, and every ``rsqrt(mean(...) + eps)``
+no match covers accounted for. The matcher never changes the graph; ``edgeplug._fusion.program``
+does, under a backend's policy.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from typing import Any, Optional, Union
 import torch
 from torch.export import ExportedProgram
 
-from edgeplug._graph import ConstantAnalysis, analyze_constants, resolve_scalar
-from edgeplug._patterns.base import (
+from edgeplug._fusion.nodes import (
+    ConstantAnalysis,
     NoMatch,
+    analyze_constants,
     describe,
     dtype,
     is_cast,
@@ -49,9 +52,11 @@ from edgeplug._patterns.base import (
     is_upcast,
     not_candidate,
     op_label,
+    resolve_scalar,
     shape,
 )
-from edgeplug._patterns.rms_norm_guards import (
+from edgeplug._records import FusionRecord
+from edgeplug._fusion.rms_norm_guards import (
     check_mean,
     eps_of,
     inverse_rms,
@@ -138,6 +143,44 @@ def match_rms_norm(node: Node, ep: ExportedProgram, *, analysis: Optional[Consta
     if is_op(node, "aten::rms_norm"):
         return _match_whole(node, ep, analysis)
     return _match_decomposed(node, ep, analysis)
+
+
+def find_rms_norms(ep: ExportedProgram) -> list[Union[RmsNormMatch, FusionRecord]]:
+    """Fusion's match phase: a match for every RMSNorm of ``ep``, in graph order, and a rejection
+    record for every candidate a guard refused; then one for each inverse RMS no match covers."""
+    analysis = analyze_constants(ep)
+    found: list[Union[RmsNormMatch, FusionRecord]] = []
+    accounted: set[Node] = set()
+    for node in ep.graph_module.graph.nodes:
+        m = match_rms_norm(node, ep, analysis=analysis)
+        if m:
+            found.append(m)
+            accounted.update(m.nodes)
+        elif m.candidate:
+            found.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=m.reason))
+            accounted.add(node)
+    return found + _unaccounted_norms(ep, accounted)
+
+
+def _unaccounted_norms(ep: ExportedProgram, accounted: set[Node]) -> list[FusionRecord]:
+    """A record for every ``rsqrt(mean(...) + eps)`` no match or refusal covers: every norm accounted for."""
+    records = []
+    for node in ep.graph_module.graph.nodes:
+        if node in accounted or not inverse_rms_of_mean(node, ep):
+            continue
+        near, frontier = set(), [node]
+        for _ in range(3):  # through the casts and ``* 1`` between the inverse and what it scales
+            frontier = [u for n in frontier for u in n.users]
+            near.update(frontier)
+        if near & accounted:
+            continue
+        users = ", ".join(describe(u) for u in node.users) or "nothing"
+        reason = (
+            f"{describe(node)} is the inverse RMS of a mean, but what it scales ({users}) is not a norm the matcher "
+            "recognises (e.g. the inverse is cast before it scales the input): left as it is"
+        )
+        records.append(FusionRecord(pattern="rms_norm", anchor=node.name, outcome="rejected", reason=reason))
+    return records
 
 
 # the decomposed forms ----------------------------------------------------------

@@ -1,4 +1,6 @@
-"""What every matcher shares: the falsy rejection and small node predicates."""
+"""What fusion reads of a node, in one place: the falsy rejection (``NoMatch``), op, cast and dtype
+predicates, and the constant analysis (``edgeplug._graph``'s, re-exported so no other fusion
+module reads the graph's predicates elsewhere)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ from typing import Any, Optional
 
 import torch
 
-from edgeplug._graph.ops import aten_overload, is_qdq, op_name, qualified_name  # noqa: F401  (is_qdq: re-exported)
+# the one place fusion takes what it reads of a graph from: op predicates and the constant analysis
+# (re-exported: the matcher and its guards import them from here)
+from edgeplug._graph import ConstantAnalysis, analyze_constants, resolve_scalar  # noqa: F401
+from edgeplug._graph.ops import aten_overload, is_dequantize, is_qdq, op_name, qualified_name  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Each takes a piece of the candidate (the inverse RMS, the variance, the mean,
 eps, the squared and the normalised tensors) and returns what it proved (a
-node, a value) or a ``NoMatch`` naming what is wrong; ``edgeplug._patterns.rms_norm``
+node, a value) or a ``NoMatch`` naming what is wrong; ``edgeplug._fusion.rms_norm``
 (the matcher) puts them together. Quantize/dequantize pairs are looked
 through only where they cannot change what the norm computes, and every pair
 passed is added to the caller's ``qdq`` list (a pair inside the norm refuses it).
@@ -17,9 +17,21 @@ from typing import Any, Optional, Union
 import torch
 from torch.export import ExportedProgram
 
-from edgeplug._graph import ConstantAnalysis, analyze_constants, resolve_scalar
-from edgeplug._graph.ops import is_dequantize
-from edgeplug._patterns.base import NoMatch, describe, dtype, dtype_name, is_cast, is_op, is_qdq, is_upcast, shape
+from edgeplug._fusion.nodes import (
+    ConstantAnalysis,
+    NoMatch,
+    analyze_constants,
+    describe,
+    dtype,
+    dtype_name,
+    is_cast,
+    is_dequantize,
+    is_op,
+    is_qdq,
+    is_upcast,
+    resolve_scalar,
+    shape,
+)
 
 Node = torch.fx.Node
 
