@@ -49,7 +49,8 @@ Progress = Callable[[str], None]
 # -- schemes ---------------------------------------------------------------------
 
 
-def _backend_name(backend: Any) -> str:
+def _name_of(backend: Any) -> str:
+    """A ``Backend``'s name, or a name as given (stripped, lower-case)."""
     return backend.name if hasattr(backend, "name") else str(backend).strip().lower()
 
 
@@ -59,7 +60,7 @@ def _contributions(backend: str) -> list[tuple[Any, QuantScheme]]:
 
 def schemes(backend: Any) -> list[QuantScheme]:
     """The quantization schemes ``backend`` (a name or ``Backend``) offers, in plugin order."""
-    name = get_backend(backend).name if isinstance(backend, str) else _backend_name(backend)
+    name = get_backend(backend).name if isinstance(backend, str) else _name_of(backend)
     return [rec for _, rec in _contributions(name)]
 
 
@@ -205,11 +206,9 @@ def quantize(
     # torch, torchao: loaded when quantizing; the CLI's startup imports this module
     import torch
     from torch.export import ExportedProgram
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from edgeplug._inputs import inputs_for
-    from edgeplug._quantize.program import QuantizationInfo, QuantizedModel
-    from edgeplug._graph.export_stage import transform
+    from edgeplug._quantize.program import QuantizedModel
 
     if backend is None or scheme is None:
         raise EdgeplugError(
@@ -221,11 +220,7 @@ def quantize(
     _refuse_second_quantization(model)
     b = get_backend(backend) if isinstance(backend, str) else backend
     rec = quant_scheme(b, scheme)  # before any work: an unknown scheme fails at once
-    info = QuantizationInfo(
-        backend=b.name, scheme=rec.scheme, description=rec.description, activation_bits=rec.activation_bits,
-        weight_bits=rec.weight_bits, per_channel=rec.per_channel, distribution=b.distribution,
-        calibration_limit=limit, kind=rec.kind,
-    )
+    info = _info(b, rec, limit)
     timed = _QuantizeStages(b.name, rec.scheme, info, progress)
     if rec.kind == "source_transform":
         _check_source_transform(model, rec, b, calibration)
@@ -236,6 +231,30 @@ def quantize(
         ep = model
     else:
         ep = timed("export", lambda: torch.export.export(model, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
+    converted = _pt2e(ep, b, rec, timed, info, lambda prepared: _calibrate(prepared, calibration, given, info))
+    info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
+    return QuantizedModel(converted, info)
+
+
+def _info(b: Any, rec: QuantScheme, limit: int) -> Any:
+    """What the report will say of this quantization, filled in as the steps run."""
+    from edgeplug._quantize.program import QuantizationInfo  # torch: loaded when quantizing, as above
+
+    return QuantizationInfo(
+        backend=b.name, scheme=rec.scheme, description=rec.description, activation_bits=rec.activation_bits,
+        weight_bits=rec.weight_bits, per_channel=rec.per_channel, distribution=b.distribution,
+        calibration_limit=limit, kind=rec.kind,
+    )
+
+
+def _pt2e(ep: Any, b: Any, rec: QuantScheme, timed: Any, info: Any, calibrate: Callable[[Any], Any]) -> Any:
+    """The PT2E steps on an exported program: the export stage, norms recomposed, constants folded,
+    the backend's quantizer built, ``prepare_pt2e``, calibration, ``convert_pt2e``; each timed."""
+    # torchao: loaded when quantizing; the CLI's startup imports this module
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from edgeplug._graph.export_stage import transform
+
     ep = timed("export passes", lambda: transform(ep, b))
     ep, info.rewrites, info.fusions = timed("recompose norms", lambda: _recompose(ep, b))
     ep, info.folds = timed("fold constants", lambda: fold_before_annotation(ep, b))
@@ -243,10 +262,8 @@ def quantize(
     if b.fusion_policy("rms_norm") is None:  # the backend runs a norm's arithmetic as it is: in float
         quantizer, info.float_norms = _norm_math_in_float(ep, quantizer)
     prepared = timed("prepare", lambda: prepare_pt2e(ep.module(), quantizer))
-    timed("calibrate", lambda: _calibrate(prepared, calibration, given, info))
-    converted = timed("convert", lambda: convert_pt2e(prepared))
-    info.inputs, info.float_outputs = (given.args, given.kwargs), _float_outputs(model, given)
-    return QuantizedModel(converted, info)
+    timed("calibrate", lambda: calibrate(prepared))
+    return timed("convert", lambda: convert_pt2e(prepared))
 
 
 def _norm_math_in_float(ep: Any, quantizer: Any) -> tuple[Any, list[str]]:
