@@ -24,7 +24,7 @@ setup: $(STAMP)
 
 demo: setup
 	$(BIN)/edgeplug backends
-	$(BIN)/edgeplug lower llama --backend vulkan -o out/llama-vulkan.pte --report out/llama-vulkan.json
+	$(BIN)/edgeplug lower handwritten-llama-decoder --backend vulkan -o out/llama-vulkan.pte --report out/llama-vulkan.json
 
 # two worker processes (pytest-xdist), each taking whole files so a file's fixtures are built once
 TEST_WORKERS ?= 2

@@ -175,18 +175,61 @@ def test_backends_names_the_wgpu_adapter_host_verification_uses(cli, monkeypatch
 
 
 def test_examples_lists_the_built_in_models(cli):
+    from edgeplug._models import MODELS
+
     code, out, _ = cli("examples")
     assert code == 0
     names = [line.split()[0] for line in out.splitlines()]
-    assert names == ["llama", "gemma-block", "mlp"]
-    assert "RMSNorm" in out and "SwiGLU" in out
+    assert names == list(MODELS) and names[:3] == ["handwritten-llama-decoder", "handwritten-gemma-block", "handwritten-mlp"]
+    decoder, block, mlp = out.splitlines()[:3]
+    assert "RMSNorm" in decoder and "SwiGLU" in decoder and decoder.endswith("[also: llama, deprecated]")
+    assert block.endswith("[also: gemma-block]") and mlp.endswith("[also: mlp]")
 
 
 def test_console_script_is_installed():
     exe = Path(sys.executable).with_name("edgeplug")
     proc = subprocess.run([str(exe), "examples"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("llama")
+    assert proc.stdout.startswith("handwritten-llama-decoder ")
+
+
+# -- model names: one name, one model --------------------------------------------------
+
+DEPRECATED_LLAMA = (
+    "edgeplug: deprecated: `llama` in `edgeplug lower` is `handwritten-llama-decoder`; the short name is deprecated "
+    "because `edgeplug zoo` names another model by it (transformers-llama), and goes in edgeplug 0.2"
+)
+
+
+@pytest.mark.parametrize("name", ["handwritten-llama-decoder", "llama"])
+def test_lower_takes_the_registry_name_and_the_deprecated_short_one_says_so_once(cli, tmp_path, fixture_backends, name):
+    rep = tmp_path / "r.json"
+    code, stdout, stderr = cli("lower", name, "-b", fixture_backends.FUSED, "--dry-run", "--report", rep)
+    assert code == 0, stderr
+    assert stderr.count("deprecated") == (2 if name == "llama" else 0), stderr  # the line says it twice
+    assert (DEPRECATED_LLAMA in stderr.splitlines()) == (name == "llama"), stderr
+    data = json.loads(rep.read_text())
+    assert data["model"] == name and data["summary"]["partitions"] >= 1  # the same decoder under both names
+    assert data["summary"]["delegated_nodes"] > 100  # the decoder, not the 5 nodes of the MLP
+
+
+def test_lower_takes_a_registry_name_of_another_family(cli, tmp_path, fixture_backends):
+    code, stdout, stderr = cli("lower", "transformers-llama", "-b", fixture_backends.FUSED, "--dry-run", "-q")
+    assert code == 0 and stderr == "", stderr
+    assert f"edgeplug lowering report: transformers-llama -> {fixture_backends.FUSED}" in stdout
+
+
+def test_a_deprecated_model_name_fails_naming_the_new_one_once_its_api_is_gone(cli, fixture_backends, monkeypatch):
+    from edgeplug import _api
+
+    monkeypatch.setattr(_api, "current", _api.API_VERSION + 1)
+    code, stdout, stderr = cli("lower", "llama", "-b", fixture_backends.FUSED, "--dry-run")
+    assert code == 2 and stdout == ""
+    assert stderr == (
+        "edgeplug: error: `llama` in `edgeplug lower` was `handwritten-llama-decoder`; the short name was removed in "
+        "plugin API 2 (edgeplug 0.2) because `edgeplug zoo` names another model by it (transformers-llama): write "
+        "`edgeplug lower handwritten-llama-decoder`\n"
+    )
 
 
 # -- lower ---------------------------------------------------------------------------
@@ -284,9 +327,15 @@ def test_unknown_backend(cli):
 
 
 def test_unknown_example(cli, fixture_backends):
-    code, _, stderr = cli("lower", "lama", "--backend", BACKEND)
-    assert code == 2
-    assert "unknown example 'lama' (did you mean 'llama'?): use one of llama, gemma-block, mlp, or FILE.py:ATTR" in stderr
+    from edgeplug._models import MODELS
+
+    code, _, stderr = cli("lower", "handwriten-mlp", "--backend", BACKEND)
+    assert code == 2 and len(stderr.splitlines()) == 1, stderr
+    names = ", ".join([*MODELS, "gemma-block", "mlp"])  # every registry name, and the short names not deprecated
+    assert stderr == (
+        f"edgeplug: error: unknown model 'handwriten-mlp' (did you mean 'handwritten-mlp'?): use one of {names}, "
+        "or FILE.py:ATTR\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,9 @@
 commands' model names (``edgeplug lower NAME``, ``edgeplug zoo --models NAME``) are views of it.
 
 "llama" once named the hand-written decoder in ``edgeplug.examples`` and transformers' LlamaForCausalLM
-in the zoo, each table defining its own models; these tests fail when a table defines a model the
-registry does not hold, or a name comes to mean two models.
+in the zoo, each table defining its own models; `edgeplug lower llama` is deprecated now (the zoo keeps
+the name). These tests fail when a table defines a model the registry does not hold, or a name comes to
+mean two models without one of them deprecated.
 """
 
 from __future__ import annotations
@@ -16,13 +17,30 @@ import torch
 
 import edgeplug._zoo._models as zoo_models
 from edgeplug import _models
+from edgeplug._api import model_renames
 from edgeplug._errors import EdgeplugError
 from edgeplug._models import EXAMPLE_NAMES, MODELS, PUBLIC_NAME_CLASHES, ZOO_NAMES, Model
 from edgeplug.examples import EXAMPLES, list_examples, load_model
 from edgeplug.testing.programs import mobilenet_blocks
 
-#: each command's public model names: name -> registry name
-VIEWS = {"edgeplug lower": EXAMPLE_NAMES, "edgeplug zoo": ZOO_NAMES}
+#: each command's public model names: name -> registry name (both take every registry name as well)
+VIEWS = {
+    "edgeplug lower": {**{name: name for name in MODELS}, **EXAMPLE_NAMES},
+    "edgeplug zoo": {**{name: name for name in MODELS}, **ZOO_NAMES},
+}
+#: each command's deprecated short model names (edgeplug._api.RENAMES, kind "model")
+DEPRECATED = {command: set(model_renames(command)) for command in VIEWS}
+
+
+def clashes(views: dict[str, dict[str, str]], deprecated: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Names that mean two models: public name -> the registry names it means, a command's deprecated
+    short names left out (a clash is kept only while one side of it is deprecated)."""
+    meanings: dict[str, set[str]] = {name: {name} for name in MODELS}
+    for command, names in views.items():
+        for public, name in names.items():
+            if public not in deprecated.get(command, set()):
+                meanings.setdefault(public, set()).add(name)
+    return {public: means for public, means in meanings.items() if len(means) > 1}
 
 
 def test_every_registered_name_maps_to_one_builder_and_no_model_has_two_names():
@@ -56,18 +74,32 @@ def test_the_commands_models_are_the_registrys_not_their_own():
         assert not unknown, f"{command} names models the registry does not hold: {unknown}"
 
 
-def test_no_name_means_two_models_except_the_recorded_public_ones():
-    meanings: dict[str, set[str]] = {name: {name} for name in MODELS}
-    for names in VIEWS.values():
-        for public, name in names.items():
-            meanings.setdefault(public, set()).add(name)
-    two = {public for public, means in meanings.items() if len(means) > 1}
-    assert two == set(PUBLIC_NAME_CLASHES), (
-        f"names meaning two models: {sorted(two)}; give the new model a name of its own "
-        f"(the public ones kept: {sorted(PUBLIC_NAME_CLASHES)})"
+def test_no_name_means_two_models_but_a_deprecated_one():
+    found = clashes(VIEWS, DEPRECATED)
+    assert not found, (
+        f"names meaning two models: {found}; give the new model a name of its own, or deprecate one command's "
+        "use of the name (edgeplug._api.RENAMES, kind 'model')"
     )
-    for public, why in PUBLIC_NAME_CLASHES.items():  # each recorded clash says what each command means
-        assert all(name in why for name in meanings[public]), why
+    # the clashes kept are deprecated, recorded, and each record says what each command means
+    kept = clashes(VIEWS, {})
+    assert set(kept) == set(PUBLIC_NAME_CLASHES), (kept, PUBLIC_NAME_CLASHES)
+    for public, why in PUBLIC_NAME_CLASHES.items():
+        assert any(public in names for names in DEPRECATED.values()), f"{public!r} clashes and is deprecated nowhere"
+        assert all(name in why for name in kept[public]), why
+
+
+def test_a_planted_clash_is_refused():
+    zoo = {**VIEWS["edgeplug zoo"], "mlp": "transformers-bert"}  # a zoo model under lower's `mlp`
+    assert clashes({**VIEWS, "edgeplug zoo": zoo}, DEPRECATED) == {"mlp": {"handwritten-mlp", "transformers-bert"}}
+    assert clashes(VIEWS, {}) == {"llama": {"handwritten-llama-decoder", "transformers-llama"}}  # undeprecated
+
+
+def test_each_deprecated_model_name_names_the_model_it_meant():
+    for command, renames in ((c, model_renames(c)) for c in VIEWS):
+        for old, rename in renames.items():
+            new = rename.new.rpartition(" ")[2]
+            assert rename.new == f"{command} {new}" and new in MODELS, rename
+            assert VIEWS[command][old] == new, f"`{command} {old}` builds {VIEWS[command][old]}, its rename says {new}"
 
 
 def test_each_name_says_which_family_the_model_is_of():

@@ -269,3 +269,35 @@ def test_a_ray_address_that_does_not_answer_ends_within_the_timeout(models):
     assert run.returncode == 2, run.stderr
     assert f"the Ray cluster at 127.0.0.1:{port} did not answer within 5 s (the cell timeout, --timeout)" in run.stderr
     assert took < 40 and not log.exists()  # 5 s, the command's start, and its exit
+
+
+# -- model names: the zoo takes the registry's ------------------------------------------
+
+
+def test_the_zoos_names_and_the_registrys_are_one_cell(cli, fixture_backends, tmp_path, zoo):
+    """``transformers-llama`` is the zoo's ``llama``: the cell recorded as ``llama`` is the one it asks for
+    (none runs), with no deprecation notice (the zoo keeps ``llama``)."""
+    journal = tmp_path / "cells.jsonl"
+    journal.write_text(_line("llama"))
+    for name in ("transformers-llama", "llama", "LlamaForCausalLM"):
+        code, out, err = cli("zoo", "--models", name, "--backends", fb.TABLE, "--schemes", "float",
+                             "--out", journal, "--resume", "--quiet")
+        assert code == 0, err
+        assert "deprecated" not in err and "build/export: recorded earlier" in out, (name, out, err)
+    assert journal.read_text() == _line("llama")
+
+
+def test_an_unknown_zoo_model_fails_in_one_line_naming_the_names(cli, fixture_backends, tmp_path):
+    code, out, err = cli("zoo", "--models", "transformers-lama", "--backends", fb.TABLE, "--schemes", "float")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert "unknown model 'transformers-lama' (did you mean 'transformers-llama'?)" in err
+    assert "llama, qwen3, gemma3" in err and "handwritten-llama-decoder, handwritten-gemma-block, handwritten-mlp" in err
+
+
+def test_the_zoo_builds_another_registry_model_by_its_name(tmp_path, zoo):
+    out = tmp_path / "cells.jsonl"
+    run = _zoo("--models", "handwritten-mlp", "--backends", fb.TABLE, "--schemes", "float", "--out", out, "--quiet")
+    assert run.returncode == 0, run.stderr
+    (cell,) = zoo.load_cells(str(out))
+    assert (cell.model, cell.label, cell.error) == ("handwritten-mlp", "handwritten-mlp", ""), cell
+    assert cell.edgeplug.ok and cell.edgeplug.partitions == 1 and "handwritten-mlp" in run.stdout

@@ -67,14 +67,17 @@ if not sys.warnoptions:
 class Rename:
     """One spelling the plugin API changed: ``old`` works (deprecated) from ``since`` until ``removed_in``."""
 
-    #: "field" (a record's keyword), "hook" (a hook function's name), "import" (a module path and name)
-    kind: Literal["field", "hook", "import"]
+    #: "field" (a record's keyword), "hook" (a hook function's name), "import" (a module path and name),
+    #: "model" (a command's model name: ``edgeplug lower llama``)
+    kind: Literal["field", "hook", "import", "model"]
     old: str
     new: str
     #: the API whose spelling is ``new`` (``old`` is deprecated from here)
     since: int
     #: the API that no longer accepts ``old``
     removed_in: int
+    #: why ``old`` goes, where the new spelling alone does not say it (a model name another command uses)
+    why: str = ""
 
     @property
     def removed(self) -> bool:
@@ -89,6 +92,18 @@ class Rename:
             f"removed in API {self.removed_in}, edgeplug {release(self.removed_in)}"
         )
         return f"`{self.old}` is now `{self.new}` ({when})"
+
+    def model_notice(self) -> str:
+        """A command's model name (kind "model"), in one line: what it names, why it goes, and when."""
+        command, _, old = self.old.rpartition(" ")
+        new = self.new.rpartition(" ")[2]
+        because = f" because {self.why}" if self.why else ""
+        if self.removed:
+            return (
+                f"`{old}` in `{command}` was `{new}`; the short name was removed in plugin API {self.removed_in} "
+                f"(edgeplug {release(self.removed_in)}){because}: write `{command} {new}`"
+            )
+        return f"`{old}` in `{command}` is `{new}`; the short name is deprecated{because}, and goes in edgeplug {release(self.removed_in)}"
 
 
 def _moved(old_module: str, new_module: str, names: str) -> tuple[Rename, ...]:
@@ -130,6 +145,12 @@ RENAMES: tuple[Rename, ...] = (
     Rename("import", "edgeplug.plugins.register", "edgeplug.register_plugin", 1, 2),
     Rename("import", "edgeplug.plugins.unregister", "edgeplug.unregister_plugin", 1, 2),
     Rename("import", "edgeplug.plugins.problems", "edgeplug.plugin_problems", 1, 2),
+    # the hand-written decoder's short name: `edgeplug zoo`'s `llama` is transformers' LlamaForCausalLM
+    # (edgeplug._models.PUBLIC_NAME_CLASHES), and the zoo keeps it (its cell records and pages are keyed by it)
+    Rename(
+        "model", "edgeplug lower llama", "edgeplug lower handwritten-llama-decoder", 1, 2,
+        why="`edgeplug zoo` names another model by it (transformers-llama)",
+    ),
 )
 
 
@@ -153,6 +174,12 @@ def field_renames(record: str) -> dict[str, Rename]:
         if r.kind == "field" and r.old.startswith(f"{record}("):
             out[r.old[len(record) + 1 : -2]] = r
     return out
+
+
+def model_renames(command: str) -> dict[str, Rename]:
+    """A command's deprecated model names -> their renames, e.g. ``model_renames('edgeplug lower')['llama']``
+    (whose ``new`` ends in the registry name, ``handwritten-llama-decoder``)."""
+    return {r.old.rpartition(" ")[2]: r for r in RENAMES if r.kind == "model" and r.old.rpartition(" ")[0] == command}
 
 
 def new_field_name(r: Rename) -> str:

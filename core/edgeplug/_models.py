@@ -11,11 +11,13 @@ Three families, built in code and seeded (nothing is downloaded):
 - ``testing-*``: the programs of ``edgeplug.testing.programs`` (ExecuTorch's cached-attention custom
   ops, MobileNet's building blocks).
 
-The commands keep their shorter public names, each a view of this table: ``edgeplug lower NAME``
-(``EXAMPLE_NAMES``; ``edgeplug.examples.EXAMPLES``) and ``edgeplug zoo --models NAME``
-(``ZOO_NAMES``; ``edgeplug._zoo.MODELS``). The two commands' ``llama`` are different models (the
-hand-written decoder and transformers' LlamaForCausalLM); ``PUBLIC_NAME_CLASHES`` lists such names,
-kept because they are public, and tests/test_model_registry.py refuses a new one. tests/test_et_examples.py's
+Both commands take every name of this table (``edgeplug lower handwritten-llama-decoder``, ``edgeplug zoo
+--models transformers-llama``), and each keeps shorter names, a view of it: ``edgeplug lower NAME``
+(``EXAMPLE_NAMES``; ``edgeplug.examples.EXAMPLES``) and ``edgeplug zoo --models NAME`` (``ZOO_NAMES``;
+``edgeplug._zoo.MODELS``). ``llama`` was both commands' name for different models (the hand-written
+decoder, transformers' LlamaForCausalLM): the zoo keeps it, and ``edgeplug lower llama`` works deprecated
+(``edgeplug._api.RENAMES``, kind "model"), saying so. ``PUBLIC_NAME_CLASHES`` lists such names, each
+deprecated in one command; tests/test_model_registry.py refuses any other. tests/test_et_examples.py's
 case names (``llama``, ``qwen3``, ...) are its own view of the ``executorch-*`` and ``testing-*`` models.
 
 Listing the models imports neither torch nor transformers: a builder is named as ``module:function``
@@ -89,6 +91,11 @@ def _transformers(short: str, config: str, model: str, overrides: Optional[dict]
     )
 
 
+def _encoder(short: str, config: str, model: str, base: dict, note: str) -> Model:
+    """A transformers encoder: called without a cache, its output the last hidden state (no logits)."""
+    return _transformers(short, config, model, base=base, call={}, output="last_hidden_state", note=f"encoder, {note}")
+
+
 def _table(*models: Model) -> dict[str, Model]:
     table: dict[str, Model] = {}
     for m in models:
@@ -124,14 +131,12 @@ MODELS: dict[str, Model] = _table(
         base=dict(vocab_size=VOCAB, hidden_size=64, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4),
         note="state-space (Mamba-1), unweighted norms of B, C and dt",
     ),
-    _transformers(
+    _encoder(
         "bert",
         "BertConfig",
         "BertModel",
-        base=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64),
-        call={},
-        output="last_hidden_state",
-        note="encoder, LayerNorm (no RMSNorm)",
+        dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64),
+        "LayerNorm (no RMSNorm)",
     ),
     _transformers("mistral", "MistralConfig", "MistralForCausalLM"),
     _transformers("phi3", "Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
@@ -147,14 +152,12 @@ MODELS: dict[str, Model] = _table(
          "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 8},
         note="hybrid: a Mamba-2 layer, then an attention layer; gated norm in the mixer",
     ),
-    _transformers(
+    _encoder(
         "t5-encoder",
         "T5Config",
         "T5EncoderModel",
-        base=dict(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4),
-        call={},
-        output="last_hidden_state",
-        note="encoder, RMSNorm without mean subtraction (T5LayerNorm)",
+        dict(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4),
+        "RMSNorm without mean subtraction (T5LayerNorm)",
     ),
     _transformers(
         "jamba",
@@ -210,7 +213,7 @@ MODELS: dict[str, Model] = _table(
     ),
 )
 
-#: ``edgeplug lower NAME`` / ``edgeplug examples``: public name -> registry name
+#: ``edgeplug lower NAME``'s short names (``edgeplug examples``): public name -> registry name
 EXAMPLE_NAMES: dict[str, str] = {
     "llama": "handwritten-llama-decoder",
     "gemma-block": "handwritten-gemma-block",
@@ -222,7 +225,9 @@ ZOO_NAMES: dict[str, str] = {
     m.name.removeprefix("transformers-"): m.name for m in MODELS.values() if m.name.startswith("transformers-")
 }
 
-#: public names that two commands give to different models, kept because they are public: name -> why
+#: public names that two commands give to different models, each deprecated in one of them
+#: (``edgeplug._api.RENAMES``, kind "model"): name -> what each command means by it
 PUBLIC_NAME_CLASHES: dict[str, str] = {
-    "llama": "`edgeplug lower llama` is handwritten-llama-decoder, `edgeplug zoo --models llama` is transformers-llama",
+    "llama": "`edgeplug lower llama` (deprecated) is handwritten-llama-decoder, `edgeplug zoo --models llama` is "
+    "transformers-llama",
 }

@@ -92,7 +92,7 @@ def _add_listings(sub: argparse._SubParsersAction) -> None:
     nb.add_argument("--backend-id", help="the id the partitioner tags partitions with (needed with MODULE:CLASS)")
     nb.add_argument("-o", "--output", default=".", help="folder to write edgeplug-NAME/ in (default: here)")
     nb.set_defaults(fn=cmd_new_backend)
-    e = sub.add_parser("examples", help="list built-in example models")
+    e = sub.add_parser("examples", help="list the built-in models `edgeplug lower NAME` builds")
     e.set_defaults(fn=cmd_examples)
 
 
@@ -108,7 +108,8 @@ def _add_lower_target(lo: argparse.ArgumentParser) -> None:
     """What to lower, for which backend, and where the .pte and the report go."""
     lo.add_argument(
         "model",
-        help="a built-in example name, or FILE.py:ATTR: FILE.py is executed (as `python FILE.py` would, "
+        help="a built-in model's name (`edgeplug examples` lists them: handwritten-llama-decoder, mlp, "
+        "transformers-qwen3, ...), or FILE.py:ATTR: FILE.py is executed (as `python FILE.py` would, "
         "its folder on sys.path) and ATTR called to return (model, args) or (model, args, kwargs)",
     )
     lo.add_argument("--backend", "-b", required=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgeplug import examples
+from edgeplug._api import model_renames
 from edgeplug._cli.common import STREAM_ERRORS, err
 from edgeplug._cli.quiet import native_output_hidden
 from edgeplug._errors import EdgeplugError
@@ -215,6 +216,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_lower(args: argparse.Namespace) -> int:
     if args.verify_steps is not None:  # a mode of --verify: it implies it
         args.verify = True
+    _say_deprecated_model_name(args.model)
     progress = _progress_printer(args.quiet)
     backend = get_backend(args.backend)
     with contextlib.nullcontext() if args.verbose else native_output_hidden():  # a partitioner factory may print
@@ -233,6 +235,17 @@ def cmd_lower(args: argparse.Namespace) -> int:
         err(f"verification failed: {' | '.join(v.failures())}; no .pte was written")
         return 3
     return 0
+
+
+def _say_deprecated_model_name(name: str) -> None:
+    """A deprecated short model name (``edgeplug._api.RENAMES``, kind "model"): one line on stderr naming the
+    registry name to write; once its API is gone, an error saying the same."""
+    rename = model_renames("edgeplug lower").get(name)
+    if rename is None:
+        return
+    if rename.removed:
+        raise EdgeplugError(rename.model_notice())
+    print(f"edgeplug: deprecated: {rename.model_notice()}", file=sys.stderr, flush=True)
 
 
 def _progress_printer(quiet: bool):

@@ -18,7 +18,8 @@ from edgeplug._registry.lookup import get_backend, manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
 from edgeplug._scaffold import write
 from edgeplug import _api
-from edgeplug.examples import list_examples
+from edgeplug._api import model_renames
+from edgeplug._models import EXAMPLE_NAMES, MODELS
 
 def cmd_backends(args: argparse.Namespace) -> int:
     m = manager()
@@ -146,6 +147,13 @@ def cmd_new_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_examples(args: argparse.Namespace) -> int:
-    for name, desc in list_examples().items():
-        print(f"{name:<14} {desc}")
+    """Every registry model by its name, with the short names `edgeplug lower` also takes for it."""
+    deprecated = model_renames("edgeplug lower")
+    short: dict[str, list[str]] = {}
+    for public, name in EXAMPLE_NAMES.items():
+        short.setdefault(name, []).append(f"{public}, deprecated" if public in deprecated else public)
+    width = max(len(name) for name in MODELS)
+    for name, model in MODELS.items():
+        also = f" [also: {'; '.join(short[name])}]" if name in short else ""
+        print(f"{name:<{width}}  {model.what}{also}")
     return 0

@@ -28,8 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--models", action="append", metavar="LIST",
         help="comma-separated: built-in zoo names (llama, qwen3, gemma3, ...; default: the built-in zoo but jamba), "
-        "their transformers classes (LlamaForCausalLM), FILE.py:FUNCTION (returning (model, args) or "
-        "(model, args, kwargs)), or @FILE listing them; may repeat",
+        "their registry names (transformers-llama) or transformers classes (LlamaForCausalLM), any other "
+        "registry model (handwritten-llama-decoder, ...: `edgeplug examples` lists them), FILE.py:FUNCTION "
+        "(returning (model, args) or (model, args, kwargs)), or @FILE listing them; may repeat",
     )
     p.add_argument("--backends", metavar="LIST", help="comma-separated (default: every installed backend)")
     p.add_argument(

@@ -2,8 +2,10 @@
 under the zoo's names (``llama`` is ``transformers-llama``), how they are built, and how a model
 entry of ``edgeplug zoo --models`` resolves to something a cell can build.
 
-An entry is a built-in name (``llama``), a transformers class the built-in zoo knows
-(``LlamaForCausalLM``, ``Qwen3Config``), ``FILE.py:FUNCTION`` (the function returns
+An entry is a built-in name (``llama``), its registry name (``transformers-llama``: the same cell), a
+transformers class the built-in zoo knows (``LlamaForCausalLM``, ``Qwen3Config``), another registry
+model (``handwritten-llama-decoder``, ``executorch-llama``, ...: built as ``edgeplug lower`` builds it,
+``--layers`` does not apply), ``FILE.py:FUNCTION`` (the function returns
 ``(model, args)`` or ``(model, args, kwargs)``, as ``edgeplug lower`` takes it), or
 ``@FILE`` listing entries (one a line or comma-separated; ``#`` starts a comment; a relative
 FILE.py there is relative to the list).
@@ -27,6 +29,9 @@ from edgeplug._models import DECODER, MODELS as REGISTRY, SEQ, VOCAB, ZOO_NAMES,
 #: the zoo's names (cell records, docs/zoo.md) for the registry's transformers models (edgeplug._models)
 MODELS: dict[str, Arch] = {short: REGISTRY[name].arch for short, name in ZOO_NAMES.items()}
 
+
+#: a transformers model's registry name -> the zoo's name (its cells are keyed by the zoo's name)
+_ZOO_NAME_OF = {name: short for short, name in ZOO_NAMES.items()}
 
 #: what `make zoo` runs (jamba: a second hybrid, on request)
 DEFAULT_MODELS = [m for m in MODELS if m != "jamba"]
@@ -68,6 +73,8 @@ def _resolve_one(entry: str, source: Optional[str]) -> list[str]:
         return keys
     if entry in MODELS:
         return [entry]
+    if entry in REGISTRY:  # a registry name: a transformers model under the zoo's name, any other as it is
+        return [_ZOO_NAME_OF.get(entry, entry)]
     for name, arch in MODELS.items():
         if entry in (arch.model, arch.config):
             return [name]
@@ -81,17 +88,19 @@ def _resolve_one(entry: str, source: Optional[str]) -> list[str]:
             raise EdgeplugError(f"model file {path!r}{where} does not exist (from {entry!r})")
         # absolute: a cell's process, or a Ray worker, may start in another folder
         return [f"{Path(path).resolve()}:{function}"]
-    close = difflib.get_close_matches(entry, list(MODELS), n=1)
+    close = difflib.get_close_matches(entry, [*MODELS, *REGISTRY], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    others = [name for name in REGISTRY if name not in _ZOO_NAME_OF]
     raise EdgeplugError(
-        f"unknown model {entry!r}{where}{hint}: use a built-in zoo name ({', '.join(MODELS)}), its transformers "
-        "class (e.g. LlamaForCausalLM), FILE.py:FUNCTION, or @FILE listing them"
+        f"unknown model {entry!r}{where}{hint}: use a built-in zoo name ({', '.join(MODELS)}), its registry name "
+        f"(transformers-llama, ...) or transformers class (LlamaForCausalLM, ...), another registry model "
+        f"({', '.join(others)}), FILE.py:FUNCTION, or @FILE listing them"
     )
 
 
 def label(key: str) -> str:
-    """How a cell's model is shown: the built-in name, or ``FUNCTION (FILE.py)``."""
-    if key in MODELS:
+    """How a cell's model is shown: the built-in name, a registry name, or ``FUNCTION (FILE.py)``."""
+    if key in MODELS or key in REGISTRY:
         return key
     path, _, function = key.rpartition(":")
     return f"{function} ({Path(path).name})"

@@ -1,4 +1,8 @@
-"""Built-in example models.
+"""Built-in example models: what ``edgeplug lower NAME`` builds.
+
+NAME is a registry name (``edgeplug._models.MODELS``: ``handwritten-llama-decoder``, ``transformers-qwen3``,
+...) or a short name of a hand-written model (``gemma-block``, ``mlp``; ``llama``, deprecated in the
+command line: ``edgeplug zoo``'s ``llama`` is another model, ``edgeplug._api.RENAMES``).
 
 Each example is a callable returning ``(model, args)``: the same contract as
 ``edgeplug lower FILE.py:ATTR``, whose function may also return
@@ -16,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from edgeplug._api import model_renames
 from edgeplug._errors import EdgeplugError
 from edgeplug._failures import user_frame
 from edgeplug._models import EXAMPLE_NAMES, MODELS
@@ -24,7 +29,7 @@ from edgeplug._user_code import Effects, contained, returned_at
 ExampleFn = Callable[[], tuple[Any, tuple[Any, ...]]]
 
 
-#: ``edgeplug lower NAME``'s names for the registry's hand-written models (``edgeplug._models``, whose
+#: ``edgeplug lower NAME``'s short names for the registry's hand-written models (``edgeplug._models``, whose
 #: names say what each is: ``llama`` is ``handwritten-llama-decoder``): name -> (build, description)
 EXAMPLES: dict[str, tuple[ExampleFn, str]] = {
     public: (MODELS[name].build, MODELS[name].what) for public, name in EXAMPLE_NAMES.items()
@@ -33,6 +38,12 @@ EXAMPLES: dict[str, tuple[ExampleFn, str]] = {
 
 def list_examples() -> dict[str, str]:
     return {k: d for k, (_, d) in EXAMPLES.items()}
+
+
+def registry_name(spec: str) -> Optional[str]:
+    """The registry model (``edgeplug._models.MODELS``) that ``edgeplug lower SPEC`` builds: a short name's
+    (``mlp`` is ``handwritten-mlp``) or a registry name itself; None for neither."""
+    return EXAMPLE_NAMES.get(spec) or (spec if spec in MODELS else None)
 
 
 def _check_contract(result: Any, spec: str, fn: Any = None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -131,8 +142,9 @@ def load_model(
     recorded in ``effects`` (an ``Effects``), with what it printed where
     ``hold_output``.
     """
-    if spec in EXAMPLES:
-        return (*_check_contract(EXAMPLES[spec][0](), spec), spec)
+    name = registry_name(spec)
+    if name is not None:
+        return (*_check_contract(MODELS[name].build(), spec), spec)
     if ":" in spec:
         terminal = sys.stderr
 
@@ -161,7 +173,7 @@ def load_model(
             "file returning (model, args) or (model, args, kwargs)"
         )
 
-    known = ", ".join(EXAMPLES)
-    close = difflib.get_close_matches(spec, EXAMPLES, n=1)
+    names = [*MODELS, *(n for n in EXAMPLES if n not in model_renames("edgeplug lower"))]
+    close = difflib.get_close_matches(spec, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise EdgeplugError(f"unknown example {spec!r}{hint}: use one of {known}, or FILE.py:ATTR")
+    raise EdgeplugError(f"unknown model {spec!r}{hint}: use one of {', '.join(names)}, or FILE.py:ATTR")

@@ -187,6 +187,10 @@ def test_every_rename_points_at_a_name_that_exists():
             assert hasattr(importlib.import_module(module), name), r
         elif r.kind == "field":
             assert _api.new_field_name(r) in edgeplug.BackendSpec.model_fields, r
+        elif r.kind == "model":  # a command's model name: the registry's (tests/test_model_registry.py)
+            from edgeplug._models import MODELS
+
+            assert r.new.rpartition(" ")[2] in MODELS, r
         else:
             from edgeplug._records import HOOK_RECORDS
 
