@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import edgeplug
 import edgeplug_fixture_backends as fb
 
 #: the environment a cell's process needs to find the fixture backends (and nothing else: no entry point)
@@ -452,3 +453,20 @@ def test_results_file_refuses_other_settings_and_skips_a_cut_line(zoo, tmp_path)
         Results(str(out), resume=False, settings=Settings(layers=1))
     with pytest.raises(EdgeplugError, match=r"cells.jsonl:1 was recorded with .*'layers': 1.*resume with the same settings"):
         Results(str(out), resume=True, settings=Settings(layers=2))
+
+
+def test_a_cells_sides_are_the_reports_partitionings(zoo, cells, normed_model, cli, tmp_path):
+    """A side's partitions, CPU ops and reasons are the one ``Partitioning`` record's, edgeplug's report and
+    stock's alike (what ``edgeplug lower --compare-stock`` reports), and a results line keeps them as they were."""
+    cell = cells(fb.STOCK)
+    with fb.registered():
+        code, _, err = cli("lower", normed_model, "-b", fb.STOCK, "--compare-stock", "-q", "--report", tmp_path / "r.json")
+    assert code == 0, err
+    report = edgeplug.LoweringReport.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.stock is not None and not report.stock.error
+    for side, partitioning, reasons in ((cell.edgeplug, report, True), (cell.stock, report.stock, False)):
+        built = zoo.Side(ok=True)
+        built.partitioned(partitioning, reasons=reasons)
+        assert (built.partitions, built.cpu_ops, built.cpu_reasons) == (side.partitions, side.cpu_ops, side.cpu_reasons)
+        assert built.cpu_nodes == partitioning.cpu_node_count == side.cpu_nodes
+    assert zoo.comparable(zoo.Cell.from_dict(json.loads(json.dumps(cell.to_dict())))) == zoo.comparable(cell)

@@ -11,6 +11,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
+from edgeplug._report.records import Partitioning
 from edgeplug._zoo._models import label
 
 FLOAT = "float"
@@ -21,13 +22,19 @@ STATUSES = ("ran", "timeout", "memory", "crashed", "lost")
 
 @dataclass
 class Side:
-    """One lowering of a cell: edgeplug's or stock's."""
+    """One lowering of a cell: edgeplug's or stock's.
+
+    Its partitioning is the one record ``Partitioning`` (``edgeplug._report.records``: a ``LoweringReport``
+    and a ``StockPartitioning`` are one), kept as a results line holds it (a count of partitions, the CPU
+    ops, why each stayed): ``partitioned`` fills these fields from the record."""
 
     ok: bool = False
     error: str = ""
+    #: how many partitions (``len(Partitioning.partitions)``)
     partitions: Optional[int] = None
+    #: ``Partitioning.cpu_ops``: op -> nodes of it left on the CPU
     cpu_ops: dict = field(default_factory=dict)
-    #: op -> sorted distinct reasons (edgeplug only)
+    #: op -> sorted distinct reasons of ``Partitioning.cpu_nodes`` (edgeplug only: stock's flow records none)
     cpu_reasons: dict = field(default_factory=dict)
     seconds: Optional[float] = None
     max_abs_diff: Optional[float] = None
@@ -50,10 +57,19 @@ class Side:
     pte_bytes: Optional[int] = None
     latency_ms: Optional[float] = None
 
+    def partitioned(self, partitioning: Partitioning, *, reasons: bool = True) -> None:
+        """This side's partition fields from a lowering's record (``reasons``: keep why each op stayed on the CPU)."""
+        self.partitions = len(partitioning.partitions)
+        self.cpu_ops = dict(partitioning.cpu_ops)
+        by_op: dict[str, set] = {}
+        for node in partitioning.cpu_nodes if reasons else ():
+            by_op.setdefault(node.op, set()).add(node.reason)
+        self.cpu_reasons = {op: sorted(why) for op, why in by_op.items()}
+
     @property
     def cpu_nodes(self) -> Optional[int]:
-        return sum(self.cpu_ops.values()) if self.ok else None
-
+        """Nodes left on the CPU, as the record counts them (``Partitioning.cpu_node_count``); None where it failed."""
+        return Partitioning(cpu_ops=self.cpu_ops).cpu_node_count if self.ok else None
 
 
 @dataclass
