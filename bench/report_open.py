@@ -29,7 +29,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 def build_report(layers: int, backend: str, compare_stock: bool):
     from edgeplug.examples.llama import tiny_llama
     from edgeplug._pipeline import lower
-    from edgeplug._report.html import stock_partitioning
+    from edgeplug._stock import stock_partitioning
 
     model, inputs = tiny_llama(layers=layers)
     t = time.perf_counter()

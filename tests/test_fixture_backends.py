@@ -107,7 +107,7 @@ def test_offline_refuses_to_serialize_and_dry_runs_on_request(fixture_backends):
 
 
 def test_stock_lowers_with_executorchs_own_partitioner_and_has_a_stock_flow(fixture_backends):
-    from edgeplug._report.html import stock_partitioning
+    from edgeplug._stock import stock_partitioning
 
     fb = fixture_backends
     result = edgeplug.lower(NormThenLinear().eval(), _inputs(), fb.STOCK)

@@ -93,7 +93,8 @@ def test_cli_report_html_and_explore_for_llama(cli, tmp_path, browser, fixture_b
 
 @pytest.mark.slow
 def test_html_report_of_llama_with_fusions_and_no_stock_flow(edgeplug_lowering, tmp_path, browser, fixture_backends):
-    from edgeplug._report.html import stock_partitioning, write_report
+    from edgeplug._report.html import write_report
+    from edgeplug._stock import stock_partitioning
     from edgeplug.examples import load_model
 
     report = edgeplug_lowering("llama", fixture_backends.FUSED).report.model_copy(deep=True)

@@ -14,7 +14,7 @@ from torch.export import ExportedProgram
 from edgeplug._backend import Backend
 from edgeplug._graph.ops import op_name
 from edgeplug._partition.standin import STAND_IN_ID
-from edgeplug._report.records import CpuNode, PartitionSummary, lowered_partitions
+from edgeplug._report.records import CpuNode, PartitionSummary
 
 def count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) -> tuple[list[PartitionSummary], Counter]:
     """Partitions and delegated ops read from the lowered graph (a dry run's stand-in delegates
@@ -69,3 +69,14 @@ def partition_of(edge_ep: ExportedProgram, p: Any) -> dict[str, str]:
     partitioner's (``p``) records where nothing was lowered."""
     where = lowered_partitions(edge_ep.graph_module)
     return where or {n: r.tag for r in p.partitions for n in r.nodes}
+
+
+def lowered_partitions(gm: Any) -> dict[str, str]:
+    """Node name -> the lowered module holding it (the report's partition tag), read from the
+    lowered graph's delegates as the report's partition counts are."""
+    where: dict[str, str] = {}
+    for name, lowered, _node in get_lowered_submodules(gm):
+        for n in lowered.original_module.graph_module.graph.nodes:
+            if n.op == "call_function":
+                where[n.name] = name
+    return where

@@ -23,7 +23,8 @@ from edgeplug._registry.lookup import get_backend, manager
 from edgeplug._quantize.quantize import DEFAULT_CALIBRATION_BATCHES, load_calibration, quant_scheme, quantize
 from edgeplug._records import QuantScheme
 from edgeplug._report.records import stand_in_path
-from edgeplug._report.html import is_html, load_report, stock_partitioning, write_report
+from edgeplug._report.html import is_html, load_report, write_report
+from edgeplug._stock import stock_partitioning
 from edgeplug._user_code import Effects
 
 

@@ -1,4 +1,4 @@
-"""The lowering report as one self-contained HTML page, and the stock flow's partitioning beside it.
+"""The lowering report as one self-contained HTML page.
 
 ``render_html(report)`` returns a page with no external reference: the report
 as JSON, the page's script and style, and the graph layout library (dagre,
@@ -6,32 +6,23 @@ vendored under ``edgeplug/_vendor`` with its MIT license) all inline. The page
 draws ``report.graph`` top to bottom, each node coloured by its partition or
 marked as left on the CPU, with the CPU nodes, fusions and transforms as
 sortable tables linked to it; layers collapse by module path. With
-``report.stock`` (``stock_partitioning``) it shows the backend's stock
+``report.stock`` (``edgeplug._stock.stock_partitioning``) it shows the backend's stock
 executorch partitioning of the same model and counts the differences.
 """
 
 from __future__ import annotations
 
-import copy
 import html
 import json
-import operator
 import os
-from collections import Counter
 from importlib import resources
-from typing import Any, Sequence
 
 from pydantic import ValidationError
 
 from edgeplug import __version__
 from edgeplug._errors import EdgeplugError
-from edgeplug._failures import first_line
 from edgeplug._outputs import write_file
-from edgeplug._report.records import (
-    REPORT_FORMAT, CpuNode, LoweringReport, PartitionSummary, StockPartitioning, annotate_graph, graph_of,
-    lowered_partitions,
-)
-from edgeplug._shape_env import kept_shape_envs
+from edgeplug._report.records import REPORT_FORMAT, LoweringReport
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -142,79 +133,3 @@ def load_report(path: str | os.PathLike) -> LoweringReport:
         raise EdgeplugError(
             f"{name} is not a lowering report edgeplug can read ({where}: {first['msg']}{more}): {give}"
         ) from exc
-
-
-# -- the stock flow -----------------------------------------------------------------------------
-
-
-def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend: Any) -> StockPartitioning:
-    """Lower the model with the backend's own executorch partitioner alone (executorch's
-    ``to_edge_transform_and_lower``, as a user of executorch would) and describe its partitioning.
-
-    A backend whose partitioner is not executorch's has no stock flow; a stock flow
-    that fails is described, not raised: ``StockPartitioning.error`` says which.
-    """
-    # the plugin manager (pluggy): only for a stock comparison, which a report read back never needs
-    from edgeplug._backend import Backend
-    from edgeplug._registry.lookup import get_backend
-
-    b = backend if isinstance(backend, Backend) else get_backend(backend)
-    inner = b.make_partitioner()
-    cls = f"{type(inner).__module__}.{type(inner).__qualname__}"
-    flow = f"executorch.exir.to_edge_transform_and_lower(ep, partitioner=[{type(inner).__name__}()])"
-    if not type(inner).__module__.startswith("executorch."):
-        return StockPartitioning(
-            flow=flow, error=f"backend {b.name!r} partitions with {cls}, not an executorch partitioner: there is no stock flow to compare with"
-        )
-    try:
-        edge_ep, seen = _stock_lowering(model_or_ep, example_inputs, inner)
-    except Exception as exc:
-        return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")
-    return _stock_record(flow, edge_ep, seen, f"not delegated by {type(inner).__name__} (the stock flow records no reason)")
-
-
-def _stock_lowering(model_or_ep: Any, example_inputs: Sequence[Any], partitioner: Any) -> tuple[Any, list]:
-    """The stock flow on a copy of the model: its lowered edge program, and the graph its partitioner was given."""
-    # torch and executorch: the CLI starts, and reads reports, without them
-    import torch
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
-    from executorch.exir.pass_manager import ExportedProgramPassManager
-
-    seen: list = []
-
-    class _Snapshot(ExportedProgramPassBase):  # changes nothing: records the graph the partitioner gets
-        def call(self, exported_program: Any) -> ExportedProgramPassResult:
-            seen[:] = graph_of(exported_program)
-            return ExportedProgramPassResult(exported_program, False)
-
-    if isinstance(model_or_ep, torch.export.ExportedProgram):
-        ep = copy.deepcopy(model_or_ep)
-    else:
-        model = copy.deepcopy(model_or_ep)
-        for p in model.parameters():
-            p.requires_grad_(False)
-        with torch.no_grad():
-            ep = torch.export.export(model, copy.deepcopy(tuple(example_inputs)))
-    with kept_shape_envs(model_or_ep):  # stock's trace leaves symbols pending in the caller's ShapeEnv
-        edge = to_edge_transform_and_lower(ep, transform_passes=ExportedProgramPassManager([_Snapshot()]), partitioner=[partitioner])
-    return edge.exported_program(), seen
-
-
-def _stock_record(flow: str, edge_ep: Any, seen: list, why: str) -> StockPartitioning:
-    """The stock flow's partitioning of ``edge_ep``: its partitions, and each node left on the CPU (``why``)."""
-    # torch and executorch: as in _stock_lowering
-    from edgeplug._lowered import count_delegated
-    from edgeplug._partition import op_name
-
-    parts, delegated = count_delegated(edge_ep)
-    gm = edge_ep.graph_module
-    cpu_nodes = [
-        CpuNode(node=n.name, op=op_name(n.target), reason=why) for n in gm.graph.nodes
-        if n.op == "call_function" and n.target is not operator.getitem and "executorch_call_delegate" not in str(n.target)
-    ]
-    return StockPartitioning(
-        flow=flow, partitions=[PartitionSummary(**p.model_dump()) for p in parts], delegated_ops=dict(delegated),
-        cpu_ops=dict(Counter(c.op for c in cpu_nodes)), cpu_nodes=cpu_nodes,
-        graph=annotate_graph(seen, lowered_partitions(gm), {c.node: c.reason for c in cpu_nodes}),
-    )

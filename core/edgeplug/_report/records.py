@@ -581,16 +581,3 @@ def graph_of(ep: Any) -> list[GraphNode]:
     """``graph_nodes`` of an ExportedProgram, its user inputs told apart from its weights."""
     users = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
     return graph_nodes(ep.graph_module, users)
-
-
-def lowered_partitions(gm: Any) -> dict[str, str]:
-    """Node name -> the lowered module holding it (the report's partition tag), read from the
-    lowered graph's delegates as the report's partition counts are."""
-    from executorch.exir.lowered_backend_module import get_lowered_submodules  # executorch: as op_name above
-
-    where: dict[str, str] = {}
-    for name, lowered, _node in get_lowered_submodules(gm):
-        for n in lowered.original_module.graph_module.graph.nodes:
-            if n.op == "call_function":
-                where[n.name] = name
-    return where
