@@ -47,8 +47,6 @@ Importing edgeplug is cheap: torch, executorch and the plugins load on first use
 
 from __future__ import annotations
 
-from importlib import import_module as _import_module
-from typing import Any
 
 from edgeplug._errors import (
     BackendUnavailableError,
@@ -64,6 +62,7 @@ from edgeplug._errors import (
     VerificationError,
 )
 from edgeplug._hookspecs import hookimpl
+from edgeplug._lazy import lazy_names as _lazy_names
 from edgeplug._records import (
     API_VERSION,
     Availability,
@@ -103,13 +102,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        mod, attr = _LAZY[name]
-        value = getattr(_import_module(mod), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'edgeplug' has no attribute {name!r}")
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)
 
 
 __all__ = [

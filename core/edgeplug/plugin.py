@@ -72,11 +72,11 @@ that needs them is first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import Optional
 
 from edgeplug._errors import BackendUnavailableError, KernelError, RuntimeNotFound, RuntimeRefusedError
 from edgeplug._hookspecs import hookimpl
+from edgeplug._lazy import lazy_names
 from edgeplug._records import (
     API_VERSION,
     Availability,
@@ -92,7 +92,7 @@ from edgeplug._records import (
 )
 
 # name -> (module, attribute); attribute None: the module itself
-_LAZY: dict[str, tuple[str, Any]] = {
+_LAZY: dict[str, tuple[str, Optional[str]]] = {
     "STAND_IN_KEY": ("edgeplug._report.records", "STAND_IN_KEY"),
     "Verdict": ("edgeplug._partition.verdict", "Verdict"),
     "TAKEN": ("edgeplug._partition.verdict", "TAKEN"),
@@ -120,22 +120,9 @@ _LAZY: dict[str, tuple[str, Any]] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        value = importlib.import_module(module)
-        if attr is not None:
-            value = getattr(value, attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(
-        f"module 'edgeplug.plugin' has no attribute {name!r} "
-        "(the plugin-author surface is edgeplug.plugin.__all__; see its module docstring)"
-    )
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(
+    __name__, _LAZY, " (the plugin-author surface is edgeplug.plugin.__all__; see its module docstring)"
+)
 
 
 __all__ = [
