@@ -134,7 +134,7 @@ def _run(a: argparse.Namespace) -> int:
 
     import edgeplug
     from edgeplug._zoo._cell import _quiet
-    from edgeplug._zoo._models import load
+    from edgeplug._zoo._models import load_entry
     from edgeplug_vulkan_delegate.runtime import RunnerSession, _build_of
 
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
@@ -146,7 +146,7 @@ def _run(a: argparse.Namespace) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for key in [m for m in a.models.split(",") if m]:
-            model, args, kwargs = load(key, layers=a.layers)
+            model, args, kwargs = load_entry(key, layers=a.layers)
             ptes = {"edgeplug": edgeplug.lower(model, args, "vulkan", kwargs=kwargs).buffer}
             with torch.no_grad():
                 stock = to_edge_transform_and_lower(

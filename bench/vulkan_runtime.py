@@ -145,10 +145,10 @@ def run_case(set_name: str, name: str, model: Any, args: tuple, kwargs: Optional
 # ---- the cases ---------------------------------------------------------------------------------
 
 def zoo_cases(models: Optional[list[str]]) -> Iterator[tuple[str, Any, tuple, dict]]:
-    from edgeplug._zoo._models import DEFAULT_MODELS, load
+    from edgeplug._zoo._models import DEFAULT_MODELS, load_entry
 
     for key in models or DEFAULT_MODELS:
-        model, args, kwargs = load(key, layers=1)
+        model, args, kwargs = load_entry(key, layers=1)
         yield key, model, args, kwargs
 
 

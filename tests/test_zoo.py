@@ -101,7 +101,7 @@ def cells(zoo, normed_model):
 
 
 def _table(zoo, cell) -> str:
-    return zoo.render([cell], "edgeplug zoo (test)", 1, 0.0)
+    return zoo.render_page([cell], "edgeplug zoo (test)", 1, 0.0)
 
 
 def test_zoo_cell_fuses_every_norm_and_matches_eager(zoo, cells):
@@ -152,7 +152,7 @@ def test_zoo_failing_cell_is_a_row_not_a_crash(zoo, fixture_backends, monkeypatc
     monkeypatch.setitem(zoo.MODELS, "broken", zoo.Arch("NoSuchConfig", "NoSuchModel"))
     cell = zoo.run_cell("broken", fixture_backends.TABLE, warm=False)
     assert cell.error.startswith("build/export: AttributeError"), cell.error
-    doc = zoo.render([cell], "edgeplug zoo --models broken", 1, 0.0)
+    doc = zoo.render_page([cell], "edgeplug zoo --models broken", 1, 0.0)
     assert "| broken | fixture-table | float | **fails**: build/export: AttributeError" in doc
     assert "edgeplug zoo --models broken" in doc
 
@@ -169,7 +169,7 @@ def test_zoo_stock_failure_is_shown_beside_edgeplug(zoo, cells, normed_model):
     side = zoo.lower_stock(ep, inputs, [], target)
     assert not side.ok and side.error == "RuntimeError: stock partitioner exploded"
     cell = zoo.Cell.from_dict({**cell.to_dict(), "stock": zoo.Cell(model="", backend="", stock=side).to_dict()["stock"]})
-    doc = zoo.render([cell], "cmd", 1, 0.0)
+    doc = zoo.render_page([cell], "cmd", 1, 0.0)
     assert "**fails**: RuntimeError: stock partitioner exploded" in doc
     assert "second line" not in doc
 

@@ -188,7 +188,7 @@ def test_markdown_over_a_zoo_page_is_rewritten(cli, fixture_backends, models, tm
     path, log = models
     journal, page = tmp_path / "cells.jsonl", tmp_path / "zoo.md"
     journal.write_text(_line(f"{path.resolve()}:exits"))
-    page.write_text(zoo.render([], "edgeplug zoo (earlier)", 1, 0.0))
+    page.write_text(zoo.render_page([], "edgeplug zoo (earlier)", 1, 0.0))
     code, out, err = cli("zoo", "--models", f"{path}:exits", "--backends", fb.TABLE, "--schemes", "float",
                          "--out", journal, "--resume", "--markdown", page, "--quiet")
     assert code == 0, err

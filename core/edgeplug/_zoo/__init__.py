@@ -19,7 +19,7 @@ from typing import Any
 _NAMES = {
     # running a zoo
     "run": "_run", "plan": "_run", "load_cells": "_run", "Settings": "_run", "EXECUTORS": "_run",
-    "table": "_render", "render": "_render", "summary": "_render", "targets": "_render",
+    "table": "_render", "render_page": "_render", "summary": "_render", "targets": "_render",
     # one cell
     "Cell": "_record", "Side": "_record", "comparable": "_record", "STATUSES": "_record", "FLOAT": "_record",
     "run_cell": "_cell", "schemes_of": "_cell",
@@ -27,7 +27,7 @@ _NAMES = {
     "execute_cell": "_isolate",
     # the built-in models
     "MODELS": "_models", "DEFAULT_MODELS": "_models", "Arch": "_models", "build": "_models",
-    "exported": "_models", "count_norms": "_models", "resolve_models": "_models", "load": "_models",
+    "exported": "_models", "count_norms": "_models", "resolve_models": "_models", "load_entry": "_models",
     "DECODER": "_models", "SEQ": "_models", "VOCAB": "_models",
 }
 

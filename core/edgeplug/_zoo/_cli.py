@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def command_line(args: argparse.Namespace) -> str:
     """The ``edgeplug zoo`` command that gives ``args`` (what docs/zoo.md says it was made with)."""
-    defaults = vars(build_parser().parse_args([]))
+    defaults = vars(zoo_parser().parse_args([]))
     words = ["edgeplug", "zoo"]
     for name, value in vars(args).items():
         if name not in defaults or value == defaults[name] or name in ("quiet", "out", "resume"):
@@ -77,7 +77,7 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def zoo_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgeplug zoo")
     add_arguments(p)
     return p
@@ -188,12 +188,12 @@ def _page_text(args: argparse.Namespace, cells: list, seconds: float) -> str:
     quantized run rewrites that section."""
     # torch: as in command
     from edgeplug._zoo._record import FLOAT
-    from edgeplug._zoo._render import QUANTIZED_BEGIN, QUANTIZED_END, render, render_quantized, splice_quantized
+    from edgeplug._zoo._render import QUANTIZED_BEGIN, QUANTIZED_END, render_page, render_quantized, splice_quantized
 
     floats = [c for c in cells if c.scheme == FLOAT]
     quantized = [c for c in cells if c.scheme != FLOAT]
     old = _page(args.markdown)
-    text = render(floats, command_line(args), args.jobs, seconds, layers=args.layers, repeat=args.repeat,
+    text = render_page(floats, command_line(args), args.jobs, seconds, layers=args.layers, repeat=args.repeat,
                   executor=args.executor) if floats else old
     if quantized:
         text = splice_quantized(text, render_quantized(quantized, command_line(args), args.jobs, seconds, layers=args.layers))

@@ -163,7 +163,7 @@ def count_norms(ep: torch.export.ExportedProgram) -> int:
 @lru_cache(maxsize=2)
 def exported_call(key: str, layers: Optional[int] = None) -> tuple[Any, Any, tuple, dict, int]:
     """(model, aten-dialect program, args, kwargs, norms present) of a resolved entry, once per process."""
-    model, args, kwargs = load(key, layers)
+    model, args, kwargs = load_entry(key, layers)
     if isinstance(model, torch.export.ExportedProgram):
         return model.module(), model, args, kwargs, count_norms(model)
     with torch.no_grad():
@@ -176,7 +176,7 @@ def exported(key: str, layers: Optional[int] = None) -> tuple[Any, Any, tuple, i
     model, ep, args, _, norms = exported_call(key, layers)
     return model, ep, args, norms
 
-def load(key: str, layers: Optional[int] = None) -> tuple[Any, tuple, dict]:
+def load_entry(key: str, layers: Optional[int] = None) -> tuple[Any, tuple, dict]:
     """``(model, args, kwargs)`` of a resolved entry: a built-in model, or what FILE.py:FUNCTION returns."""
     if key in MODELS:
         model, inputs = build(key, layers)

@@ -203,13 +203,13 @@ def _check_fields(cls: type, data: dict, where: str) -> None:
             if not isinstance(value, dict):
                 raise ValueError(f"'{where}{name}' is a {type(value).__name__}, not an object")
             _check_fields(Side, value, f"{name}.")
-        elif not _fits(value, hint):
-            raise ValueError(f"'{where}{name}' is {_short(value)}, not {_hint_name(hint)}")
+        elif not _matches_hint(value, hint):
+            raise ValueError(f"'{where}{name}' is {_clipped_repr(value)}, not {_hint_name(hint)}")
 
 
-def _fits(value: object, hint: object) -> bool:
+def _matches_hint(value: object, hint: object) -> bool:
     if typing.get_origin(hint) is typing.Union:
-        return any(_fits(value, arm) for arm in typing.get_args(hint))
+        return any(_matches_hint(value, arm) for arm in typing.get_args(hint))
     if hint is type(None):
         return value is None
     if hint is bool:
@@ -229,6 +229,6 @@ def _hint_name(hint: object) -> str:
             dict: "an object", list: "a list"}.get(hint, getattr(hint, "__name__", str(hint)))
 
 
-def _short(value: object) -> str:
+def _clipped_repr(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -37,7 +37,7 @@ def table(cells: list[Cell]) -> str:
 # --------------------------------------------------------------------------- docs/zoo.md
 
 
-def _ops(cpu_ops: dict, limit: int = 6) -> str:
+def _ops_markdown(cpu_ops: dict, limit: int = 6) -> str:
     if not cpu_ops:
         return "none"
     items = sorted(cpu_ops.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -127,7 +127,7 @@ NORM_OPS = ("aten.rsqrt.default", "aten.mean.dim", "aten.rms_norm.default", "et_
 def targets(cells: list[Cell]) -> list[str]:
     """Issue 13's "done when", one line each: met or not, with the figures."""
     cells = [_settled(c) for c in cells]
-    lowered = sum(_lowered(c) for c in cells)
+    lowered = sum(_edgeplug_lowered(c) for c in cells)
     out = [f"every cell lowers with edgeplug: {lowered} of {len(cells)} — {'met' if lowered == len(cells) else 'not met'}"]
     for backend in ("vulkan", "webgpu"):
         cs = [c for c in cells if c.backend == backend and _decoder(c)]
@@ -151,13 +151,13 @@ def _decoder(c: Cell) -> bool:
     return arch is not None and arch.output == "logits"
 
 
-def _lowered(c: Cell) -> bool:
+def _edgeplug_lowered(c: Cell) -> bool:
     return not c.error and c.edgeplug.ok
 
 
 def _gpu_target(backend: str, cs: list[Cell]) -> str:
     """vulkan's or webgpu's decoders: one partition each, the CPU only for ops without a kernel."""
-    ok = _lowered
+    ok = _edgeplug_lowered
     one = [c for c in cs if ok(c) and c.edgeplug.partitions == 1]
     cpu = sum(c.edgeplug.cpu_nodes or 0 for c in cs if ok(c))
     # an op the delegate has no kernel for stays on the CPU and splits the graph where it stands
@@ -179,7 +179,7 @@ def _gpu_target(backend: str, cs: list[Cell]) -> str:
 
 def _third_of_stock_target(cs: list[Cell]) -> str:
     """xnnpack's decoders: at most a third of stock's CPU nodes and partitions, no norm op on the CPU."""
-    ok = _lowered
+    ok = _edgeplug_lowered
     third = [
         c for c in cs
         if ok(c) and c.stock.ok
@@ -199,7 +199,7 @@ def _third_of_stock_target(cs: list[Cell]) -> str:
 
 def _norms_and_verification_target(cells: list[Cell]) -> str:
     """Every norm recorded where a policy fuses them; every verified cell within 1e-4, none that could not verify."""
-    ok = _lowered
+    ok = _edgeplug_lowered
     policy = [c for c in cells if ok(c) and not c.no_policy]
     unrecorded = sum(max(0, (c.norms_present or 0) - c.norms_recorded) for c in policy)
     verified = [c for c in cells if c.edgeplug.max_abs_diff is not None]
@@ -215,7 +215,7 @@ def _norms_and_verification_target(cells: list[Cell]) -> str:
     )
 
 
-def render(
+def render_page(
     cells: list[Cell],
     command: str,
     jobs: int,
@@ -376,7 +376,7 @@ def _cpu_ops_lines(cells: list[Cell]) -> list[str]:
             e = c.edgeplug
             add(f"- {name}" + (" (dry run)" if c.dry_run else ""))
             if e.ok:
-                add(f"  - edgeplug: {_ops(e.cpu_ops, limit=12)}")
+                add(f"  - edgeplug: {_ops_markdown(e.cpu_ops, limit=12)}")
                 for op, reasons in sorted(e.cpu_reasons.items()):
                     add(f"    - `{op}`: {_esc('; '.join(reasons))[:240]}")
             else:
@@ -384,7 +384,7 @@ def _cpu_ops_lines(cells: list[Cell]) -> list[str]:
             if c.stock_absent:
                 add(f"  - stock: {c.stock_absent}")
             elif c.stock.ok:
-                add(f"  - stock: {_ops(c.stock.cpu_ops, limit=12)}")
+                add(f"  - stock: {_ops_markdown(c.stock.cpu_ops, limit=12)}")
             else:
                 add(f"  - stock fails: {_esc(c.stock.error)}")
             for anchor, reason in c.rejected:

@@ -55,7 +55,7 @@ def test_a_llama_cell_is_one_partition_with_nothing_on_the_cpu(zoo):
     if "vulkan" not in edgeplug.backends():
         pytest.skip("backend 'vulkan' is not installed")
     cell = zoo.run_cell("llama", "vulkan", layers=1, warm=False)
-    table = zoo.render([cell], "edgeplug zoo (test)", 1, 0.0)
+    table = zoo.render_page([cell], "edgeplug zoo (test)", 1, 0.0)
     assert not cell.error, table
     e, s = cell.edgeplug, cell.stock
     assert e.ok and s.ok, table  # stock lowers it: a stock failure here is news

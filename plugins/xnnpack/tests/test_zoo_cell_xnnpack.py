@@ -23,7 +23,7 @@ def cell(zoo):
 
 
 def test_a_llama_cell_breaks_the_graph_a_third_as_often_as_stock(zoo, cell):
-    table = zoo.render([cell], "edgeplug zoo (test)", 1, 0.0)
+    table = zoo.render_page([cell], "edgeplug zoo (test)", 1, 0.0)
     assert not cell.error, table
     e, s = cell.edgeplug, cell.stock
     assert e.ok and s.ok, table  # stock lowers it: a stock failure here is news
