@@ -288,26 +288,26 @@ def _run(args: argparse.Namespace, previous: object) -> int:
     try:
         return args.fn(args)
     except EdgeplugError as exc:
-        _fail(args, exc, str(exc))
+        _say_failure(args, exc, str(exc))
         return 2
     except KeyboardInterrupt as exc:
-        _fail(args, exc, "interrupted; nothing was written")
+        _say_failure(args, exc, "interrupted; nothing was written")
         return 130
     except Terminated as exc:
-        _fail(args, exc, "terminated (SIGTERM); nothing was written")
+        _say_failure(args, exc, "terminated (SIGTERM); nothing was written")
         return 143
     except OSError as exc:
         if exc.errno not in STREAM_ERRORS:  # any other is not the terminal's: say so as below
-            _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
+            _say_failure(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
             return 2
         return _stream_failed(exc)
     except SystemExit as exc:  # argparse exits before this try: this one came from the model's (or a plugin's) code
         frame = user_frame(exc)
         where = f" at {_location(*frame)}" if frame else ""
-        _fail(args, exc, f"the model's code called sys.exit({exc.code!r}){where} while edgeplug was lowering it; nothing was written")
+        _say_failure(args, exc, f"the model's code called sys.exit({exc.code!r}){where} while edgeplug was lowering it; nothing was written")
         return 2
     except Exception as exc:
-        _fail(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
+        _say_failure(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
         return 2
     finally:
         if previous is not None:
@@ -326,7 +326,7 @@ def _end_without_waiting(code: int) -> None:
     os._exit(code)
 
 
-def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> None:
+def _say_failure(args: argparse.Namespace, exc: BaseException, message: str) -> None:
     if _debugging(args):
         printed = getattr(exc, "model_output", "")
         if printed:  # what the model file printed while -v was off

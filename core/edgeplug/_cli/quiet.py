@@ -72,7 +72,7 @@ def native_output_hidden() -> Iterator[None]:
         try:
             yield
         except BaseException as exc:
-            exc.hidden_output = _read(hidden, originals, saved)
+            exc.hidden_output = _hidden_text(hidden, originals, saved)
             raise
     finally:
         for s in (*originals.values(), *swapped.values()):
@@ -89,7 +89,7 @@ def native_output_hidden() -> Iterator[None]:
         hidden.close()
 
 
-def _read(hidden: object, originals: dict, saved: dict) -> str:
+def _hidden_text(hidden: object, originals: dict, saved: dict) -> str:
     for s in originals.values():
         with contextlib.suppress(Exception):
             s.flush()

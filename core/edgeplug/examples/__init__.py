@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -24,7 +23,7 @@ from edgeplug._api import model_renames
 from edgeplug._errors import EdgeplugError
 from edgeplug._failures import user_frame
 from edgeplug._models import EXAMPLE_NAMES, MODELS
-from edgeplug._user_code import Effects, contained, returned_at
+from edgeplug._user_code import Effects, _location, contained, returned_at
 
 ExampleFn = Callable[[], tuple[Any, tuple[Any, ...]]]
 
@@ -85,11 +84,6 @@ def _describe_exit(exc: BaseException) -> str:
         where = f" at {_location(*frame)}" if frame else ""
         return f"it called sys.exit({exc.code!r}){where}; a model file must return (model, args), not exit"
     return f"{type(exc).__name__}: {exc}"
-
-
-def _location(file: str, line: int, func: str) -> str:
-    rel = os.path.relpath(file)
-    return f"{file if rel.startswith('..') else rel}:{line}, in {func}"
 
 
 def import_user_file(
