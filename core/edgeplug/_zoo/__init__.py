@@ -13,8 +13,7 @@ Names load on first use: ``import edgeplug._zoo`` imports neither torch nor ray.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from edgeplug._lazy import lazy_names
 
 _NAMES = {
     # running a zoo
@@ -32,16 +31,4 @@ _NAMES = {
 }
 
 __all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgeplug._zoo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"edgeplug._zoo.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_names(__name__, {name: (f"edgeplug._zoo.{m}", name) for name, m in _NAMES.items()})
