@@ -178,7 +178,7 @@ def test_a_kernel_that_raises_names_its_plugin(battery, cli, tmp_path):
 @pytest.mark.slow
 def test_with_every_broken_plugin_installed_llama_lowers_and_verifies(battery, cli, tmp_path):
     out = tmp_path / "llama.pte"
-    code, stdout, stderr = cli("lower", "llama", "--backend", "fixture-fused", "--verify", "-q", "-o", out)
+    code, stdout, stderr = cli("lower", "handwritten-llama-decoder", "--backend", "fixture-fused", "--verify", "-q", "-o", out)
     assert code == 0, stderr
     assert out.stat().st_size > 0 and files_under(tmp_path) == ["llama.pte"]
     assert "verified" in stdout.lower() or "max |diff|" in stdout.lower() or "verification" in stdout.lower(), stdout
@@ -245,7 +245,7 @@ def test_the_scaffold_readme_suggests_only_commands_the_backend_can_run():
     own = render("npu", "executorch.exir.backend.test.op_partitioner_demo:AddMulPartitionerDemo", "BackendWithCompilerDemo")
     assert 'verify_method="none"' in own["edgeplug_npu/hooks.py"]
     assert "--verify\n" not in own["README.md"] and "--backend npu --verify" not in own["README.md"]
-    assert "edgeplug lower llama --backend npu -o llama.pte" in own["README.md"]
+    assert "edgeplug lower handwritten-llama-decoder --backend npu -o llama.pte" in own["README.md"]
     xnn = render("cpu2")
     assert 'verify_method="pte"' in xnn["edgeplug_cpu2/hooks.py"]
-    assert "edgeplug lower llama --backend cpu2 --verify" in xnn["README.md"]
+    assert "edgeplug lower handwritten-llama-decoder --backend cpu2 --verify" in xnn["README.md"]

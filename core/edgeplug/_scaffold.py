@@ -143,11 +143,11 @@ testpaths = ["tests"]
 def _readme(name: str, dist: str, verify: str) -> str:
     if verify == "none":
         lower = (
-            f"edgeplug lower llama --backend {name} -o llama.pte   # verify_method \"none\": no runtime here,\n"
+            f"edgeplug lower handwritten-llama-decoder --backend {name} -o llama.pte   # verify_method \"none\": no runtime here,\n"
             "                                   # so check the .pte on the device (--verify is refused)"
         )
     else:
-        lower = f"edgeplug lower llama --backend {name} --verify   # runs the .pte, compares with eager"
+        lower = f"edgeplug lower handwritten-llama-decoder --backend {name} --verify   # runs the .pte, compares with eager"
     return f'''# {dist}
 
 An [edgeplug](https://pypi.org/project/edgeplug/) backend. Install it next to
@@ -156,7 +156,7 @@ edgeplug and it is a backend:
 ```sh
 pip install -e '.[test]'
 edgeplug plugins                   # {name}: loaded, and what it adds
-edgeplug lower llama --backend {name} --dry-run   # the partitions, no .pte
+edgeplug lower handwritten-llama-decoder --backend {name} --dry-run   # the partitions, no .pte
 {lower}
 pytest                             # the conformance suite for {name}
 ```

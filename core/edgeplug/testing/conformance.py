@@ -41,8 +41,9 @@ The tests (``__all__``, what ``import *`` brings into a plugin's test module):
 ``test_llm_custom_ops_are_delegated_or_named``
     ExecuTorch's LLM custom ops pass every stage: delegated, or left on the CPU with a reason.
 ``test_the_command_prints_only_edgeplugs_lines``
-    ``edgeplug lower llama --backend NAME`` (a dry run where it cannot serialize here), in a process of
-    its own and without ``-v``: stderr holds edgeplug's lines only, none of an SDK's or executorch's.
+    ``edgeplug lower handwritten-llama-decoder --backend NAME`` (a dry run where it cannot serialize
+    here), in a process of its own and without ``-v``: stderr holds edgeplug's lines only, none of an
+    SDK's or executorch's.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ __all__ = [
 ]
 
 #: The example every backend must lower.
-EXAMPLE = "llama"
+EXAMPLE = "handwritten-llama-decoder"
 TOLERANCE = 1e-4
 
 
@@ -407,8 +408,9 @@ def foreign_lines(stderr: str) -> list[str]:
 
 
 def test_the_command_prints_only_edgeplugs_lines(edgeplug_backend, tmp_path):
-    """Quiet by default: ``edgeplug lower llama --backend NAME`` without ``-v``, in a process of its own (what
-    native libraries print to the process's stderr included), writes only edgeplug's lines to stderr."""
+    """Quiet by default: ``edgeplug lower handwritten-llama-decoder --backend NAME`` without ``-v``, in a
+    process of its own (what native libraries print to the process's stderr included), writes only
+    edgeplug's lines to stderr."""
     if edgeplug_backend.plugin.registered and not edgeplug_backend.plugin.named_in_env:
         pytest.skip(f"{edgeplug_backend.name!r} was registered in this process only: another process has no such backend")
     argv = [sys.executable, "-m", "edgeplug._cli", "lower", EXAMPLE, "--backend", edgeplug_backend.name,

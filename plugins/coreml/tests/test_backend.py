@@ -38,12 +38,12 @@ def _ops(gm: torch.fx.GraphModule) -> Counter:
 
 @pytest.fixture(scope="session")
 def llama_by_cli(tmp_path_factory):
-    """``edgeplug lower llama --backend coreml -o llama.pte`` as a user runs it: (process, .pte path, report)."""
+    """``edgeplug lower handwritten-llama-decoder --backend coreml -o llama.pte`` as a user runs it: (process, .pte path, report)."""
     out = tmp_path_factory.mktemp("coreml-cli")
     env = {k: v for k, v in os.environ.items() if k not in ("EDGEPLUG_PLUGINS", "EDGEPLUG_DISABLE_PLUGINS")}
     exe = Path(sys.executable).with_name("edgeplug")
     proc = subprocess.run(
-        [str(exe), "lower", "llama", "--backend", "coreml", "-o", str(out / "llama.pte"), "--report", str(out / "llama.json")],
+        [str(exe), "lower", "handwritten-llama-decoder", "--backend", "coreml", "-o", str(out / "llama.pte"), "--report", str(out / "llama.json")],
         capture_output=True, text=True, timeout=600, env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The QNN saver mode from the command line: nothing unrunnable is written as if it ran, and the terminal
 holds edgeplug's lines only (issue 37).
 
-Each case is one ``edgeplug lower llama --backend qnn`` in a process of its own with
+Each case is one ``edgeplug lower handwritten-llama-decoder --backend qnn`` in a process of its own with
 ``EDGEPLUG_QNN_SAVER=1``, the QNN libraries laid out as ``.ci/qnn_saver.sh`` does it
 (``QNN_SDK_ROOT``; ``LD_LIBRARY_PATH`` is set here, before the process starts) and a
 temporary folder of its own (``TMPDIR``), so that what the run leaves behind is seen. They
@@ -39,7 +39,7 @@ def qnn_libs() -> Path:
 
 
 def lower_in_saver_mode(lib_dir: Path, folder: Path, *argv: str, **env: str) -> subprocess.CompletedProcess:
-    """``edgeplug lower llama --backend qnn ARGV`` in saver mode, run in ``folder`` with ``folder/tmp`` as TMPDIR."""
+    """``edgeplug lower handwritten-llama-decoder --backend qnn ARGV`` in saver mode, run in ``folder`` with ``folder/tmp`` as TMPDIR."""
     tmp = folder / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     environ = {k: v for k, v in os.environ.items() if k not in (saver.DIR_VAR, "EDGEPLUG_DEBUG")}
@@ -50,7 +50,7 @@ def lower_in_saver_mode(lib_dir: Path, folder: Path, *argv: str, **env: str) -> 
         **env,
     )
     return subprocess.run(
-        [sys.executable, "-m", "edgeplug._cli", "lower", "llama", "--backend", "qnn", *argv],
+        [sys.executable, "-m", "edgeplug._cli", "lower", "handwritten-llama-decoder", "--backend", "qnn", *argv],
         capture_output=True, text=True, timeout=600, cwd=folder, env=environ,
     )
 

@@ -130,7 +130,7 @@ def _lower(root: Path, tmp_path: Path, *argv: str) -> subprocess.CompletedProces
     env = {k: v for k, v in os.environ.items() if k not in ("EDGEPLUG_QNN_SAVER", "EDGEPLUG_DEBUG")}
     env.update(QNN_SDK_ROOT=str(root), LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(lib_dir), os.environ.get("LD_LIBRARY_PATH")])))
     return subprocess.run(
-        [sys.executable, "-m", "edgeplug._cli", "lower", "llama", "--backend", "qnn", *argv],
+        [sys.executable, "-m", "edgeplug._cli", "lower", "handwritten-llama-decoder", "--backend", "qnn", *argv],
         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env,
     )
 

@@ -63,9 +63,9 @@ class Cache(nn.Module):
 
 
 def test_cli_verify_runs_in_the_real_runtime(runtime, edgeplug_cli, tmp_path):
-    """`edgeplug lower llama --backend vulkan --verify` says ExecuTorch's Vulkan runtime ran it, within 1e-4."""
+    """`edgeplug lower handwritten-llama-decoder --backend vulkan --verify` says ExecuTorch's Vulkan runtime ran it, within 1e-4."""
     rep = tmp_path / "r.json"
-    code, out, err = edgeplug_cli("lower", "llama", "--backend", "vulkan", "--verify", "-o", tmp_path / "l.pte",
+    code, out, err = edgeplug_cli("lower", "handwritten-llama-decoder", "--backend", "vulkan", "--verify", "-o", tmp_path / "l.pte",
                                   "--report", rep)
     assert code == 0, err
     assert f"pte on {runtime.name} on " in out, out

@@ -137,7 +137,7 @@ def test_without_an_adapter_verification_falls_back_to_reference_kernels(lowered
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["webgpu", "vulkan"])
 def test_cli_verifies_llama_on_the_adapter(edgeplug_cli, tmp_path, backend):
-    code, out, err = edgeplug_cli("lower", "llama", "--backend", backend, "--verify", "-q", "-o", tmp_path / "llama.pte")
+    code, out, err = edgeplug_cli("lower", "handwritten-llama-decoder", "--backend", backend, "--verify", "-q", "-o", tmp_path / "llama.pte")
     assert code == 0, err
     assert f"verification (kernels on {gpu_device().summary})" in out
     diff = float(re.search(r"max \|difference\| vs eager = (\S+)", out).group(1))

@@ -57,7 +57,7 @@ def _deprecations(stderr: str) -> list[str]:
 
 
 def test_a_plugin_one_version_behind_lowers_llama_and_verifies_with_one_line_per_old_spelling(tmp_path):
-    out = _edgeplug("lower", "llama", "--backend", "oldxnn", "--verify", "-o", str(tmp_path / "llama.pte"), "--report", str(tmp_path / "r.json"))
+    out = _edgeplug("lower", "handwritten-llama-decoder", "--backend", "oldxnn", "--verify", "-o", str(tmp_path / "llama.pte"), "--report", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["verification"]["method"] == "pte" and not report["verification"]["note"].startswith("not")
