@@ -79,7 +79,7 @@ def edgeplug_side(ep: Any, prompt: torch.Tensor, greedy: int) -> tuple[deploy.Si
         result = edgeplug.lower(ep, (prompt, {"input_pos": torch.arange(prompt.shape[1])}), backend="xnnpack")
         side.lowering_s = time.perf_counter() - started
     except Exception as exc:
-        side.error = deploy.first_line(exc)
+        side.error = deploy.cell_error(exc)
         return side, ""
     report = result.report
     side.partitions, side.cpu_ops, side.cpu_nodes = len(report.partitions), dict(report.cpu_ops), report.cpu_node_count
@@ -105,7 +105,7 @@ def stock_side(ep: Any) -> deploy.Side:
         side.buffer = edge.to_executorch().buffer
         side.lowering_s = time.perf_counter() - started
     except Exception as exc:
-        side.error = deploy.first_line(exc)
+        side.error = deploy.cell_error(exc)
         return side
     side.cpu_ops, side.cpu_nodes = dict(cpu), sum(cpu.values())
     side.lowers, side.pte_bytes = True, len(side.buffer)

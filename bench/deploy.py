@@ -71,7 +71,7 @@ import torch
 
 # the zoo's helpers: quiet executorch's logging, count a stock program's graph breaks as edgeplug's report does
 from edgeplug._zoo._cell import _quiet  # noqa: E402
-from edgeplug._zoo._lowering import first_line, stock_graph_breaks  # noqa: E402
+from edgeplug._zoo._lowering import cell_error, stock_graph_breaks  # noqa: E402
 
 ARCHS = ("llama", "qwen3", "mistral")
 
@@ -150,7 +150,7 @@ def optimum_side(module: Any, ep: torch.export.ExportedProgram) -> Side:
         side.lowering_s = time.perf_counter() - started
         side.buffer = programs["model"].buffer
     except Exception as exc:
-        side.error = first_line(exc)
+        side.error = cell_error(exc)
         return side
     finally:
         recipe.to_edge_transform_and_lower = lower_fn
@@ -169,7 +169,7 @@ def edgeplug_side(ep: torch.export.ExportedProgram, kwargs: dict) -> tuple[Side,
         result = edgeplug.lower(ep, kwargs=kwargs, backend="xnnpack")
         side.lowering_s = time.perf_counter() - started
     except Exception as exc:
-        side.error = first_line(exc)
+        side.error = cell_error(exc)
         return side, None
     report = result.report
     side.partitions, side.cpu_ops, side.cpu_nodes = len(report.partitions), dict(report.cpu_ops), report.cpu_node_count

@@ -164,7 +164,7 @@ def test_zoo_stock_failure_is_shown_beside_edgeplug(zoo, cells, normed_model):
         def __init__(self) -> None:
             raise RuntimeError("stock partitioner exploded\nsecond line")
 
-    target = zoo.Target(False, Boom)
+    target = zoo.CellTarget(False, Boom)
     module, ep, inputs, _ = zoo.exported(normed_model)
     side = zoo.lower_stock(ep, inputs, [], target)
     assert not side.ok and side.error == "RuntimeError: stock partitioner exploded"

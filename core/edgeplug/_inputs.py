@@ -37,20 +37,20 @@ class ExampleInputs:
 
     def describe(self) -> str:
         """e.g. ``args (Tensor(1, 8), None), kwargs {cache_position: Tensor(8)}``."""
-        parts = [f"args ({', '.join(_short(a) for a in self.args)}{',' if len(self.args) == 1 else ''})"]
+        parts = [f"args ({', '.join(_describe_value(a) for a in self.args)}{',' if len(self.args) == 1 else ''})"]
         if self.kwargs:
-            parts.append("kwargs {" + ", ".join(f"{k}: {_short(v)}" for k, v in self.kwargs.items()) + "}")
+            parts.append("kwargs {" + ", ".join(f"{k}: {_describe_value(v)}" for k, v in self.kwargs.items()) + "}")
         return ", ".join(parts)
 
 
-def _short(value: Any) -> str:
+def _describe_value(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).replace("torch.", "")
         return f"Tensor({', '.join(str(d) for d in value.shape)}; {dtype})"
     if isinstance(value, (tuple, list)):
-        return type(value).__name__ + "(" + ", ".join(_short(v) for v in value) + ")"
+        return type(value).__name__ + "(" + ", ".join(_describe_value(v) for v in value) + ")"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_short(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k!r}: {_describe_value(v)}" for k, v in value.items()) + "}"
     return repr(value) if value is None or isinstance(value, _SCALARS) else type(value).__name__
 
 
@@ -58,7 +58,7 @@ def _what(value: Any) -> str:
     kind = type(value)
     name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     shown = isinstance(value, (tuple, list, dict, *_SCALARS)) or value is None
-    return f"{name} {_short(value)}" if shown else name
+    return f"{name} {_describe_value(value)}" if shown else name
 
 
 def example_inputs(args: Any, kwargs: Any, *, where: str = "edgeplug.lower") -> ExampleInputs:

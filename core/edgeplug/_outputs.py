@@ -75,7 +75,7 @@ def _first_existing(path: Path) -> Path:
     return p
 
 
-def _resolve(path: Path, what: str) -> Path:
+def _landing_file(path: Path, what: str) -> Path:
     """The file a write to ``path`` lands in (symbolic links followed); refuses a loop."""
     try:
         return Path(os.path.realpath(path, strict=False))
@@ -138,7 +138,7 @@ def _check_one(raw: PathArg, what: str) -> None:
     if mode is not None and not stat.S_ISREG(mode):
         kind = "a socket" if stat.S_ISSOCK(mode) else "a block device" if stat.S_ISBLK(mode) else "not a regular file"
         raise OutputPathError(f"cannot write {what} {path}: it is {kind}, which edgeplug never replaces; name a regular file")
-    target = _resolve(path, what)
+    target = _landing_file(path, what)
     folder = _first_existing(target.parent)
     if not folder.is_dir():
         raise OutputPathError(f"cannot write {what} {path}: {folder} is a file, not a folder")

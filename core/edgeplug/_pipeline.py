@@ -130,7 +130,7 @@ class Lowering:
     #: op name -> who created it (a core transform, a plugin's pass): named when a check refuses one
     created_ops: dict[str, str] = field(default_factory=dict)
     transforms: list[TransformRecord] = field(default_factory=list)
-    #: the edge graph as the partitioner received it (the report's ``graph``, annotated in ``_describe``)
+    #: the edge graph as the partitioner received it (the report's ``graph``, annotated in ``_report_of``)
     graph: list[GraphNode] = field(default_factory=list)
     edge: Any = None
     report: Optional[LoweringReport] = None
@@ -335,7 +335,7 @@ def _to_edge(job: Lowering) -> None:
         if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
             raise LoweringError(job.partitioner.stranded_message()) from exc
         raise
-    job.report = _describe(job)
+    job.report = _report_of(job)
 
 
 def _serialize(job: Lowering) -> None:
@@ -397,7 +397,7 @@ def _run_stage(job: Lowering, stage: Stage) -> None:
 # -- the report ----------------------------------------------------------------------
 
 
-def _describe(job: Lowering) -> LoweringReport:
+def _report_of(job: Lowering) -> LoweringReport:
     b, p = job.backend, job.partitioner
     parts, delegated, cpu = partitions(job.partitioner, job.edge.exported_program(), b.name)
     fusions = _undone(job.fusions, p.undone_fusions)
@@ -420,7 +420,7 @@ def _describe(job: Lowering) -> LoweringReport:
         decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
         notes=foreign_passes(b),
     )
-    report.stand_in = _stand_in(job)
+    report.stand_in = _stand_in_record(job)
     if report.stand_in is not None:
         report.dry_run = True  # no delegate holds a compiled program, whoever stood in for the compiler
         held = report.stand_in
@@ -445,7 +445,7 @@ def _describe(job: Lowering) -> LoweringReport:
     return report
 
 
-def _stand_in(job: Lowering) -> Optional[StandIn]:
+def _stand_in_record(job: Lowering) -> Optional[StandIn]:
     """What the lowered program's delegates hold when it is not a compiled program: edgeplug's dry run, or
     a backend's stand-in preprocess (``STAND_IN_KEY`` in what its preprocess returned as delegate info)."""
     lowered = [m for _name, m, _node in get_lowered_submodules(job.edge.exported_program().graph_module)]

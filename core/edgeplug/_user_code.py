@@ -150,12 +150,12 @@ def contained(effects: Effects, *, hold_output: bool = False) -> Iterator[Effect
                 yield effects
             except BaseException as exc:
                 if held is not None:
-                    exc.model_output = _read(held)
+                    exc.model_output = _held_text(held)
                 raise
     finally:
         _Watch.active = previous
         if held is not None:
-            effects.printed = _read(held)
+            effects.printed = _held_text(held)
             held.close()
         if os.getcwd() != cwd:
             os.chdir(cwd)
@@ -169,7 +169,7 @@ def _both_streams(held: Any) -> Iterator[None]:
         yield
 
 
-def _read(held: Any) -> str:
+def _held_text(held: Any) -> str:
     with contextlib.suppress(Exception):
         held.flush()
         held.seek(0)

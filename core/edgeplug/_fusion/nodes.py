@@ -12,7 +12,7 @@ import torch
 # the one place fusion takes what it reads of a graph from: op predicates and the constant analysis
 # (re-exported: the matcher and its guards import them from here)
 from edgeplug._graph import ConstantAnalysis, analyze_constants, resolve_scalar  # noqa: F401
-from edgeplug._graph.ops import aten_overload, is_dequantize, is_qdq, op_name, qualified_name  # noqa: F401
+from edgeplug._graph.ops import aten_overload, dtype_name, is_dequantize, is_qdq, op_name, qualified_name  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,3 @@ def is_pointwise(node: Any) -> bool:
     op = aten_overload(node.target)
     return isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags
 
-
-def dtype_name(dt: Optional[torch.dtype]) -> str:
-    return str(dt).replace("torch.", "") if dt is not None else "?"

@@ -30,7 +30,7 @@ INDEX_PUT = "aten.index_put.default"
 TRANSFORM = "cache_write_values_at_indexed_shape"
 
 
-def _same(a: Any, b: Any) -> bool:
+def _statically_equal(a: Any, b: Any) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     return bool(statically_known_true(a == b))
@@ -62,9 +62,9 @@ def _leading_ones(values: torch.Tensor, shape: list[Any]) -> Optional[int]:
     """How many leading 1s ``values`` lacks to have ``shape`` (0 when it has it), or None when it is not
     ``shape`` less some leading 1s (its values broadcast)."""
     missing = len(shape) - values.dim()
-    if missing < 0 or any(not _same(s, 1) for s in shape[:missing]):
+    if missing < 0 or any(not _statically_equal(s, 1) for s in shape[:missing]):
         return None
-    if all(_same(a, b) for a, b in zip(values.shape, shape[missing:])):
+    if all(_statically_equal(a, b) for a, b in zip(values.shape, shape[missing:])):
         return missing
     return None
 

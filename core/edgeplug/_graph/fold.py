@@ -179,7 +179,7 @@ def _over_total(
         size = value.numel() * value.element_size()
         if added + size > total:
             over[node] = (
-                f"not folded: its value ({_describe(value)}, {size:,} bytes) would take the program's folded "
+                f"not folded: its value ({_tensor_text(value)}, {size:,} bytes) would take the program's folded "
                 f"constants to {added + size:,} bytes, over its total folding budget of {total:,} bytes ({how}); "
                 "the runtime computes it instead"
             )
@@ -283,7 +283,7 @@ def _why_kept(node: torch.fx.Node, analysis: ConstantAnalysis, budget: int) -> O
     size = val.numel() * val.element_size()
     if size > budget:
         return (
-            f"not folded: its value ({_describe(val)}) is {size:,} bytes, over the backend's "
+            f"not folded: its value ({_tensor_text(val)}) is {size:,} bytes, over the backend's "
             f"constant_fold_budget of {budget:,} bytes"
         )
     return None
@@ -327,12 +327,12 @@ def _apply(ep: ExportedProgram, plan: _Plan, values: list[Any]) -> list[Transfor
         same = next(((ph, first) for v, ph, first in made if _identical(v, value)), None)
         if same is None:
             made.append((value, replace_with_constant(ep, node, f"folded_{name}", value), name))
-            size, detail = value.numel() * value.element_size(), f"{_describe(value)} constant"
+            size, detail = value.numel() * value.element_size(), f"{_tensor_text(value)} constant"
         else:  # each layer builds the same mask and rotary tables: one constant serves them all
             subgraph = ancestors(node)
             replace_uses(ep, node, same[0])
             remove_dead(ep, subgraph)
-            size, detail = 0, f"{_describe(value)} constant, the one folded from {same[1]} (same bits)"
+            size, detail = 0, f"{_tensor_text(value)} constant, the one folded from {same[1]} (same bits)"
         records.append(
             TransformRecord(
                 transform=TRANSFORM,
@@ -364,7 +364,7 @@ def _kept_record(node: torch.fx.Node, why: str) -> TransformRecord:
     )
 
 
-def _describe(t: torch.Tensor) -> str:
+def _tensor_text(t: torch.Tensor) -> str:
     dtype = str(t.dtype).removeprefix("torch.")
     return f"{tuple(t.shape)} {dtype}"
 

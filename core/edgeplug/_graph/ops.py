@@ -152,3 +152,8 @@ def is_written(node: torch.fx.Node) -> bool:
             if aliases_first_arg(user) and user.args[0] is n:
                 stack.append(user)
     return False
+
+
+def dtype_name(dt: Optional[torch.dtype]) -> str:
+    """``float32`` for ``torch.float32``; ``?`` where the dtype is unknown."""
+    return str(dt).replace("torch.", "") if dt is not None else "?"

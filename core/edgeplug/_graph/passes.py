@@ -170,7 +170,7 @@ def run_passes(
         try:
             check_program(ep)
             for gm in graph_modules(ep.graph_module):
-                if not _same(before.get(id(gm)), _code_key(gm)):
+                if not _unchanged(before.get(id(gm)), _code_key(gm)):
                     gm.recompile()
         except Exception as exc:
             raise _fail(spec, backend, done, "left a broken program", exc) from exc
@@ -199,7 +199,7 @@ def _code_key(gm: torch.fx.GraphModule) -> tuple:
     return (gm.graph, tuple((n, n.op, n.name, n.target, n.args, n.kwargs) for n in gm.graph.nodes))
 
 
-def _same(a: Any, b: Any) -> bool:
+def _unchanged(a: Any, b: Any) -> bool:
     try:
         return bool(a == b)
     except Exception:  # e.g. a tensor literal among the args: assume changed

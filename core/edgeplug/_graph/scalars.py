@@ -46,7 +46,7 @@ def resolve_scalar(node_or_value: Any, ep: Optional[ExportedProgram] = None) -> 
     a buffer the program mutates, a random op or anything computed is None.
     """
     mutated = mutated_targets(ep) if ep is not None else frozenset()
-    value = _resolve(node_or_value, ep, mutated, depth=0)
+    value = _scalar_of(node_or_value, ep, mutated, depth=0)
     if isinstance(value, torch.Tensor):
         if value.dim() != 0 or value.is_complex():
             return None
@@ -62,7 +62,7 @@ def _literal(v: Any) -> Optional[Scalar]:
     return None
 
 
-def _resolve(v: Any, ep: Optional[ExportedProgram], mutated: frozenset, depth: int) -> Any:
+def _scalar_of(v: Any, ep: Optional[ExportedProgram], mutated: frozenset, depth: int) -> Any:
     """A Python scalar, a 0-d constant tensor, or None."""
     if isinstance(v, (bool, int, float)):
         return v
@@ -89,7 +89,7 @@ def _resolve(v: Any, ep: Optional[ExportedProgram], mutated: frozenset, depth: i
         args = []
         for a in v.args:
             if isinstance(a, torch.fx.Node):
-                a = _resolve(a, ep, mutated, depth + 1)
+                a = _scalar_of(a, ep, mutated, depth + 1)
                 if a is None:
                     return None
             args.append(a)

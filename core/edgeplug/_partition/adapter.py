@@ -41,7 +41,7 @@ def _fused_ops(backend: Backend) -> dict[str, str]:
     return out
 
 
-def _stand_in(spec: Any) -> Any:
+def _stand_in_spec(spec: Any) -> Any:
     """``spec`` with the dry run's stand-in backend id (its compile specs kept)."""
     return DelegationSpec(STAND_IN_ID, list(spec.compile_specs))
 
@@ -208,7 +208,7 @@ class CorePartitioner(Partitioner):
         if self._outcome.stranded:  # fail here, before serialization, naming each op (dry run or not)
             raise LoweringError(self.stranded_message())
         if self.dry_run:  # the same partitions, lowered to the stand-in: only preprocess is skipped
-            specs = {tag: _stand_in(spec) for tag, spec in specs.items()}
+            specs = {tag: _stand_in_spec(spec) for tag, spec in specs.items()}
         return PartitionResult(ep, specs)
 
     def _decide(self, ep: ExportedProgram, logged: dict[str, str], inner_specs: dict[str, Any]):

@@ -119,7 +119,7 @@ class KeepWholeDecisions:
 # -- 2. the rules: filters, then the constant-only rule ----------------------------
 
 
-def _defined_at(fn: Any) -> str:
+def _filter_defined_at(fn: Any) -> str:
     """' (FILE:LINE)' where a filter function is defined, or '' when Python cannot tell."""
     try:
         target = inspect.unwrap(fn)
@@ -159,7 +159,7 @@ def filter_verdict(filters: Sequence[Any], node: torch.fx.Node, ctx: FilterConte
             who = f"plugin {info.name!r} ({info.distribution})" if info else "a plugin"
             what = str(raised) if isinstance(raised, NotAnAnswer) else f"raised {type(raised).__name__}: {raised}{_raised_at(raised, f.fn)}"
             raise EdgeplugError(
-                f"partitioner filter {f.name!r}{_defined_at(f.fn)} of backend {ctx.backend!r} from {who}, "
+                f"partitioner filter {f.name!r}{_filter_defined_at(f.fn)} of backend {ctx.backend!r} from {who}, "
                 f"on node {node.name!r} ({op_name(node.target)}) at stage {ctx.stage!r}: {what}. "
                 "Fix the filter or disable the plugin; nothing was written"
             ) from raised

@@ -172,7 +172,7 @@ def _records_of(result: Any, hook: str) -> list[tuple[Any, str]]:
     return out
 
 
-def _defined_at(fn: Any) -> str:
+def _hook_body_at(fn: Any) -> str:
     """' (hook at FILE:LINE)': the first statement of the hook's body, or '' where Python cannot locate it."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is None:
@@ -306,7 +306,7 @@ def collect(plugin: object, info: PluginInfo) -> tuple[list[BaseModel], Optional
             except ValidationError as exc:
                 return [], PluginProblem(info, stage, format_validation(exc, hook) + raised_at(exc, info, plugin))
             except NotRecords as exc:
-                return [], PluginProblem(info, stage, f"{exc}{_defined_at(impl.function)}")
+                return [], PluginProblem(info, stage, f"{exc}{_hook_body_at(impl.function)}")
             except Exception as exc:
                 return [], PluginProblem(info, stage, failure(exc, info, plugin))
             for item, at in items:
@@ -322,7 +322,7 @@ def collect(plugin: object, info: PluginInfo) -> tuple[list[BaseModel], Optional
                     stage,
                     f"yielded {what}; {hook} yields edgeplug.plugin.{record_type.__name__} records only"
                     + (" (a dict is not converted: build the record)" if isinstance(item, dict) else "")
-                    + (at or _defined_at(impl.function)),
+                    + (at or _hook_body_at(impl.function)),
                 )
     return out, None
 

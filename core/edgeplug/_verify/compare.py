@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 import torch
 
 from edgeplug._errors import EdgeplugError, VerificationError
+from edgeplug._graph.ops import dtype_name
 from edgeplug._report.records import OutputCheck
 
 #: default max |difference| for fp32 (and fp64) outputs
@@ -49,10 +50,6 @@ def check_tolerance(tolerance: Optional[float]) -> Optional[float]:
             "(leave it out for the default by output dtype)"
         )
     return value
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _is_half(dtype: torch.dtype) -> bool:
@@ -82,16 +79,16 @@ def default_tolerance(reference: torch.Tensor) -> tuple[float, str]:
     if _is_half(dtype):
         finite = reference.detach()[torch.isfinite(reference.detach())].to(torch.float64).abs()
         if not finite.numel():
-            return 0.0, f"default for {_dtype_name(dtype)}: no finite value to take a magnitude from"
+            return 0.0, f"default for {dtype_name(dtype)}: no finite value to take a magnitude from"
         top = finite.max()
         tol = 0.0 if top.item() == 0 else HALF_ULPS * ulp(top.reshape(1), dtype).item()
         return tol, (
-            f"default for {_dtype_name(dtype)}: {HALF_ULPS} ulps at the output's magnitude "
+            f"default for {dtype_name(dtype)}: {HALF_ULPS} ulps at the output's magnitude "
             f"(largest |eager| {top.item():.3g})"
         )
     if dtype.is_floating_point or dtype.is_complex:
-        return FP32_TOLERANCE, f"default for {_dtype_name(dtype)} outputs"
-    return 0.0, f"{_dtype_name(dtype)} output: must match exactly, compared in {_dtype_name(dtype)}"
+        return FP32_TOLERANCE, f"default for {dtype_name(dtype)} outputs"
+    return 0.0, f"{dtype_name(dtype)} output: must match exactly, compared in {dtype_name(dtype)}"
 
 
 def _nonfinite_mismatches(a: torch.Tensor, e: torch.Tensor) -> tuple[list[str], int]:
@@ -123,7 +120,7 @@ def _exact_problems(a: torch.Tensor, e: torch.Tensor) -> tuple[list[str], float]
     else:  # python ints: no overflow
         diff = float(max(abs(int(x) - int(y)) for x, y in zip(a[differ].tolist()[:4096], e[differ].tolist()[:4096])))
     problem = (
-        f"{count} of {e.numel()} {_dtype_name(e.dtype)} values differ (compared exactly); "
+        f"{count} of {e.numel()} {dtype_name(e.dtype)} values differ (compared exactly); "
         f"first at flat index {where}: lowered {got}, eager {want}"
     )
     if e.dtype == torch.int64:
@@ -151,7 +148,7 @@ def compare_output(
     problems: list[str] = []
     if lowered.dtype != reference.dtype:
         problems.append(
-            f"dtype {_dtype_name(lowered.dtype)} where eager gives {_dtype_name(reference.dtype)}: the program's "
+            f"dtype {dtype_name(lowered.dtype)} where eager gives {dtype_name(reference.dtype)}: the program's "
             "output type differs from the model's"
         )
     a = lowered.detach().to("cpu")
@@ -164,7 +161,7 @@ def compare_output(
         found, diff = _exact_problems(a, e)
         problems += found
         return OutputCheck(
-            output=index, name=name, shape=list(reference.shape), dtype=_dtype_name(reference.dtype),
+            output=index, name=name, shape=list(reference.shape), dtype=dtype_name(reference.dtype),
             max_abs_diff=diff, tolerance=0.0, tolerance_reason=why, problems=problems,
         )
     if a.is_complex() or e.is_complex():
@@ -181,7 +178,7 @@ def compare_output(
         output=index,
         name=name,
         shape=list(reference.shape),
-        dtype=_dtype_name(reference.dtype),
+        dtype=dtype_name(reference.dtype),
         max_abs_diff=diff,
         tolerance=tol,
         tolerance_reason=why,

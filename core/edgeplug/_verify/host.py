@@ -46,7 +46,7 @@ import torch.utils._pytree as pytree
 from torch.fx import Interpreter, Node
 
 from edgeplug._errors import EdgeplugError, KernelError, VerificationError
-from edgeplug._graph.ops import op_name
+from edgeplug._graph.ops import dtype_name, op_name
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._registry.lookup import get_backend
 from edgeplug._runtime.device import GpuDevice, NoAdapterError
@@ -89,7 +89,7 @@ class LoweredRun:
     steps: list[list[torch.Tensor]] = field(default_factory=list)
 
 
-def _short(counter: Counter, limit: int = 4) -> str:
+def _top_ops(counter: Counter, limit: int = 4) -> str:
     parts = [f"{op} x{n}" for op, n in counter.most_common(limit)]
     rest = len(counter) - limit
     return ", ".join(parts) + (f", ... ({rest} more op kinds)" if rest > 0 else "")
@@ -234,7 +234,7 @@ class _Session:
         """``value`` as the delegate holds it (tensors of a dtype ``storage`` narrows, cast)."""
         if isinstance(value, torch.Tensor) and value.dtype in storage:
             held = storage[value.dtype]
-            self.narrowed[f"{_dtype_name(value.dtype)} as {_dtype_name(held)}"] += 1
+            self.narrowed[f"{dtype_name(value.dtype)} as {dtype_name(held)}"] += 1
             return value.to(held)
         if isinstance(value, (tuple, list)):
             return type(value)(self.narrow(v, storage) for v in value)
@@ -302,10 +302,6 @@ class _Session:
         return out
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def _storage_dtypes(preprocess: Any, lowered: Any) -> dict[torch.dtype, torch.dtype]:
     """The dtypes the backend's delegate holds values in, from its preprocess mirror (empty: as the graph says)."""
     rule = getattr(preprocess, "storage_dtypes", None)
@@ -368,7 +364,7 @@ class _DelegateInterpreter(Interpreter):
                 raise
             except Exception as exc:
                 op = self.session.op_name(n.target)
-                held = ", ".join(f"{_dtype_name(a)} as {_dtype_name(b)}" for a, b in self.storage.items())
+                held = ", ".join(f"{dtype_name(a)} as {dtype_name(b)}" for a, b in self.storage.items())
                 widened = self._widened_retry(n, args, kwargs) if held else None
                 if widened is not None:  # e.g. gather: torch wants int64 indices; the values are the narrowed ones
                     self.session.widened[op] += 1
@@ -540,13 +536,13 @@ def _describe_run(session: _Session, backend: str) -> str:
     top = session.placements["top-level (torch)"]
     parts = []
     if on_adapter:
-        parts.append(f"{backend} kernels ran {_short(on_adapter)} on the adapter")
+        parts.append(f"{backend} kernels ran {_top_ops(on_adapter)} on the adapter")
     else:
         parts.append(f"no delegate op has a {backend} kernel, nothing ran on the adapter")
     if session.fell_back:
-        parts.append(f"no wgpu adapter ({session.no_device}): {_short(session.fell_back)} ran with torch reference kernels instead")
+        parts.append(f"no wgpu adapter ({session.no_device}): {_top_ops(session.fell_back)} ran with torch reference kernels instead")
     if reference:
-        parts.append(f"torch reference ran {sum(reference.values())} delegate ops ({_short(reference)})")
+        parts.append(f"torch reference ran {sum(reference.values())} delegate ops ({_top_ops(reference)})")
     if top:
         parts.append(f"{sum(top.values())} top-level CPU ops ran with torch")
     parts.append(f"{session.named} constants read from named data" + (f", {session.inline} 0-d constants inline" if session.inline else ""))
@@ -556,7 +552,7 @@ def _describe_run(session: _Session, backend: str) -> str:
         )
     if session.widened:
         parts.append(
-            f"torch took the narrowed inputs of {_short(session.widened)} only cast back to the graph's dtypes "
+            f"torch took the narrowed inputs of {_top_ops(session.widened)} only cast back to the graph's dtypes "
             "(same values; the result narrowed again)"
         )
     if session.preprocess:

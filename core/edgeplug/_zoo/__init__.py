@@ -22,7 +22,7 @@ _NAMES = {
     # one cell
     "Cell": "_record", "Side": "_record", "comparable": "_record", "STATUSES": "_record", "FLOAT": "_record",
     "run_cell": "_cell", "schemes_of": "_cell",
-    "Target": "_lowering", "target": "_lowering", "lower_stock": "_lowering", "lower_edgeplug": "_lowering",
+    "CellTarget": "_lowering", "target": "_lowering", "lower_stock": "_lowering", "lower_edgeplug": "_lowering",
     "execute_cell": "_isolate",
     # the built-in models
     "MODELS": "_models", "DEFAULT_MODELS": "_models", "Arch": "_models", "build": "_models",

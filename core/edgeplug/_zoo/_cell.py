@@ -22,7 +22,7 @@ import torch
 from edgeplug._registry.lookup import get_backend
 from edgeplug._quantize.quantize import quantize
 from edgeplug._records import QuantScheme
-from edgeplug._zoo._lowering import Target, _flat, first_line, lower_edgeplug, lower_stock, target, versus_float
+from edgeplug._zoo._lowering import CellTarget, _flat, cell_error, lower_edgeplug, lower_stock, target, versus_float
 from edgeplug._zoo._models import exported_call, label
 from edgeplug._zoo._stock_quantize import StageError, quantize_stock, time_ptes
 from edgeplug._zoo._record import FLOAT, Cell, Side
@@ -98,7 +98,7 @@ def run_cell(
         with torch.no_grad():
             eager = _flat(module(*args, **kwargs))
     except Exception as exc:
-        cell.error = "build/export: " + first_line(exc)
+        cell.error = "build/export: " + cell_error(exc)
     target_ = target(backend)
     cell.dry_run, cell.stock_absent = target_.dry_run, target_.stock_absent
     if not compare_stock:
@@ -151,14 +151,14 @@ def _quantize_both(
         source = module if record.kind == "source_transform" else ep
         program = quantize(source, args, owner, name, kwargs=kwargs or None)
     except Exception as exc:
-        cell.edgeplug = Side(error=first_line(exc), stage="quantize")
+        cell.edgeplug = Side(error=cell_error(exc), stage="quantize")
         program = None
     return program, stock_program, stock_eager, compare_stock
 
 
 def _lower_both(
     cell: Cell, program: Any, stock_program: Any, stock_eager: list, eager: list, args: tuple, kwargs: dict,
-    stock: Optional[Target],
+    stock: Optional[CellTarget],
 ) -> dict[str, bytes]:
     """Stock's lowering (where ``stock``), then edgeplug's; the serialized programs by side."""
     buffers: dict[str, bytes] = {}
@@ -196,17 +196,17 @@ def _run_ptes(cell: Cell, buffers: dict[str, bytes], args: tuple, eager: list) -
             outs = _flat(_load_for_executorch_from_buffer(buffers["edgeplug"]).forward(list(args)))
             cell.edgeplug.cosine_to_float, cell.edgeplug.max_abs_float = versus_float(outs[0], eager[0])
         except Exception as exc:
-            cell.edgeplug.verify_error = cell.edgeplug.verify_error or first_line(exc)
+            cell.edgeplug.verify_error = cell.edgeplug.verify_error or cell_error(exc)
     if buffers:
         try:
             for side, ms in time_ptes(buffers, list(args)).items():
                 getattr(cell, side).latency_ms = ms
         except Exception as exc:
-            cell.detail = "timing the .pte files: " + first_line(exc)
+            cell.detail = "timing the .pte files: " + cell_error(exc)
 
 
 def _time_again(
-    cell: Cell, program: Any, ep: Any, args: tuple, kwargs: dict, backend: str, target_: Optional[Target], model: str
+    cell: Cell, program: Any, ep: Any, args: tuple, kwargs: dict, backend: str, target_: Optional[CellTarget], model: str
 ) -> None:
     """One more lowering of each side that lowered, timed only; each side keeps its fastest time."""
     if target_ is not None and cell.stock.ok:

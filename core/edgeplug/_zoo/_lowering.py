@@ -20,12 +20,13 @@ import operator
 import torch
 import torch.utils._pytree as pytree
 
+from edgeplug._failures import first_line
 from edgeplug._registry.lookup import get_backend
 from edgeplug._zoo._record import Side
 
 
 @dataclass(frozen=True)
-class Target:
+class CellTarget:
     """How a backend's cell runs: a real lowering against stock, or a dry run."""
 
     dry_run: bool
@@ -41,7 +42,7 @@ def dry_run(backend: str) -> bool:
     return not get_backend(backend).availability().ok
 
 
-def target(backend: str) -> Target:
+def target(backend: str) -> CellTarget:
     """How ``backend``'s cells run, from what its plugin declares (the core names no backend).
 
     A real lowering where its delegate serializes here, else a dry run. The stock flow is
@@ -51,11 +52,11 @@ def target(backend: str) -> Target:
     b = get_backend(backend)
     available = b.availability()
     if not available.ok:
-        return Target(True, None, f"its SDK is absent here ({available.reason}): stock cannot run here")
+        return CellTarget(True, None, f"its SDK is absent here ({available.reason}): stock cannot run here")
     inner = type(b.make_partitioner())
     if not inner.__module__.startswith("executorch."):
-        return Target(False, None, f"it partitions with {inner.__name__}, not an executorch partitioner: no stock flow")
-    return Target(False, b.make_partitioner, stock_runs_here=b.spec.verify_method == "pte")
+        return CellTarget(False, None, f"it partitions with {inner.__name__}, not an executorch partitioner: no stock flow")
+    return CellTarget(False, b.make_partitioner, stock_runs_here=b.spec.verify_method == "pte")
 
 
 def op_label(target: Any) -> str:
@@ -83,9 +84,9 @@ def stock_graph_breaks(edge_ep: Any) -> tuple[int, Counter]:
     return partitions, cpu
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+def cell_error(exc: BaseException) -> str:
+    """What a cell records of a failure: its first line (``edgeplug._failures.first_line``), at most 300 characters."""
+    return first_line(exc)[:300]
 
 
 def _flat(out: Any) -> list[torch.Tensor]:
@@ -110,7 +111,7 @@ def lower_edgeplug(
         )
         side.seconds = time.perf_counter() - t
     except Exception as exc:
-        side.error, side.stage = first_line(exc), "lower"
+        side.error, side.stage = cell_error(exc), "lower"
         return side, None
     report = result.report
     side.ok = True
@@ -140,12 +141,12 @@ def lower_edgeplug(
                 if q.quantized_cosine_to_float:
                     side.quantized_cosine = q.quantized_cosine_to_float[0]
         except Exception as exc:
-            side.verify_error = first_line(exc)
+            side.verify_error = cell_error(exc)
     return side, result
 
 
 def lower_stock(
-    ep: Any, inputs: tuple, eager: list, target: Target, keep: Optional[dict] = None,
+    ep: Any, inputs: tuple, eager: list, target: CellTarget, keep: Optional[dict] = None,
     float_outputs: Optional[list] = None,
 ) -> Side:
     """executorch's to_edge_transform_and_lower with the backend's own partitioner, then to_executorch.
@@ -171,7 +172,7 @@ def lower_stock(
         buffer = edge.to_executorch().buffer
         side.seconds = time.perf_counter() - t - (resumed - paused)
     except Exception as exc:
-        side.error, side.stage = first_line(exc), stage
+        side.error, side.stage = cell_error(exc), stage
         return side
     side.ok = True
     side.pte_bytes = len(buffer)
@@ -193,7 +194,7 @@ def lower_stock(
                 side.cosine_to_float, side.max_abs_float = versus_float(outs[0], float_outputs[0])
         except Exception as exc:
             side.stage = "run"
-            side.verify_error = first_line(exc)
+            side.verify_error = cell_error(exc)
     return side
 
 

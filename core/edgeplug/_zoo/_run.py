@@ -13,14 +13,13 @@ import json
 import logging
 import os
 import socket
-import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from edgeplug._registry.lookup import backends as installed_backends
 from edgeplug._errors import EdgeplugError
@@ -130,7 +129,7 @@ class Results:
         try:
             _lock(fd, path)
             if exists:
-                self.recorded, problems = _read(path, settings)
+                self.recorded, problems = _read_journal(path, settings)
                 if problems:
                     (warn or (lambda line: None))(_skipped(path, problems))
                 if not _ends_with_newline(path):
@@ -185,7 +184,7 @@ def _skipped(path: str, problems: list[tuple[int, str]]) -> str:
             "and the cells they were meant to hold run again")
 
 
-def _read(path: str, settings: Optional[Settings]) -> tuple[dict[tuple[str, str, str], Cell], list[tuple[int, str]]]:
+def _read_journal(path: str, settings: Optional[Settings]) -> tuple[dict[tuple[str, str, str], Cell], list[tuple[int, str]]]:
     """(cells by key, (line number, why) of each line that holds no cell); the last line of a cell wins.
 
     Refuses a file none of whose lines is a cell or one cut short (not a results file), and a cell
@@ -230,7 +229,7 @@ def _read(path: str, settings: Optional[Settings]) -> tuple[dict[tuple[str, str,
 
 def load_cells(path: str) -> list[Cell]:
     """The cells a results file holds (the last line of each cell wins; a line that holds none is skipped)."""
-    return list(_read(path, None)[0].values())
+    return list(_read_journal(path, None)[0].values())
 
 
 def run(

@@ -42,11 +42,11 @@ def cached_attention(dim: int = 32, heads: int = 2, cache: int = 16) -> tuple[An
     """
     key = f"{dim}x{heads}x{cache}"
     if key not in _CACHE:
-        _CACHE[key] = _export(dim, heads, cache)
+        _CACHE[key] = _cached_attention_program(dim, heads, cache)
     return _CACHE[key]
 
 
-def _export(dim: int, heads: int, cache: int) -> tuple[Any, tuple]:
+def _cached_attention_program(dim: int, heads: int, cache: int) -> tuple[Any, tuple]:
     # registers llama::* by loading executorch's custom-ops library: only the cached-attention program needs it
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
 
