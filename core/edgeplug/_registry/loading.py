@@ -384,10 +384,25 @@ def load(
     ``named``: the value of ``ENV_REGISTER``. Its plugins load like registered ones (explicit:
     ``allow`` does not filter them; ``disable`` does); one that is also registered in-process
     (the same object) loads once."""
-    blocked = name_set(disable) or set()
-    allowed = name_set(allow)
     state = Loaded()
-    candidates: list[tuple[Any, PluginInfo, bool]] = []  # (ep or module, info, is_ep)
+    candidates = [
+        *_installed(state, disable, allow),
+        *_registered(state, registered, disable),
+        *_named(state, named, registered, disable),
+    ]
+    for obj, info, is_ep in candidates:
+        _collect_one(state, obj, info, is_ep)
+    return state
+
+
+#: (an entry point or a plugin object, what it is, whether it is an entry point still to load)
+_Candidate = tuple[Any, PluginInfo, bool]
+
+
+def _installed(state: Loaded, disable: Optional[str], allow: Optional[str]) -> list[_Candidate]:
+    """The installed plugins (entry points) that ``disable`` and ``allow`` let through; the others skipped."""
+    blocked, allowed = name_set(disable) or set(), name_set(allow)
+    out: list[_Candidate] = []
     for ep in _entry_points():
         dist = getattr(ep, "dist", None)
         info = PluginInfo(
@@ -399,17 +414,32 @@ def load(
         names = {normalize_name(info.name), normalize_name(info.distribution)}
         if names & blocked:
             state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
-            continue
-        if allowed is not None and not names & allowed:
+        elif allowed is not None and not names & allowed:
             state.skipped.append((info, f"not in {ENV_ALLOW}={allow}"))
-            continue
-        candidates.append((ep, info, True))
+        else:
+            out.append((ep, info, True))
+    return out
+
+
+def _registered(state: Loaded, registered: list[tuple[object, PluginInfo]], disable: Optional[str]) -> list[_Candidate]:
+    """The plugins registered in this process that ``disable`` does not block."""
+    blocked = name_set(disable) or set()
+    out: list[_Candidate] = []
     for module, info in registered:
         if normalize_name(info.name) in blocked:
             state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
-            continue
-        candidates.append((module, info, False))
+        else:
+            out.append((module, info, False))
+    return out
+
+
+def _named(
+    state: Loaded, named: Optional[str], registered: list[tuple[object, PluginInfo]], disable: Optional[str]
+) -> list[_Candidate]:
+    """The plugins ``ENV_REGISTER`` names, imported; one registered in-process already is left to that."""
+    blocked = name_set(disable) or set()
     in_process = [id(module) for module, _ in registered]
+    out: list[_Candidate] = []
     for info in named_in_env(named):
         module_name = info.name.partition(":")[0]
         if {normalize_name(info.name), normalize_name(module_name)} & blocked:
@@ -426,29 +456,31 @@ def load(
         if id(obj) in in_process:
             continue  # registered in this process already: its records are collected once
         in_process.append(id(obj))
-        candidates.append((obj, info, False))
+        out.append((obj, info, False))
+    return out
 
-    for obj, info, is_ep in candidates:
-        with _api.watching(info) as usage:  # the previous API's spellings it imports or writes
-            if is_ep:
-                try:
-                    obj = obj.load()
-                except Exception as exc:  # a broken plugin must not break the others
-                    state.problems.append(PluginProblem(info, "import", failure(exc, info)))
-                    continue
-            records, problem = collect(obj, info)
-        if problem is not None:
-            state.problems.append(problem)
-            continue
-        wanted, where = _api.wanted_api(info, records)
-        refused = [_api.refusal(wanted, where) if wanted is not None else None]
-        if usage.removed:  # each replacement named, with or without a version refusal
-            refused.append(_api.removed_message(usage))
-        refused = "; ".join(r for r in refused if r)
-        if refused:
-            state.problems.append(PluginProblem(info, "the plugin API check", refused))
-            continue
-        state.api[info] = (wanted if wanted is not None else _api.current, usage.deprecated)
-        state.plugins.append(info)
-        state.contributions.extend(Contribution(info, r) for r in records)
-    return state
+
+def _collect_one(state: Loaded, obj: Any, info: PluginInfo, is_ep: bool) -> None:
+    """Load one candidate (an entry point), collect its records and check its plugin API; into ``state``."""
+    with _api.watching(info) as usage:  # the previous API's spellings it imports or writes
+        if is_ep:
+            try:
+                obj = obj.load()
+            except Exception as exc:  # a broken plugin must not break the others
+                state.problems.append(PluginProblem(info, "import", failure(exc, info)))
+                return
+        records, problem = collect(obj, info)
+    if problem is not None:
+        state.problems.append(problem)
+        return
+    wanted, where = _api.wanted_api(info, records)
+    refused = [_api.refusal(wanted, where) if wanted is not None else None]
+    if usage.removed:  # each replacement named, with or without a version refusal
+        refused.append(_api.removed_message(usage))
+    refused = "; ".join(r for r in refused if r)
+    if refused:
+        state.problems.append(PluginProblem(info, "the plugin API check", refused))
+        return
+    state.api[info] = (wanted if wanted is not None else _api.current, usage.deprecated)
+    state.plugins.append(info)
+    state.contributions.extend(Contribution(info, r) for r in records)

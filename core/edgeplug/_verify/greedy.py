@@ -14,6 +14,7 @@ larger than twice their largest difference.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -80,48 +81,77 @@ def greedy_check(
     """Greedy generation of ``steps`` tokens through ``result``'s program, loaded once where ``target`` says
     (the backend's own runtime, executorch's runtime, or the host emulation: ``GreedyCheck.runner`` names
     it), and through its eager reference, compared."""
-    ref = result.reference
     check = GreedyCheck(steps=steps)
+    prompt = _prompt(result, check)
+    if prompt is None:
+        return check
+    check.reference = "the quantized model" if result.quantization is not None or result.report.quantization else "eager"
+    logits = _generate(result, backend, target, prompt, check)
+    if logits is not None:
+        _compare_paths(check, *logits, tolerance)
+    return check
+
+
+@dataclass
+class _Prompt:
+    """The program's flat inputs on the example prompt, where its token and position inputs sit, and
+    the position of the first decoded token."""
+
+    ep: Any
+    leaves: list[Any]
+    tokens_at: int
+    positions_at: Optional[int]
+    start: int
+
+    def step(self, token: int, k: int) -> list[Any]:
+        """The flat inputs of decode step ``k`` (0 is the first after the prompt), fed ``token``."""
+        flat = list(self.leaves)
+        flat[self.tokens_at] = torch.tensor([[token]], dtype=self.leaves[self.tokens_at].dtype)
+        if self.positions_at is not None:
+            flat[self.positions_at] = torch.tensor([self.start + k], dtype=self.leaves[self.positions_at].dtype)
+        return flat
+
+    def structured(self, flat: list[Any]) -> ExampleInputs:
+        args, kwargs = pytree.tree_unflatten(flat, self.ep.call_spec.in_spec)
+        return ExampleInputs(tuple(args), dict(kwargs))
+
+
+def _prompt(result: LoweringResult, check: GreedyCheck) -> Optional[_Prompt]:
+    """The prompt to generate from, or None with ``check.reason`` saying why there is none."""
+    ref = result.reference
     if ref is None or ref.model is None or result.edge is None:
         check.reason = "no eager model to generate with (the lowering holds no eager reference)"
-        return check
+        return None
     if not keeps_state(result.edge.exported_program()):
         check.reason = (
             "the program keeps no state (no buffer it writes, such as a KV cache): greedy generation needs a "
             "decoder with a cache, whose decode steps take one token each"
         )
-        return check
-    given = ExampleInputs(result.args, result.kwargs)
+        return None
     ep = result.exported_program
-    leaves = list(runtime_inputs(ep, given))
+    leaves = list(runtime_inputs(ep, ExampleInputs(result.args, result.kwargs)))
     tokens_at, positions_at = _token_and_position(leaves)
     if tokens_at is None:
         check.reason = "no token input found (an integer tensor of shape [1, S]) among the program's inputs"
-        return check
-    prompt = leaves[tokens_at]
-    check.prompt_tokens = int(prompt.shape[-1])
+        return None
+    check.prompt_tokens = int(leaves[tokens_at].shape[-1])
     if not _takes_one_token(result, tokens_at, check.prompt_tokens):
         check.reason = (
             f"the program's token input is fixed at {check.prompt_tokens} tokens, so a decode step cannot take "
             "one token: export it with a dynamic sequence length (dynamic_shapes, as optimum-executorch does) "
             "to check greedy generation"
         )
-        return check
+        return None
     start = int(leaves[positions_at][-1]) + 1 if positions_at is not None else check.prompt_tokens
-    check.reference = "the quantized model" if result.quantization is not None or result.report.quantization else "eager"
+    return _Prompt(ep, leaves, tokens_at, positions_at, start)
 
-    def step_inputs(token: int, k: int) -> list[Any]:
-        flat = list(leaves)
-        flat[tokens_at] = torch.tensor([[token]], dtype=prompt.dtype)
-        if positions_at is not None:
-            flat[positions_at] = torch.tensor([start + k], dtype=leaves[positions_at].dtype)
-        return flat
 
-    def structured(flat: list[Any]) -> ExampleInputs:
-        args, kwargs = pytree.tree_unflatten(flat, ep.call_spec.in_spec)
-        return ExampleInputs(tuple(args), dict(kwargs))
-
-    eager = ref.model
+def _generate(
+    result: LoweringResult, backend: Backend, target: Target, prompt: _Prompt, check: GreedyCheck
+) -> Optional[tuple[list[torch.Tensor], list[torch.Tensor]]]:
+    """Each side's greedy path (ids into ``check``) and its logits at each step: (lowered, eager); None
+    with ``check.reason`` where a side stops."""
+    eager = result.reference.model
     eager.reset()
     lowered_logits: list[torch.Tensor] = []
     eager_logits: list[torch.Tensor] = []
@@ -131,33 +161,39 @@ def greedy_check(
             check.runner = program.label
             for side, run, logits, ids in (
                 ("the lowered program", program, lowered_logits, check.lowered_ids),
-                ("eager", lambda flat: eager(structured(flat)).outputs, eager_logits, check.reference_ids),
+                ("eager", lambda flat: eager(prompt.structured(flat)).outputs, eager_logits, check.reference_ids),
             ):
-                flat = leaves
-                for k in range(steps):
+                flat = prompt.leaves
+                for k in range(check.steps):
                     last = _last_logits(run(flat))
                     if last is None:
                         check.reason = f"{side} returned no floating output of rank >= 2 (the logits) to take a token from"
-                        return check
+                        return None
                     logits.append(last)
                     ids.append(int(last.argmax()))
-                    flat = step_inputs(ids[-1], k)
+                    flat = prompt.step(ids[-1], k)
     except Exception as exc:  # a step the runtime or the model refuses: the check says where, and fails
         done = len(check.lowered_ids) if side == "the lowered program" else len(check.reference_ids)
-        check.reason = f"generation stopped at step {done} of {steps} in {side}: {first_line(exc)}"
-        return check
+        check.reason = f"generation stopped at step {done} of {check.steps} in {side}: {first_line(exc)}"
+        return None
     finally:
         eager.reset()
+    return lowered_logits, eager_logits
+
+
+def _compare_paths(
+    check: GreedyCheck, lowered_logits: list[torch.Tensor], eager_logits: list[torch.Tensor], tolerance: Optional[float]
+) -> None:
+    """The first step where the ids part, and whether it is a near-tie (``check``'s fields, module docstring)."""
     differ = next((i for i, (a, b) in enumerate(zip(check.lowered_ids, check.reference_ids)) if a != b), None)
     check.ran = True
     if differ is None:
-        return check
+        return
     check.first_difference = differ
     check.margin = _margin(eager_logits[differ])
     at = compare_output(0, lowered_logits[differ], eager_logits[differ], tolerance, f"step {differ} logits")
     check.logits_max_abs_diff = at.max_abs_diff
     check.tie = at.passed and check.margin <= 2 * at.max_abs_diff
-    return check
 
 
 __all__ = ["greedy_check"]
