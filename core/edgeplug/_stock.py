@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from edgeplug._backend import Backend
 from edgeplug._failures import first_line
@@ -38,7 +38,8 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
         edge_ep, seen = _stock_lowering(model_or_ep, example_inputs, inner)
     except Exception as exc:
         return StockPartitioning(flow=flow, error=f"the stock flow failed: {first_line(exc)}")
-    return _stock_record(flow, edge_ep, seen, f"not delegated by {type(inner).__name__} (the stock flow records no reason)")
+    why = f"not delegated by {type(inner).__name__} (the stock flow records no reason)"
+    return partitioning_of(edge_ep, why, flow=flow, seen=seen)
 
 
 def _stock_lowering(model_or_ep: Any, example_inputs: Sequence[Any], partitioner: Any) -> tuple[Any, list]:
@@ -69,8 +70,11 @@ def _stock_lowering(model_or_ep: Any, example_inputs: Sequence[Any], partitioner
     return edge.exported_program(), seen
 
 
-def _stock_record(flow: str, edge_ep: Any, seen: list, why: str) -> StockPartitioning:
-    """The stock flow's partitioning of ``edge_ep``: its partitions, and each node left on the CPU (``why``)."""
+def partitioning_of(edge_ep: Any, why: str, *, flow: str = "", seen: Optional[list] = None) -> StockPartitioning:
+    """A program stock executorch lowered, as the report's record: its partitions, each node left on the CPU
+    (``why``), and, given the graph its partitioner saw (``seen``), that graph by partition. What
+    ``--compare-stock`` shows and the zoo's stock column counts (before ``to_executorch``, which rewrites
+    the program in place)."""
     # executorch: loaded when a stock flow runs (the CLI imports this module at startup)
     from edgeplug._lowered import count_delegated, lowered_partitions
     from edgeplug._partition import op_name
@@ -81,8 +85,8 @@ def _stock_record(flow: str, edge_ep: Any, seen: list, why: str) -> StockPartiti
         CpuNode(node=n.name, op=op_name(n.target), reason=why) for n in gm.graph.nodes
         if n.op == "call_function" and n.target is not operator.getitem and "executorch_call_delegate" not in str(n.target)
     ]
+    graph = annotate_graph(seen, lowered_partitions(gm), {c.node: c.reason for c in cpu_nodes}) if seen is not None else []
     return StockPartitioning(
         flow=flow, partitions=[PartitionSummary(**p.model_dump()) for p in parts], delegated_ops=dict(delegated),
-        cpu_ops=dict(Counter(c.op for c in cpu_nodes)), cpu_nodes=cpu_nodes,
-        graph=annotate_graph(seen, lowered_partitions(gm), {c.node: c.reason for c in cpu_nodes}),
+        cpu_ops=dict(Counter(c.op for c in cpu_nodes)), cpu_nodes=cpu_nodes, graph=graph,
     )

@@ -386,7 +386,7 @@ def load(
     (the same object) loads once."""
     state = Loaded()
     candidates = [
-        *_installed(state, disable, allow),
+        *_entry_point_plugins(state, disable, allow),
         *_registered(state, registered, disable),
         *_named(state, named, registered, disable),
     ]
@@ -399,7 +399,7 @@ def load(
 _Candidate = tuple[Any, PluginInfo, bool]
 
 
-def _installed(state: Loaded, disable: Optional[str], allow: Optional[str]) -> list[_Candidate]:
+def _entry_point_plugins(state: Loaded, disable: Optional[str], allow: Optional[str]) -> list[_Candidate]:
     """The installed plugins (entry points) that ``disable`` and ``allow`` let through; the others skipped."""
     blocked, allowed = name_set(disable) or set(), name_set(allow)
     out: list[_Candidate] = []

@@ -15,13 +15,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-import operator
 
 import torch
 import torch.utils._pytree as pytree
 
 from edgeplug._failures import first_line
 from edgeplug._registry.lookup import get_backend
+from edgeplug._stock import partitioning_of
 from edgeplug._zoo._record import Side
 
 
@@ -59,29 +59,11 @@ def target(backend: str) -> CellTarget:
     return CellTarget(False, b.make_partitioner, stock_runs_here=b.spec.verify_method == "pte")
 
 
-def op_label(target: Any) -> str:
-    """'aten.mean.dim' for an edge or aten op (the report's spelling)."""
-    op = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", target)
-    schema = getattr(op, "_schema", None)
-    if schema is not None and hasattr(op, "_overloadname"):
-        return f"{schema.name.replace('::', '.')}.{op._overloadname}"
-    return getattr(op, "__name__", None) or str(op)
-
-
 def stock_graph_breaks(edge_ep: Any) -> tuple[int, Counter]:
-    """(partitions, CPU ops) of a program stock executorch lowered, counted as edgeplug's report counts."""
-    # executorch: the zoo's parent process imports this module (dry_run) and lowers nothing
-    from executorch.exir.lowered_backend_module import get_lowered_submodules
-
-    partitions = len(get_lowered_submodules(edge_ep.graph_module))
-    cpu: Counter = Counter()
-    for n in edge_ep.graph_module.graph.nodes:
-        if n.op != "call_function" or n.target is operator.getitem:
-            continue
-        if "executorch_call_delegate" in str(n.target):
-            continue
-        cpu[op_label(n.target)] += 1
-    return partitions, cpu
+    """(partitions, CPU ops) of a program stock executorch lowered: its ``edgeplug._stock.partitioning_of``
+    record, counted as edgeplug's report counts."""
+    record = partitioning_of(edge_ep, "")
+    return len(record.partitions), Counter(record.cpu_ops)
 
 
 def cell_error(exc: BaseException) -> str:
@@ -117,12 +99,7 @@ def lower_edgeplug(
     side.ok = True
     if result.program is not None:
         side.pte_bytes = len(result.buffer)
-    side.partitions = len(report.partitions)
-    side.cpu_ops = dict(report.cpu_ops)
-    reasons: dict[str, set] = {}
-    for c in report.cpu_nodes:
-        reasons.setdefault(c.op, set()).add(c.reason)
-    side.cpu_reasons = {op: sorted(r) for op, r in reasons.items()}
+    side.partitioned(report)
     if verify and not dry_run and get_backend(backend).spec.verify_method == "none":
         side.verify_method = "none"  # no runtime for its programs on this host (coreml off Apple): not a failure
     elif verify and not dry_run:
@@ -165,8 +142,7 @@ def lower_stock(
         edge = to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[target.stock()])
         paused = time.perf_counter()
         # counted before to_executorch, which rewrites the program in place (out variants, allocs)
-        side.partitions, cpu = stock_graph_breaks(edge.exported_program())
-        side.cpu_ops = dict(cpu)
+        side.partitioned(partitioning_of(edge.exported_program(), ""), reasons=False)
         resumed = time.perf_counter()
         stage = "to_executorch"
         buffer = edge.to_executorch().buffer
