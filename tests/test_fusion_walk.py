@@ -14,7 +14,7 @@ function, counts as made by the edgeplug code that called torch). From those cal
   ``edgeplug._fusion.nodes``: the others take only tools that change a graph from ``edgeplug._graph``.
 
 ``python tests/test_fusion_walk.py`` prints the walk (the orchestrator's calls, and every module-to-module
-edge) for a decoder with two norms on the fixture vulkan-like backend.
+edge) for two norms on the fixture backend that fuses into its own op.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ PHASES = (
 )
 #: what a fusion may enter outside its package: what it is built on, and the veto's path to the backend
 BELOW = ("edgeplug._graph", "edgeplug._records", "edgeplug._errors")
-VETO_PATH = ("edgeplug._registry", "edgeplug._backend", "edgeplug._partition", "edgeplug.plugin")
+VETO_PATH = ("edgeplug._registry", "edgeplug._backend", "edgeplug._partition", "edgeplug.plugin", "edgeplug._lazy")
 
 
 def _is_edgeplug(module: str) -> bool:
