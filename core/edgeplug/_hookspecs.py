@@ -2,8 +2,8 @@
 
 A plugin is a module with functions decorated ``@edgeplug.hookimpl`` whose
 names are the hooks below. Each hook takes no arguments and returns an
-iterable of records (``edgeplug._records``); every record names the backend it
-is for. The plugin manager calls each plugin's implementation on its own, so
+iterable of records (imported from ``edgeplug.plugin``, the one module a plugin
+imports); every record names the backend it is for. The plugin manager calls each plugin's implementation on its own, so
 a plugin that raises is reported without hiding the others.
 
 Hooks, in the order the lowering pipeline uses them:
@@ -74,7 +74,7 @@ def edgeplug_partitioner_filters() -> Iterable[PartitionerFilter]:
     delegate this node?). ``fn(node, ctx)`` returns:
 
     - ``False``: refuse the node (it is decomposed / left on the CPU, and the
-      report names the filter as the reason); ``edgeplug._partition.refuse(why)``
+      report names the filter as the reason); ``edgeplug.plugin.refuse(why)``
       (a falsy ``Verdict``) refuses with the filter's own reason, reported as
       "refused by filter 'name': why";
     - ``True``: accept it; this overrides only the backend's constant-only
@@ -82,7 +82,7 @@ def edgeplug_partitioner_filters() -> Iterable[PartitionerFilter]:
       check;
     - ``None``: no opinion.
 
-    ``ctx`` is an ``edgeplug._partition.FilterContext``: ``ctx.stage``,
+    ``ctx`` is an ``edgeplug.plugin.FilterContext``: ``ctx.stage``,
     ``ctx.ep`` and ``ctx.is_constant_only(node)``. At "partition" a filter
     is asked about the nodes the backend's partitioner took; the core then
     forms the partitions from the accepted nodes, so a refusal never makes a
@@ -98,7 +98,8 @@ def edgeplug_fusion_policies() -> Iterable[FusionPolicy]:
     Called once when plugins load. At most one policy per backend and
     pattern, across all plugins (a second one makes the backend unavailable,
     naming both distributions). No policy: the pattern is not fused for the
-    backend.
+    backend. ``edgeplug.plugin.aten_rms_norm_policy(backend)`` is the policy of a backend whose
+    partitioner delegates ``aten.rms_norm``.
     """
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: The plugin API version this core speaks (``BackendSpec.api_version``); the
-#: registry checks the API a plugin wants and the renames it uses (``edgeplug._api``).
+#: registry checks the API a plugin wants and the renames it uses (docs/plugin-api-changes.md lists them).
 from edgeplug import _api
 from edgeplug._api import API_VERSION
 
@@ -95,8 +95,8 @@ class BackendSpec(_Record):
     lowering_context: Optional[Callable[[], Any]] = None
     #: The backend's per-node support check, for a partitioner ``partitioner()``
     #: made: ``support_check(partitioner, graph_module_or_None)`` returns
-    #: ``check(node)``, answering an ``edgeplug._partition.Verdict`` (``Verdict(False,
-    #: reason)`` to refuse with a reason) or a bool, for aten and edge nodes.
+    #: ``check(node)``, answering an ``edgeplug.plugin.Verdict`` (``refuse(reason)``
+    #: to refuse with a reason) or a bool, for aten and edge nodes.
     #: The core asks it which kept-whole ops stay whole, why a node stays on
     #: the CPU, and whether a fused op would be delegated. None: the core
     #: learns support only from what the partitioner tags.
@@ -111,7 +111,7 @@ class BackendSpec(_Record):
     #: many constants it read from named data). None: constants are stored as
     #: the graph holds them.
     delegate_constants: Optional[Callable[[Any, Any], Any]] = None
-    #: Constant folding (``edgeplug._graph.fold``): the largest constant, in
+    #: Constant folding (the core's, before partitioning): the largest constant, in
     #: bytes, that folding a constant-only subgraph may create for this
     #: backend; 0 turns the core's constant folding off.
     constant_fold_budget: int = Field(default=1 << 20, ge=0)
@@ -212,7 +212,7 @@ class PartitionerFilter(_Record):
     ``fn(node, ctx)`` returns ``False`` (refuse: a kept-whole op is decomposed,
     a node is left on the CPU), ``True`` (accept, which overrides only the
     backend's constant-only rule, never its support check) or ``None`` (no
-    opinion). ``ctx`` is an ``edgeplug._partition.FilterContext``.
+    opinion). ``ctx`` is an ``edgeplug.plugin.FilterContext``.
     """
 
     name: str
@@ -221,7 +221,7 @@ class PartitionerFilter(_Record):
 
 #: Where a fused op's weight comes from: a leaf constant (parameter, buffer,
 #: lifted constant), a constant computed from leaves (Gemma's ``1 + w``), or a
-#: runtime value. ``edgeplug._graph`` classifies nodes with the same names.
+#: runtime value. The core's fusion classifies nodes with the same names.
 WeightSource = Literal["leaf", "computed", "runtime"]
 
 
@@ -285,6 +285,31 @@ class FusionPolicy(_Record):
     def emits(self) -> str:
         """``et_vk.rms_norm(input, weight, eps)``: the op and its argument layout."""
         return f"{self.target}({', '.join(self.arguments)})"
+
+
+def aten_rms_norm_policy(backend: str, **fields: Any) -> FusionPolicy:
+    """The ``FusionPolicy`` of a backend whose partitioner delegates ``aten.rms_norm`` (qnn, samsung, coreml).
+
+    The fused op is ``aten.rms_norm(input, [D], weight, eps)``. A leaf weight of shape [D] is taken as it
+    is; a ``dequantize(constant)`` weight is kept so (the backend reads static quantized weights); Gemma's
+    ``1 + w`` and static views are folded into a new constant at AOT; a runtime scale stays a multiply
+    after a norm fused with a unit weight; the kernel is not assumed to accumulate in fp32. ``fields``
+    change any field of the record (``weightless="ones"`` for a kernel that reads the weight as a tensor
+    whatever the schema says). Keep ``torch.ops.aten.rms_norm.default`` whole too (a ``KeepWhole``
+    record, or your partitioner's own ``ops_to_not_decompose``): without that, nothing fuses and each
+    match is reported as rejected, saying so.
+    """
+    shared: dict[str, Any] = {
+        "pattern": "rms_norm",
+        "target": "aten.rms_norm",
+        "arguments": ("input", "normalized_shape", "weight", "eps"),
+        "weight_sources": frozenset({"leaf"}),
+        "dequantized_weights": "keep",
+        "fold_computed_constants": True,
+        "unit_weight_fallback": True,
+        "fp32_accumulation": False,
+    }
+    return FusionPolicy(backend=backend, **{**shared, **fields})
 
 
 _OP_NAME = re.compile(r"^([A-Za-z_]\w*)\.(\w+)\.(\w+)$")

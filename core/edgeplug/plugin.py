@@ -5,7 +5,7 @@ imports from ``edgeplug.plugin`` only (its tests use ``edgeplug`` and
 ``edgeplug.testing`` too); every other module of the core may change without
 notice. The names, one line each:
 
-Records (what hooks yield; see ``edgeplug._hookspecs``):
+Records (what hooks yield; ``help(edgeplug.plugin.hookspecs)`` has every hook's contract):
 
 - ``API_VERSION``: the plugin API version this core speaks (``BackendSpec.api_version``).
 - ``BackendSpec``: a backend: its partitioner, backend id, availability and verification method.
@@ -16,12 +16,15 @@ Records (what hooks yield; see ``edgeplug._hookspecs``):
 - ``KeepWhole``: operators the backend keeps whole through ``to_edge``.
 - ``PartitionerFilter``: a per-node refinement of what the backend takes.
 - ``FusionPolicy``: which core fusions run for the backend, and how.
+- ``aten_rms_norm_policy``: ``aten_rms_norm_policy(backend, **fields)``, the ``FusionPolicy`` of a backend whose
+  partitioner delegates ``aten.rms_norm`` (what qnn, samsung and coreml declare; keep the op whole too).
 - ``Kernel``: a host implementation of a delegate op, used by verification and benchmarks.
 - ``PassSpec``: a graph pass the backend runs at a stage of the pipeline.
 - ``QuantScheme``: a PT2E quantizer the backend offers under a scheme name.
 - ``FusionRecord``: one fusion decision, as the report shows it.
 - ``TransformRecord``: one change a graph transform made, as the report shows it.
 - ``hookimpl``: the marker for a plugin's hook functions (``@hookimpl``).
+- ``hookspecs``: every hook, each docstring saying when it is called and what its records mean.
 - ``STAND_IN_KEY``: the key of a delegate's ``_delegate_info_meta`` saying its payload is a stand-in, not
   a compiled program (``{"reason": ..., "folder": ..., "kept": ...}``): the program is then never written as runnable.
 
@@ -89,10 +92,12 @@ from edgeplug._records import (
     PassSpec,
     QuantScheme,
     TransformRecord,
+    aten_rms_norm_policy,
 )
 
 # name -> (module, attribute); attribute None: the module itself
 _LAZY: dict[str, tuple[str, Optional[str]]] = {
+    "hookspecs": ("edgeplug._hookspecs", None),
     "STAND_IN_KEY": ("edgeplug._report.records", "STAND_IN_KEY"),
     "Verdict": ("edgeplug._partition.verdict", "Verdict"),
     "TAKEN": ("edgeplug._partition.verdict", "TAKEN"),
@@ -138,6 +143,7 @@ __all__ = [
     "PassSpec",
     "QuantScheme",
     "TransformRecord",
+    "aten_rms_norm_policy",
     "hookimpl",
     "KernelError",
     "RuntimeNotFound",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter, PassSpec, hookimpl
+from edgeplug.plugin import BackendSpec, KeepWhole, PartitionerFilter, PassSpec, aten_rms_norm_policy, hookimpl
 
 from edgeplug_coreml import support
 
@@ -41,16 +41,6 @@ def edgeplug_passes():
 
 @hookimpl
 def edgeplug_fusion_policies():
-    # coremltools converts aten.rms_norm to one MIL op; Core ML takes its weight as a constant of shape [D]
-    yield FusionPolicy(
-        backend="coreml",
-        pattern="rms_norm",
-        target="aten.rms_norm",
-        arguments=("input", "normalized_shape", "weight", "eps"),
-        weight_sources=frozenset({"leaf"}),
-        # a PT2E-quantized weight reaches coremltools as dequantize(constant), which it reads
-        dequantized_weights="keep",
-        fold_computed_constants=True,
-        unit_weight_fallback=True,
-        fp32_accumulation=False,
-    )
+    # coremltools converts aten.rms_norm to one MIL op; Core ML takes its weight as a constant of shape [D],
+    # and a PT2E-quantized weight reaches coremltools as dequantize(constant), which it reads
+    yield aten_rms_norm_policy("coreml")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PartitionerFilter, PassSpec, QuantScheme, hookimpl
+from edgeplug.plugin import BackendSpec, KeepWhole, PartitionerFilter, PassSpec, QuantScheme, aten_rms_norm_policy, hookimpl
 
 from edgeplug_qnn import filters, support
 
@@ -34,18 +34,8 @@ def edgeplug_partitioner_filters():
 
 @hookimpl
 def edgeplug_fusion_policies():
-    yield FusionPolicy(
-        backend="qnn",
-        pattern="rms_norm",
-        target="aten.rms_norm",
-        arguments=("input", "normalized_shape", "weight", "eps"),
-        weight_sources=frozenset({"leaf"}),
-        # the backend reads static quantized weights: dequantize(constant) stays as it is
-        dequantized_weights="keep",
-        fold_computed_constants=True,
-        unit_weight_fallback=True,
-        fp32_accumulation=False,
-    )
+    # aten.rms_norm kept whole (support.keep_whole_ops); HTP reads static quantized weights as they are
+    yield aten_rms_norm_policy("qnn")
 
 
 @hookimpl

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeplug.plugin import BackendSpec, FusionPolicy, KeepWhole, PassSpec, QuantScheme, hookimpl
+from edgeplug.plugin import BackendSpec, KeepWhole, PassSpec, QuantScheme, aten_rms_norm_policy, hookimpl
 
 from edgeplug_samsung import support
 
@@ -25,22 +25,11 @@ def edgeplug_keep_whole():
 
 @hookimpl
 def edgeplug_fusion_policies():
-    yield FusionPolicy(
-        backend="samsung",
-        pattern="rms_norm",
-        target="aten.rms_norm",
-        arguments=("input", "normalized_shape", "weight", "eps"),
-        weight_sources=frozenset({"leaf"}),
-        # the backend reads static quantized weights: dequantize(constant) stays as it is
-        dequantized_weights="keep",
-        fold_computed_constants=True,
-        unit_weight_fallback=True,
-        # ENN's RMSNORM and EnnQuantizer's annotator read argument 2 as a tensor: a norm without
-        # a weight of its own (Mamba's norms of B, C and dt, F.rms_norm(x, shape), a norm fused
-        # alone before a runtime scale) gets a constant ones([D]) in the norm's dtype, not None
-        weightless="ones",
-        fp32_accumulation=False,
-    )
+    # aten.rms_norm kept whole (support.keep_whole_ops); ENN reads static quantized weights as they are.
+    # ENN's RMSNORM and EnnQuantizer's annotator read argument 2 as a tensor: a norm without
+    # a weight of its own (Mamba's norms of B, C and dt, F.rms_norm(x, shape), a norm fused
+    # alone before a runtime scale) gets a constant ones([D]) in the norm's dtype, not None
+    yield aten_rms_norm_policy("samsung", weightless="ones")
 
 
 @hookimpl
