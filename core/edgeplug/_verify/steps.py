@@ -3,6 +3,7 @@ the decode steps after the example inputs' call, eager's outputs for each, and t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -12,6 +13,7 @@ from torch.export import ExportedProgram
 
 from edgeplug._failures import first_line
 from edgeplug._inputs import ExampleInputs, decode_inputs
+from edgeplug._report.records import OutputCheck
 from edgeplug._result import LoweringResult
 from edgeplug._verify.compare import compare_outputs
 
@@ -37,6 +39,46 @@ def keeps_state(ep: ExportedProgram) -> bool:
         for _, lowered, _ in get_lowered_submodules(ep.graph_module)
         for s in lowered.original_module.graph_signature.output_specs
     )
+
+
+def written_buffers(ep: ExportedProgram) -> set[str]:
+    """The buffers the lowered program writes: at the top level, or inside a delegate."""
+    written = set(ep.graph_signature.buffers_to_mutate.values())
+    for _, lowered, _ in get_lowered_submodules(ep.graph_module):
+        written.update(
+            s.target for s in lowered.original_module.graph_signature.output_specs
+            if s.kind.name == "BUFFER_MUTATION" and s.target
+        )
+    return written
+
+
+def unwritten_state(result: LoweringResult) -> list[OutputCheck]:
+    """A failing check for each buffer the eager call changed that the lowered program never writes: a KV
+    cache whose update torch.export did not capture stays where it started in the program, so the example
+    call agrees and every later call computes from stale state (the decode steps would never run)."""
+    ref = result.reference
+    if ref is None or ref.model is None or result.edge is None:
+        return []
+    written = written_buffers(result.edge.exported_program())
+    checks = []
+    for name, after in sorted(ref.buffers_after.items()):
+        before = ref.model.initial.get(name)
+        if name in written or before is None or before.shape != after.shape or torch.equal(before, after):
+            continue
+        moved = (after.double() - before.double()).abs().max() if after.numel() and not after.is_complex() else 0.0
+        checks.append(OutputCheck(
+            output=len(checks), name=f"buffer {name!r} (changed by the model's call)",
+            max_abs_diff=float(moved) if math.isfinite(float(moved)) else float("inf"),
+            shape=list(after.shape), dtype=str(after.dtype).removeprefix("torch."),
+            problems=[
+                "the model's call changes this buffer (a KV cache, a counter), but the lowered program never "
+                "writes it, so its state stays where it started and every later call computes from stale state: "
+                "torch.export did not capture the write (one made only when not torch.compiler.is_exporting(), "
+                "through .data, or by assigning a new tensor to a plain attribute). Write the buffer in place in "
+                "forward (self.cache[...] = x, or .copy_) so that the exported program holds the update"
+            ],
+        ))
+    return checks
 
 
 def decode_steps(result: LoweringResult, count: int = DECODE_STEPS) -> tuple[list[_Step], str]:

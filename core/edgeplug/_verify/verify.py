@@ -17,7 +17,7 @@ from edgeplug._verify.compare import compare_outputs
 from edgeplug._verify.greedy import greedy_check
 from edgeplug._verify.quantized import verify_quantized
 from edgeplug._verify.targets import Target, choose_target, run_program
-from edgeplug._verify.steps import compare_steps, decode_steps, start_state_note, steps_note
+from edgeplug._verify.steps import compare_steps, decode_steps, start_state_note, steps_note, unwritten_state
 
 
 def refuse_verify_without_runtime(backend: Backend) -> None:
@@ -121,9 +121,14 @@ def _with_greedy(
     v: Verification, result: LoweringResult, backend: Backend, target: Target, steps: Optional[int],
     tolerance: Optional[float],
 ) -> Verification:
-    """``v`` with the greedy check of ``steps`` tokens, where asked for, run where ``v``'s calls ran (``target``);
+    """``v`` with a failing check for each buffer eager's call changes and the program never writes, and
+    with the greedy check of ``steps`` tokens, where asked for, run where ``v``'s calls ran (``target``);
     its logits are held to the tolerance the example call's logits were (the quantized path's, in steps of the
     output scale or a fraction of the logits' magnitude)."""
+    stale = unwritten_state(result)  # eager's state moves where the program's never does: no call can show it
+    for check in stale:
+        check.output = len(v.outputs)
+        v.outputs.append(check)
     if steps is None:
         return v
     logits = next((o for o in v.outputs if len(o.shape) >= 2 and o.tolerance is not None), None)
