@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, Field
 
 from edgeplug._records import FusionRecord, TransformRecord
+from edgeplug._terminal import terminal_safe
 
 
 def _finite_or_null(value: Any, path: str, replaced: list[str]) -> Any:
@@ -25,19 +26,6 @@ def _finite_or_null(value: Any, path: str, replaced: list[str]) -> Any:
     if isinstance(value, list):
         return [_finite_or_null(v, f"{path}[{i}]", replaced) for i, v in enumerate(value)]
     return value
-
-
-#: characters a terminal acts on rather than shows: C0/C1 controls (ESC starts colour, cursor and title
-#: sequences; NUL, BEL, backspace, carriage return overwrite or hide text) and the bidirectional
-#: overrides and isolates that reorder what follows them on the line (CVE-2021-42574's "Trojan Source")
-_TERMINAL_ACTS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with every character a terminal would act on written as its escape (``\\x1b``,
-    ``\\u202e``): names in a report come from the model, its plugins and saved files, and are shown, not run.
-    Newlines and tabs stay."""
-    return _TERMINAL_ACTS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 class StageTiming(BaseModel):
