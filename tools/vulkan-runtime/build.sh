@@ -21,12 +21,14 @@
 # edgeplug finds it on its own.
 set -euo pipefail
 
-die() { echo "build.sh: error: $*" >&2; exit 2; }
+HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../runtime-runner/common.sh
+. "$HERE/../runtime-runner/common.sh"
 
 SRC=""
 GLSLANG=""
 JOBS="$(nproc)"
-CACHE="${EDGEPLUG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgeplug}/vulkan-runtime"
+CACHE="$(edgeplug_cache_root)/vulkan-runtime"
 PROFILE=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,16 +45,13 @@ done
 [ -f "$SRC/CMakeLists.txt" ] && [ -d "$SRC/backends/vulkan/runtime" ] \
   || die "'$SRC' is not an ExecuTorch source tree (no backends/vulkan/runtime)"
 SRC="$(cd "$SRC" && pwd)"
-HERE="$(cd "$(dirname "$0")" && pwd)"
 
 for sub in Vulkan-Headers/include/vulkan/vulkan.h volk/volk.c VulkanMemoryAllocator/include/vk_mem_alloc.h; do
   [ -f "$SRC/backends/vulkan/third-party/$sub" ] || die "submodule file backends/vulkan/third-party/$sub is missing: run 'git submodule update --init backends/vulkan/third-party/Vulkan-Headers backends/vulkan/third-party/volk backends/vulkan/third-party/VulkanMemoryAllocator third-party/flatbuffers' in $SRC"
 done
 [ -f "$SRC/third-party/flatbuffers/CMakeLists.txt" ] || die "submodule third-party/flatbuffers is missing: run 'git submodule update --init third-party/flatbuffers' in $SRC"
 
-missing=""
-for tool in cmake ninja g++; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
-[ -z "$missing" ] || die "missing tools:$missing (Debian: apt-get install cmake ninja-build g++ libvulkan1 glslc)"
+check_tools
 
 # A glslc that compiles ExecuTorch's integer-dot-product shaders: the one on PATH, or glslang built
 # from --glslang behind the shim
@@ -77,15 +76,8 @@ glslc -fshader-stage=compute "$probe/p.comp" -o "$probe/p.spv" --target-env=vulk
   || die "$(command -v glslc) ($(glslc --version 2>/dev/null | head -1)) cannot compile GL_EXT_integer_dot_product, which ExecuTorch's shaders use: pass --glslang GLSLANG_SRC (a checkout of https://github.com/KhronosGroup/glslang at vulkan-sdk-1.4.350.0 or newer), or put a Vulkan SDK 1.4.341+ glslc first on PATH"
 rm -rf "$probe"
 
-PY="${PYTHON:-python3}"
-"$PY" -c 'import torchgen, yaml' 2>/dev/null \
-  || die "$PY cannot import torchgen and yaml (ExecuTorch's kernel registration codegen needs them): set PYTHON to the venv holding torch, e.g. PYTHON=.venv/bin/python"
-
-# The commit names the build: a git checkout's HEAD, or the first word of
-# SRC_DIR/.executorch-commit for a tree assembled from archives.
-if COMMIT="$(git -C "$SRC" rev-parse HEAD 2>/dev/null)"; then :;
-elif [ -f "$SRC/.executorch-commit" ]; then COMMIT="$(awk '{print $1; exit}' "$SRC/.executorch-commit")";
-else die "cannot tell which ExecuTorch commit '$SRC' is: not a git checkout and no .executorch-commit file"; fi
+PY="$(python_for_codegen)"
+COMMIT="$(source_commit "$SRC")"
 SHORT="${COMMIT:0:7}"
 OUT="$CACHE/$SHORT"
 TRACE=(-DEXECUTORCH_BUILD_DEVTOOLS=OFF)
@@ -98,42 +90,12 @@ mkdir -p "$OUT"
 echo "== ExecuTorch $SHORT from $SRC -> $OUT ($JOBS jobs)"
 
 start=$(date +%s)
-cmake -S "$SRC" -B "$OUT/build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_INSTALL_PREFIX="$OUT/install" \
-  -DPYTHON_EXECUTABLE="$(realpath -s "$(command -v "$PY")")" \
+configure_and_build_executorch "$SRC" "$OUT" "$JOBS" "$PY" \
   -DEXECUTORCH_BUILD_VULKAN=ON \
   -DGLSLC_PATH="$(command -v glslc)" \
-  -DEXECUTORCH_BUILD_EXTENSION_MODULE=ON \
-  -DEXECUTORCH_BUILD_EXTENSION_DATA_LOADER=ON \
-  -DEXECUTORCH_BUILD_EXTENSION_FLAT_TENSOR=ON \
-  -DEXECUTORCH_BUILD_EXTENSION_NAMED_DATA_MAP=ON \
-  -DEXECUTORCH_BUILD_EXTENSION_TENSOR=ON \
-  -DEXECUTORCH_BUILD_KERNELS_QUANTIZED=ON \
-  -DEXECUTORCH_BUILD_PORTABLE_OPS=ON \
-  -DEXECUTORCH_BUILD_XNNPACK=OFF \
-  -DEXECUTORCH_BUILD_PTHREADPOOL=OFF \
-  -DEXECUTORCH_BUILD_CPUINFO=OFF \
   "${TRACE[@]}" \
-  -DEXECUTORCH_BUILD_EXECUTOR_RUNNER=OFF \
-  -DEXECUTORCH_BUILD_TESTS=OFF \
-  -DEXECUTORCH_ENABLE_LOGGING=ON \
-  -DEXECUTORCH_VULKAN_SHADER_COMPILE_NTHREADS="$JOBS" \
-  > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log" >&2; die "cmake configure failed (whole log: $OUT/configure.log)"; }
-# progress: every 25th step of ninja's count (the shader step alone takes minutes: it compiles every variant)
-if ! (set -o pipefail; cmake --build "$OUT/build" -j "$JOBS" --target install 2>&1 | tee "$OUT/build.log" \
-      | awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 25 == 0) { print "   " $1; fflush() } }'); then
-  grep -E 'error|FAILED' "$OUT/build.log" | grep -v template_file_path | head -30 >&2
-  die "ExecuTorch build failed (whole log: $OUT/build.log)"
-fi
-
-cmake -S "$HERE/runner" -B "$OUT/runner-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$OUT/install" -DEXECUTORCH_SRC="$SRC" -DEXECUTORCH_BUILD="$OUT/build" \
-  > "$OUT/runner-configure.log" 2>&1 || { tail -30 "$OUT/runner-configure.log" >&2; die "runner configure failed"; }
-cmake --build "$OUT/runner-build" -j "$JOBS" > "$OUT/runner-build.log" 2>&1 \
-  || { grep -E 'error' "$OUT/runner-build.log" | head -30 >&2; die "runner build failed (log: $OUT/runner-build.log)"; }
-mkdir -p "$OUT/bin"
-cp "$OUT/runner-build/edgeplug-vulkan-runner" "$OUT/bin/"
+  -DEXECUTORCH_VULKAN_SHADER_COMPILE_NTHREADS="$JOBS"
+build_runner "$HERE/runner" "$SRC" "$OUT" "$JOBS" edgeplug-vulkan-runner
 end=$(date +%s)
 
 cat > "$OUT/bin/runtime.json" <<JSON

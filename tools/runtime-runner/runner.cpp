@@ -1,6 +1,9 @@
-// edgeplug-vulkan-runner: loads one .pte in ExecuTorch's runtime (built with
-// its Vulkan backend) and runs its method on request, keeping the method's
-// state (mutable buffers such as a KV cache) from one request to the next.
+// edgeplug's runner over ExecuTorch's runtime, shared by the runtime builds
+// (tools/vulkan-runtime, tools/webgpu-runtime): it loads one .pte in ExecuTorch's
+// runtime, linked with one GPU backend, and runs its method on request, keeping the
+// method's state (mutable buffers such as a KV cache) from one request to the next.
+// Each build links this file with its backend's adapter.cpp (adapter.h), which names
+// the GPU device the backend opened.
 //
 // Protocol, on stdin/stdout (stderr carries ExecuTorch's own log lines):
 //   start:   the runner writes one JSON line: {"ok": true, "adapter": ...,
@@ -14,7 +17,7 @@
 //            {"cmd": "reset"}   reloads the method (fresh state)
 //            {"cmd": "etdump", "path": P}   (a build.sh --profile build only,
 //             whose start line says "etdump": true) writes the ETDump of every
-//             run so far to P: ExecuTorch's per-delegate events and the Vulkan
+//             run so far to P: ExecuTorch's per-delegate events and the
 //             backend's per-shader GPU timestamps; the runner exits after it
 //            {"cmd": "quit"}
 //   answer:  one JSON line {"ok": true, "times_us": [...], "outputs": [...]}
@@ -35,7 +38,7 @@
 #include <executorch/runtime/platform/runtime.h>
 #include <nlohmann/json.hpp>
 
-#include <executorch/backends/vulkan/runtime/api/api.h>
+#include "adapter.h"
 #ifdef EDGEPLUG_ETDUMP
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 #endif
@@ -63,18 +66,6 @@ void fail(const std::string& what, Error err) {
 
 bool read_exact(void* dst, size_t n) {
   return std::fread(dst, 1, n, stdin) == n;
-}
-
-std::string adapter_name() {
-  try {
-    auto* ctx = vkcompute::api::context();
-    if (ctx == nullptr || ctx->adapter_ptr() == nullptr) {
-      return "no Vulkan adapter";
-    }
-    return ctx->adapter_ptr()->device_name();
-  } catch (const std::exception& e) {
-    return std::string("no Vulkan adapter (") + e.what() + ")";
-  }
 }
 
 json describe_inputs(Module& module, const std::string& method) {
@@ -141,7 +132,7 @@ int main(int argc, char** argv) {
   }
   auto meta = module->method_meta(method);
   answer({{"ok", true},
-          {"adapter", adapter_name()},
+          {"adapter", edgeplug::adapter_name()},
           {"method", method},
           {"inputs", describe_inputs(*module, method)},
           {"num_outputs", meta.ok() ? meta->num_outputs() : 0},
@@ -251,7 +242,7 @@ int main(int argc, char** argv) {
       try {
         result.emplace(module->execute(method, inputs));
       } catch (const std::exception& e) {
-        // the Vulkan backend throws on a Vulkan error (vkapi::Error): answer it, do not abort
+        // a backend that throws (the Vulkan backend on a Vulkan error): answer it, do not abort
         answer({{"ok", false}, {"error", std::string("execute(") + method + ") threw: " + e.what()}});
         failed = true;
         break;
