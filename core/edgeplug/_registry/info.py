@@ -104,33 +104,40 @@ class BackendProblem:
 
     @property
     def message(self) -> str:
-        blame = self.newcomer
-        if blame.named_in_env:
-            fix = f"take {blame.name!r} out of {ENV_REGISTER}"
-        elif blame.registered:
-            fix = f"unregister one with edgeplug.unregister_plugin({blame.name!r})"
-        else:
-            fix = f"uninstall one, or disable the newcomer with {ENV_DISABLE}={blame.name}"
         return (
-            f"backend {self.backend!r} is unavailable: {self.cause}. To use it, {fix}. "
+            f"backend {self.backend!r} is unavailable: {self.cause}. To use it, {self.fix}. "
             "Every other backend keeps working."
         )
 
     @property
-    def newcomer(self) -> PluginInfo:
-        """The plugin to disable: not the one named after the backend (its owner), else the last loaded.
+    def fix(self) -> str:
+        """What takes the newcomer, and only it, out: a disable name that blocks none of the others."""
+        blame = self.newcomer
+        if blame.named_in_env:
+            return f"take {blame.name!r} out of {ENV_REGISTER}"
+        if blame.registered:
+            return f"unregister {who(blame)} with edgeplug.unregister_plugin({blame.name!r})"
+        others = {normalize_name(n) for p in self.plugins if p != blame for n in (p.name, p.distribution)}
+        key = next((n for n in (blame.name, blame.distribution) if normalize_name(n) not in others), None)
+        if key is None:  # its names are the others' too: disabling it would disable them
+            return f"uninstall {blame.distribution} (the newcomer)"
+        return f"uninstall one, or disable the newcomer with {ENV_DISABLE}={key} ({who(blame)})"
 
-        ``edgeplug-vulkan`` owns backend ``vulkan``; a clone or add-on that
-        contradicts it is the one a user just installed, whatever its name
-        sorts as.
+    @property
+    def newcomer(self) -> PluginInfo:
+        """The plugin to take out: not the backend's owner, else the last loaded.
+
+        An installed plugin named after the backend (``edgeplug-vulkan`` for ``vulkan``, by entry point or
+        distribution) owns it; a clone or add-on that contradicts it, installed or registered in code or
+        through ``EDGEPLUG_REGISTER_PLUGINS``, is the one a user just added, whatever its name sorts as.
         """
         norm = normalize_name(self.backend)
 
         def owns(p: PluginInfo) -> bool:
-            return norm in (normalize_name(p.name), normalize_name(p.distribution).removeprefix("edgeplug-"))
+            named = norm in (normalize_name(p.name), normalize_name(p.distribution).removeprefix("edgeplug-"))
+            return named and not p.registered
 
-        ranked = [p for p in self.plugins if not p.registered and not owns(p)]
-        ranked = ranked or [p for p in self.plugins if not p.registered] or list(self.plugins)
+        ranked = [p for p in self.plugins if not owns(p)] or list(self.plugins)
         return ranked[-1]
 
     def __str__(self) -> str:
