@@ -35,6 +35,7 @@ Errors (all are ``EdgeplugError``):
 - ``RuntimeRefusedError``: ExecuTorch's runtime refused to load or run the program.
 - ``OutputPathError``: the .pte or report cannot be written where asked.
 - ``QuantizationError``: quantizing failed (the stage, and the graph node where calibration broke).
+- ``ExecutorchVersionError``: the installed ExecuTorch lacks a feature edgeplug or the backend needs (it names the release that has it).
 
 Records and ``hookimpl`` (also here for plugins written as ``@edgeplug.hookimpl``;
 ``edgeplug.plugin`` documents them): ``API_VERSION``, ``Availability``,
@@ -51,6 +52,7 @@ from __future__ import annotations
 from edgeplug._errors import (
     BackendUnavailableError,
     EdgeplugError,
+    ExecutorchVersionError,
     KernelError,
     LoweringError,
     OutputPathError,
@@ -108,6 +110,7 @@ __getattr__, __dir__ = _lazy_names(__name__, _LAZY)
 __all__ = [
     "BackendUnavailableError",
     "EdgeplugError",
+    "ExecutorchVersionError",
     "KernelError",
     "LoweringError",
     "QuantizationError",

@@ -50,3 +50,8 @@ class OutputPathError(EdgeplugError):
 
 class QuantizationError(EdgeplugError):
     """Quantizing a model failed, or was asked of a backend/scheme that cannot do it."""
+
+
+class ExecutorchVersionError(EdgeplugError):
+    """The installed ExecuTorch lacks a feature edgeplug or a backend needs (the message names the feature, what
+    it is needed for, the release that has it, and the range edgeplug is tested with)."""

@@ -21,6 +21,7 @@ from types import FrameType, TracebackType
 from typing import Any, Iterator, Optional
 
 from edgeplug._errors import BackendUnavailableError, EdgeplugError, LoweringError
+from edgeplug._executorch import version_gap
 
 #: top-level packages that are never "the plugin at fault"
 _LIBRARIES = {"edgeplug", "torch", "executorch", "torchao", "pydantic", "pluggy", "functools", "contextlib", "importlib"}
@@ -347,6 +348,12 @@ def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optiona
     transform is at fault, whichever library's check found it.
     """
     cause = first_line(root_cause(exc)).rstrip(". ")
+    gap = version_gap(exc)
+    if gap is not None:
+        err = LoweringError(f"stage {stage!r} failed for backend {backend.name!r}: {gap}. Nothing was written")
+        err.lowering_stage = stage
+        err.at_fault = "the installed executorch"
+        return err
     made = created_op_refused(exc, created)
     if made is not None:
         op, who = made

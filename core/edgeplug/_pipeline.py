@@ -35,7 +35,8 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from executorch.exir.pass_manager import ExportedProgramPassManager
 from torch.export import ExportedProgram
 
-from edgeplug._backend import Backend
+from edgeplug import _executorch
+from edgeplug._backend import Backend, given_backend
 from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, LoweringError
 from edgeplug._failures import edgeplug_cause, first_line, name_the_plugin, root_cause, stage_failure, train_mode_dropout
@@ -455,7 +456,7 @@ def _stand_in_record(job: Lowering) -> Optional[StandIn]:
             reason=f"dry run: {'the delegate holds' if len(lowered) == 1 else f'the {len(lowered)} delegates hold'} "
             "an empty stand-in payload (edgeplug compiled nothing), so this program does not run",
         )
-    said = [m.meta.get("_delegate_info_meta") for m in lowered]
+    said = [_executorch.delegate_info(m) for m in lowered]
     said = [s[STAND_IN_KEY] for s in said if isinstance(s, dict) and isinstance(s.get(STAND_IN_KEY), dict)]
     if not said:
         return None

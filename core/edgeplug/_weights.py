@@ -34,21 +34,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from executorch.exir._serialize._cord import FileBackedData
-from executorch.exir._serialize._named_data_store import NamedDataStore
-from executorch.exir.backend import backend_api, backend_details
 from executorch.exir.backend.utils import is_same_node
-from executorch.exir.emit._emitter import _Emitter
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 
+from edgeplug import _executorch
 from edgeplug._errors import EdgeplugError, OutputPathError
 from edgeplug._outputs import is_stream
 
@@ -86,44 +84,42 @@ def external_constants(node: Any) -> str:
 @contextlib.contextmanager
 def shared_weights_in_preprocess() -> Iterator[None]:
     """Inside: executorch's ``to_backend`` deep-copies a partition's program without copying its weights."""
-    # backend_details: BackendDetails.copy_exported_program_for_preprocess (every partition's copy is made
-    # before the first preprocess runs); backend_api: to_backend of one program
-    modules = (backend_api, backend_details)
+    # the copies: BackendDetails.copy_exported_program_for_preprocess (every partition's copy is made before the
+    # first preprocess runs, where the release has it) and to_backend of one program
+    def sharing_deepcopy(x: Any, memo: Any = None) -> Any:
+        if isinstance(x, ExportedProgram):
+            memo = dict(memo or {})
+            for name, t in [*x.state_dict.items(), *x.constants.items()]:
+                if name not in x.graph_signature.buffers_to_mutate.values():
+                    memo.setdefault(id(t), t)
+        return copy.deepcopy(x, memo)
 
-    class _SharingCopy:
-        """``copy`` as backend_api uses it, with ``deepcopy`` sharing an ExportedProgram's weights."""
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(copy, name)
-
-        @staticmethod
-        def deepcopy(x: Any, memo: Any = None) -> Any:
-            if isinstance(x, ExportedProgram):
-                memo = dict(memo or {})
-                for name, t in [*x.state_dict.items(), *x.constants.items()]:
-                    if name not in x.graph_signature.buffers_to_mutate.values():
-                        memo.setdefault(id(t), t)
-            return copy.deepcopy(x, memo)
-
-    originals = [m.copy for m in modules]
-    for m in modules:
-        m.copy = _SharingCopy()
-    try:
+    with _executorch.deepcopy_in_to_backend(sharing_deepcopy):
         yield
-    finally:
-        for m, original in zip(modules, originals):
-            m.copy = original
 
 
 #: a weight this large or larger waits on disk, not in memory, once serialized (``spilled_weights``)
 SPILL_BYTES = 1 << 16
 
-class SpilledWeight(FileBackedData):
-    """A weight's bytes in a temporary file; never copied (the file does not change)."""
+@functools.lru_cache(maxsize=1)
+def _spilled_weight_class() -> Any:
+    """A weight's bytes in a temporary file, never copied (the file does not change); None where the installed
+    ExecuTorch cannot stream serialized bytes from a file (then weights stay in memory until written)."""
+    base = _executorch.file_backed_data()
+    if base is None:
+        return None
 
-    def __deepcopy__(self, memo: Any) -> Any:
-        # serialize_pte_binary deep-copies the emitted program, constants included
-        return self
+    class SpilledWeight(base):  # type: ignore[misc, valid-type]
+        def __deepcopy__(self, memo: Any) -> Any:
+            # serialize_pte_binary deep-copies the emitted program, constants included
+            return self
+
+    return SpilledWeight
+
+
+def spills() -> bool:
+    """Whether serialized weights wait in temporary files here (the installed ExecuTorch can stream them)."""
+    return _spilled_weight_class() is not None
 
 
 def _spill(data: bytes) -> Any:
@@ -136,7 +132,7 @@ def _spill(data: bytes) -> Any:
     except BaseException:
         os.remove(path)
         raise
-    return SpilledWeight(path, cleanup=True)
+    return _spilled_weight_class()(path, cleanup=True)
 
 
 @contextlib.contextmanager
@@ -154,31 +150,23 @@ def spilled_weights(external: bool = False) -> Iterator[None]:
     when the program holding it is released. Temporary files go where ``tempfile`` puts them (``TMPDIR``);
     on a memory-backed file system they still take memory, outside this process's resident set.
     """
-    original_add = NamedDataStore.add_named_data
-    original_save = _Emitter._save_new_const_tensor
+    spill = spills()
 
-    def add_named_data(self: Any, key: str, data: Any, alignment: Any = 1, external_tag: Any = None, **kw: Any) -> None:
+    def named_data(data: Any, external_tag: Any) -> tuple[Any, Any]:
         if external and external_tag is None:
             external_tag = DATA_TAG
-        if isinstance(data, (bytes, bytearray)) and len(data) >= SPILL_BYTES:
+        if spill and isinstance(data, (bytes, bytearray)) and len(data) >= SPILL_BYTES:
             data = _spill(data)
-        original_add(self, key, data, alignment, external_tag, **kw)
+        return data, external_tag
 
-    def save_new_const_tensor(
-        self: Any, spec: Any, buffer_data: Any, hashed: str, allocation_info: Any = None, constant_tag: Any = None
-    ) -> Any:
+    def constant(buffer_data: Any, allocation_info: Any) -> Any:
         # a mutable buffer's initial state (allocation_info) stays as it is: only constants are spilled
-        if allocation_info is None and isinstance(buffer_data, bytes) and len(buffer_data) >= SPILL_BYTES:
+        if spill and allocation_info is None and isinstance(buffer_data, bytes) and len(buffer_data) >= SPILL_BYTES:
             buffer_data = _spill(buffer_data)
-        return original_save(self, spec, buffer_data, hashed, allocation_info, constant_tag)
+        return buffer_data
 
-    NamedDataStore.add_named_data = add_named_data
-    _Emitter._save_new_const_tensor = save_new_const_tensor
-    try:
+    with _executorch.serialized_weights_intercepted(named_data, constant):
         yield
-    finally:
-        NamedDataStore.add_named_data = original_add
-        _Emitter._save_new_const_tensor = original_save
 
 
 @contextlib.contextmanager
@@ -208,7 +196,7 @@ def lowered_modules_released() -> Iterator[None]:
 def data_files(program: Any) -> dict[str, Any]:
     """The serialized program's data files (executorch's named data outside the .pte): tag -> what
     streams itself into a file (``write_to_file``), never joined into one bytes object."""
-    cords = getattr(program, "_tensor_data", None)  # executorch 1.5.1 keeps them beside the .pte's pieces
+    _pte, cords = _executorch.serialized_pieces(program)
     if cords is None and hasattr(program, "data_files"):
         return dict(program.data_files)
     return dict(cords or {})
@@ -217,7 +205,7 @@ def data_files(program: Any) -> dict[str, Any]:
 def serialized_size(program: Any) -> int:
     """The .pte's size in bytes: ``to_executorch`` serialized it into pieces (a ``Cord``: bytes and the
     weights' temporary files), so their sizes add up without reading or joining them."""
-    pieces = getattr(program, "_pte_data", None)  # executorch 1.5.1
+    pieces, _data = _executorch.serialized_pieces(program)
     if pieces is not None:
         return len(pieces)
 

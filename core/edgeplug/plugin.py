@@ -64,6 +64,19 @@ Kernels (the host-side contract the GPU plugins implement):
 - ``gpu_device``: the process's ``GpuDevice`` (adapter from ``EDGEPLUG_WGPU_ADAPTER``), opened on first use, then shared.
 - ``KernelError``: raised when a kernel cannot run a call (bad arguments, no adapter, a shader that fails).
 
+ExecuTorch releases (what a plugin needs of the installed ExecuTorch; declare the range you test with in your
+distribution's ``Requires-Dist``, e.g. ``executorch>=1.4,<1.6``: ``edgeplug plugins`` shows it and warns outside it):
+
+- ``executorch_feature``: ``executorch_feature(module, attr=None, *, needed_for, since=None)``, the module (or its
+  attribute) if the installed ExecuTorch has it, else ``ExecutorchVersionError`` naming it, what needs it and the release
+  that has it. Call it where you first need the thing (a partitioner factory), so a user on an older release is refused
+  before any work with one sentence, never an ``ImportError`` blamed on edgeplug.
+- ``executorch_has``: ``executorch_has(module, attr=None) -> bool``, the same probe without raising
+  (for ``BackendSpec.availability``).
+- ``lacks_executorch_feature``: ``lacks_executorch_feature(what, needed_for, since=None)``, the
+  ``ExecutorchVersionError`` to raise when your own probe finds something missing.
+- ``ExecutorchVersionError``: what ``executorch_feature`` raises (also ``edgeplug.ExecutorchVersionError``).
+
 Runtimes (a backend's own runtime, built for this host: ``BackendSpec.device_runtime``):
 
 - ``RuntimeNotFound``: raised by ``device_runtime()`` when no such runtime is on this machine (say how to get one).
@@ -122,6 +135,10 @@ _LAZY: dict[str, tuple[str, Optional[str]]] = {
     "OpCall": ("edgeplug._verify.host", "OpCall"),
     "GpuDevice": ("edgeplug._runtime.device", "GpuDevice"),
     "gpu_device": ("edgeplug._runtime.process", "gpu_device"),
+    "executorch_feature": ("edgeplug._executorch", "executorch_feature"),
+    "executorch_has": ("edgeplug._executorch", "executorch_has"),
+    "lacks_executorch_feature": ("edgeplug._executorch", "lacks_executorch_feature"),
+    "ExecutorchVersionError": ("edgeplug._errors", "ExecutorchVersionError"),
 }
 
 

@@ -26,6 +26,7 @@ from edgeplug._cli.quiet import silence_at_exit
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
 from edgeplug._errors import EdgeplugError
+from edgeplug._executorch import version_gap
 from edgeplug._failures import first_line, root_cause, user_frame
 from edgeplug._registry import PluginWarning
 from edgeplug._scaffold import DEFAULT_PARTITIONER, KNOWN_PARTITIONERS
@@ -316,6 +317,10 @@ def _run(args: argparse.Namespace, previous: object) -> int:
 
 def _end_without_waiting(code: int) -> None:
     """The command is done: a thread the model's code left running (said when it was found) does not keep
+        gap = version_gap(exc)
+        if gap is not None:
+            _say_failure(args, exc, f"{gap}; nothing was written")
+            return 2
     the process alive. Exit handlers run, streams are flushed, then the process ends with ``code``."""
     if not left_running():
         return

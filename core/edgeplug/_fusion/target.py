@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from edgeplug._graph.ops import edge_ops
 from edgeplug._records import FusionPolicy
 
 if TYPE_CHECKING:
@@ -102,9 +103,7 @@ def resolve_target(policy: FusionPolicy, dialect: Optional[str] = None) -> Fused
     op = _overload(policy)
     weight_optional = _check_schema(policy, op)
     if dialect == "EDGE":
-        from executorch.exir.dialects._ops import ops as exir_ops  # executorch: seconds; the CLI loads this module
-
         ns, name = op._schema.name.split("::")
-        op = getattr(getattr(exir_ops.edge, ns), name).default
+        op = getattr(getattr(edge_ops(), ns), name).default
     return FusedOp(policy, op, weight_optional)
 

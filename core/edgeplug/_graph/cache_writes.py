@@ -19,11 +19,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from edgeplug._graph.ops import op_name
+from edgeplug._graph.ops import edge_ops, op_name
 from edgeplug._records import TransformRecord
 
 INDEX_PUT = "aten.index_put.default"
@@ -97,7 +96,7 @@ def values_at_indexed_shape(ep: ExportedProgram) -> tuple[bool, list[TransformRe
         with graph.inserting_before(node):
             full = values
             for _ in range(missing):
-                full = graph.call_function(exir_ops.edge.aten.unsqueeze_copy.default, (full, 0))
+                full = graph.call_function(edge_ops().aten.unsqueeze_copy.default, (full, 0))
                 full.meta["val"] = full.args[0].meta["val"].unsqueeze(0)
         node.replace_input_with(values, full)
         records.append(TransformRecord(

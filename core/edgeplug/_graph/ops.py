@@ -15,16 +15,18 @@ import torch
 def edge_ops() -> Any:
     """executorch's edge-dialect op namespace (``exir_ops.edge``): ``edge_ops().aten.add.Tensor``."""
     # executorch: seconds to import, and only edge programs need it (transform and quantize work on aten)
-    from executorch.exir.dialects._ops import ops as exir_ops
+    from edgeplug import _executorch
 
-    return exir_ops.edge
+    return _executorch.edge_ops()
 
 
 def aten_overload(target: Any) -> Any:
     """The ``OpOverload`` behind an edge op, or ``target`` itself."""
     if isinstance(target, torch._ops.OpOverload):
         return target
-    inner = getattr(target, "_op", None)
+    from edgeplug._executorch import inner_aten_op  # imports nothing of executorch's
+
+    inner = inner_aten_op(target)
     return inner if isinstance(inner, torch._ops.OpOverload) else target
 
 

@@ -35,11 +35,11 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
-from executorch.exir.tracer import _default_decomposition_table
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from edgeplug import _executorch
 from edgeplug._errors import EdgeplugError
 from edgeplug._graph.constants import constant_placeholders, constant_value, lift_constant, mutated_targets, remove_dead
 from edgeplug._graph.ops import aten_overload, is_qdq, op_name
@@ -232,7 +232,7 @@ def keep_whole_decisions(gm: torch.fx.GraphModule, ops: Sequence[Any], delegable
 
 @functools.lru_cache(maxsize=64)
 def _decomposable(ops: tuple[Any, ...]) -> frozenset:
-    table = _default_decomposition_table()
+    table = _executorch.default_decompositions()
     return frozenset(aten_overload(op) for op in ops if op in table)
 
 

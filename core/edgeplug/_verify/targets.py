@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.utils._pytree as pytree
 
+from edgeplug import _executorch
 from edgeplug._backend import Backend
 from edgeplug._eager import _tensors
 from edgeplug._errors import RuntimeNotFound, RuntimeRefusedError, VerificationError
@@ -208,13 +209,11 @@ class _PteModule:
 
     def __init__(self, result: LoweringResult) -> None:
         # executorch's runtime (a native library): loaded only where a .pte is run on the host
-        from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
         if "quantized_decomposed" in " ".join(str(n.target) for n in result.program.exported_program().graph.nodes):
             import executorch.kernels.quantized  # noqa: F401  registers the quantized ops' kernels
 
         self._weights = result.data_buffer  # the runtime reads it in place: kept referenced while it runs
-        self.module = _load_for_executorch_from_buffer(result.buffer, self._weights)
+        self.module = _executorch.load_pte(result.buffer, self._weights)
 
     def __call__(self, flat: list[Any]) -> Any:
         return self.module.forward(flat)

@@ -19,8 +19,9 @@ from typing import Any, Optional
 
 import torch
 
+from edgeplug import _executorch
 from edgeplug._registry.lookup import get_backend
-from edgeplug._quantize.quantize import quantize
+from edgeplug._facade import quantize
 from edgeplug._records import QuantScheme
 from edgeplug._zoo._lowering import CellTarget, _flat, cell_error, lower_edgeplug, lower_stock, target, versus_float
 from edgeplug._zoo._models import exported_call, label
@@ -191,9 +192,8 @@ def _run_ptes(cell: Cell, buffers: dict[str, bytes], args: tuple, eager: list) -
     if "edgeplug" in buffers:
         try:  # the .pte itself against the float model, measured as stock's is
             # executorch's runtime (a native library): loaded in the cells that run a .pte, not at import
-            from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
-            outs = _flat(_load_for_executorch_from_buffer(buffers["edgeplug"]).forward(list(args)))
+            outs = _flat(_executorch.load_pte(buffers["edgeplug"]).forward(list(args)))
             cell.edgeplug.cosine_to_float, cell.edgeplug.max_abs_float = versus_float(outs[0], eager[0])
         except Exception as exc:
             cell.edgeplug.verify_error = cell.edgeplug.verify_error or cell_error(exc)

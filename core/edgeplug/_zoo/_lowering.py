@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
+from edgeplug import _executorch
 from edgeplug._failures import first_line
 from edgeplug._registry.lookup import get_backend
 from edgeplug._stock import partitioning_of
@@ -81,8 +82,8 @@ def lower_edgeplug(
 ) -> tuple[Side, Any]:
     """edgeplug.lower (timed, serialization included) then edgeplug.verify where it runs."""
     # the lowering (executorch): only a cell's process lowers; the parent imports this module for dry_run
-    from edgeplug._pipeline import lower
-    from edgeplug._verify import verify as verify_lowered
+    from edgeplug._facade import lower
+    from edgeplug._facade import verify as verify_lowered
 
     side = Side()
     try:
@@ -157,11 +158,10 @@ def lower_stock(
     if target.stock_runs_here:  # a delegate executorch's Python runtime runs (the backend verifies .pte files)
         try:
             # executorch's runtime (a native library): only where a stock .pte is run here
-            from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
             if not eager:
                 return side
-            outs = _flat(_load_for_executorch_from_buffer(buffer).forward(tuple(inputs)))
+            outs = _flat(_executorch.load_pte(buffer).forward(tuple(inputs)))
             side.max_abs_diff = max(
                 (a.double() - e.double()).abs().max().item() for a, e in zip(outs, eager)
             )

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from edgeplug import _executorch
 from edgeplug._zoo._lowering import first_line
 
 
@@ -67,11 +68,8 @@ def time_ptes(buffers: dict[str, bytes], inputs: list, rounds: int = 15, calls: 
 
     Every round times ``calls`` forwards of each program, the sides alternating (the first side changes
     from round to round), after three warm-up calls each; the median over rounds is kept."""
-    # executorch's runtime (a native library): only in the cells that time a .pte
-    from executorch.extension.pybindings import portable_lib
-
-    portable_lib._unsafe_reset_threadpool(1)  # one thread: the figure is the program's, not the machine's
-    modules = {name: portable_lib._load_for_executorch_from_buffer(b) for name, b in buffers.items()}
+    _executorch.set_runtime_threads(1)  # one thread: the figure is the program's, not the machine's
+    modules = {name: _executorch.load_pte(b) for name, b in buffers.items()}
     for m in modules.values():
         for _ in range(3):
             m.forward(list(inputs))

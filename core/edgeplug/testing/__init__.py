@@ -120,10 +120,9 @@ def delegate_ids(pte: bytes) -> set[str]:
     """The delegate ids (``BackendDetails.id``, e.g. ``"XnnpackBackend"``) of a serialized ``.pte``, as
     executorch reads it back."""
     # executorch: pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    from edgeplug import _executorch
 
-    program = deserialize_pte_binary(pte).program
-    return {d.id for plan in program.execution_plan for d in plan.delegates}
+    return _executorch.delegate_ids(pte)
 
 
 def program_cpu_ops(result: Any) -> list[str]:
@@ -163,8 +162,9 @@ def pt2e_schemes(backend: str) -> dict[str, tuple]:
     declares (``QuantScheme`` records); asserts every scheme it declares names it and has a description."""
     # pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
     from edgeplug._quantize.quantize import schemes
+    from edgeplug._registry.lookup import get_backend
 
-    declared = schemes(backend)
+    declared = schemes(get_backend(backend))
     bad = [s.scheme for s in declared if s.backend != backend or not s.description]
     assert not bad, f"schemes of {backend!r} naming another backend or without a description: {bad}"
     return {s.scheme: (s.activation_bits, s.weight_bits, s.per_channel) for s in declared if s.kind == "pt2e"}

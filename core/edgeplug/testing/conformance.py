@@ -59,9 +59,9 @@ from importlib.metadata import distribution
 import pytest
 import torch
 from executorch.exir import EdgeCompileConfig, to_edge
-from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.backend.partitioner import Partitioner
 
+from edgeplug import _executorch
 import edgeplug
 from edgeplug import Availability
 from edgeplug._registry import lookup as plugins
@@ -307,8 +307,7 @@ def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
         # a backend whose preprocess stands in for the compiler (a vendor's saver mode) says so, and is no dry run's
         assert report.dry_run == (report.stand_in is not None)
         assert report.stand_in is None or report.stand_in.kind == "backend"
-        program = deserialize_pte_binary(result.buffer).program
-        ids = {d.id for plan in program.execution_plan for d in plan.delegates}
+        ids = _executorch.delegate_ids(result.buffer)
         assert edgeplug_backend.spec.backend_id in ids
     else:
         assert report.dry_run and result.program is None

@@ -276,15 +276,15 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
     why the saver backend itself stays started). Yields the list the records
     are appended to.
     """
-    from executorch.backends.qualcomm.qnn_preprocess import QnnBackend
     from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
     from executorch.backends.qualcomm.utils.qnn_manager_lifecycle import QnnManagerContext, get_current_qnn_manager
     from executorch.exir.backend.backend_details import PreprocessResult
 
-    original = QnnBackend.__dict__["preprocess_multimethod"]
+    from edgeplug_qnn._executorch import preprocess_multimethod_replaced
+
     records: list[SaverRecord] = []
 
-    def preprocess_multimethod(edge_programs: dict, compile_specs: dict) -> dict:
+    def preprocess_multimethod(original: Any, edge_programs: dict, compile_specs: dict) -> dict:
         results: dict[str, list] = {}
         for method, programs in edge_programs.items():
             results[method] = []
@@ -298,7 +298,7 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
                         "partitioner with edgeplug_qnn.saver.compile_specs"
                     )
                 try:
-                    original.__func__({method: [program]}, {method: [spec_list]})
+                    original({method: [program]}, {method: [spec_list]})
                 except SystemExit as exc:  # qnn_preprocess's exit(...) after a saver compile: expected
                     if not str(exc.code).startswith(_SAVER_EXIT):
                         raise
@@ -321,12 +321,8 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
         }
 
     _keep_saver_started(specs)
-    with QnnManagerContext({"forward": specs}):
-        QnnBackend.preprocess_multimethod = staticmethod(preprocess_multimethod)
-        try:
-            yield records
-        finally:
-            QnnBackend.preprocess_multimethod = original
+    with QnnManagerContext({"forward": specs}), preprocess_multimethod_replaced(preprocess_multimethod):
+        yield records
 
 
 def lowered_records(edge_ep: Any) -> list[SaverRecord]:

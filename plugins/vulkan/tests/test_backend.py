@@ -37,7 +37,7 @@ def test_executorchs_pattern_search_runs_once_per_graph_and_is_restored(monkeypa
     import executorch.backends.vulkan.patterns as vk_patterns
     import torch
 
-    from edgeplug_vulkan_delegate.patches import fusable_subgraphs_matched_once
+    from edgeplug_vulkan_delegate._executorch import fusable_subgraphs_matched_once
 
     searched: list[int] = []
     search = vk_patterns.get_all_fusable_subgraphs
@@ -70,7 +70,7 @@ def test_a_changed_graph_is_searched_again():
     import executorch.backends.vulkan.patterns as vk_patterns
     import torch
 
-    from edgeplug_vulkan_delegate.patches import fusable_subgraphs_matched_once
+    from edgeplug_vulkan_delegate._executorch import fusable_subgraphs_matched_once
 
     gm = torch.fx.symbolic_trace(_Softplus())
     with fusable_subgraphs_matched_once():

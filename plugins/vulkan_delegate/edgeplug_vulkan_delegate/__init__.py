@@ -9,7 +9,7 @@ the Vulkan delegate depend on it and yield its records under their own names.
 - ``rewrites``: the core's rewrites the delegate's ops call for, and the family's own pass.
 - ``support``: the per-node support check (executorch's ``VulkanSupportedOperators``, with its reasons).
 - ``preprocess``: what the delegate's preprocess does to constants, for host verification.
-- ``patches``: every patch of executorch's Vulkan internals, each restored on exit.
+- ``_executorch``: every reach into executorch's Vulkan internals (patches, each restored on exit; private attributes).
 - ``kernel_contract``: the ``et_vk.rms_norm`` kernel contract (argument checks, buffer layout,
   workgroup shape, launch) the plugins' shaders implement.
 - ``testing``: the test suite every ``et_vk.rms_norm`` kernel runs (imports pytest).

@@ -7,7 +7,7 @@
 
 Keeping executorch's own RMSNorm fusion out of the lowering (the switch the
 core's fusion relies on) is a patch of executorch and lives with the other
-one in ``edgeplug_vulkan_delegate.patches``.
+one in ``edgeplug_vulkan_delegate._executorch``.
 """
 
 from __future__ import annotations

@@ -37,6 +37,8 @@ from typing import Any, Optional
 import torch
 from torch.fx import Node
 
+from edgeplug.plugin import aten_overload
+
 #: the batch norm ops the preprocess folds
 _BATCH_NORMS = ("_native_batch_norm_legit_no_training.default", "native_batch_norm.default")
 
@@ -45,7 +47,7 @@ def _op(node: Any) -> str:
     # "aten.linear.default", for aten and edge ops alike
     if not (isinstance(node, Node) and node.op == "call_function"):
         return ""
-    return str(getattr(node.target, "_op", node.target))  # an edge op wraps its aten overload
+    return str(aten_overload(node.target))  # an edge op wraps its aten overload
 
 
 def _is_linear(node: Any) -> bool:

@@ -3,7 +3,7 @@
 What a backend serialized by the Vulkan delegate gets from the delegate
 itself, not from its own choices: the backend spec (the delegate's id, host
 verification with kernels, the support check, the preprocess constant rules,
-the lowering scope of ``patches``), the ops the delegate keeps whole and the
+the lowering scope of ``_executorch``), the ops the delegate keeps whole and the
 weight-only quantization schemes of ``VulkanQuantizer``. A plugin's hooks.py
 yields these with its backend name, with ``fusion.rms_norm_policy`` and
 ``rewrites.canonical_rewrites``, and adds what is its own (partitioner,
@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from edgeplug.plugin import BackendSpec, KeepWhole, QuantScheme
 
-from edgeplug_vulkan_delegate.patches import lowering_context
+from edgeplug_vulkan_delegate._executorch import lowering_context
 from edgeplug_vulkan_delegate.support import support_check
 
 #: the delegate's serialized id (WebGPUPartitioner tags partitions for it too)
@@ -32,12 +32,15 @@ def delegate_constants(original: Any, named: Any) -> Any:
 
 
 def backend_spec(
-    backend: str, *, description: str, partitioner: Callable[[], Any], device_runtime: Optional[Callable[[], Any]] = None
+    backend: str, *, description: str, partitioner: Callable[[], Any], device_runtime: Optional[Callable[[], Any]] = None,
+    availability: Optional[Callable[[], Any]] = None,
 ) -> BackendSpec:
     """A backend serialized by the Vulkan delegate, verified on the host with its kernels, or in its own
     runtime where ``device_runtime`` finds one (``edgeplug_vulkan_delegate.runtime.device_runtime``:
     ExecuTorch's Vulkan runtime built from source)."""
+    extra = {"availability": availability} if availability is not None else {}
     return BackendSpec(
+        **extra,
         device_runtime=device_runtime,
         # ExecuTorch's Vulkan runtime (cff6f4d) does not keep a buffer moved into its delegate: the graph
         # declares the buffer's new value as an output the delegate call does not pass ("Vulkan graph

@@ -32,7 +32,9 @@ def support_check(partitioner: Any, gm: Optional[Any] = None) -> Callable[[Any],
 
     from edgeplug.plugin import TAKEN, Verdict
 
-    vk = getattr(partitioner, "_vulkan_partitioner", partitioner)
+    from edgeplug_vulkan_delegate._executorch import inner_vulkan_partitioner
+
+    vk = inner_vulkan_partitioner(partitioner)
     options = vk.options
     built: list[Any] = []
 

@@ -27,7 +27,7 @@ def _metadata(wheel: zipfile.ZipFile, name: str) -> str:
 def test_a_library_distribution_two_plugins_require_is_no_backend(tmp_path):
     lib = _wheel("vulkan_delegate", tmp_path / "lib")
     names = set(lib.namelist())
-    assert {"edgeplug_vulkan_delegate/kernel_contract.py", "edgeplug_vulkan_delegate/patches.py"} <= names
+    assert {"edgeplug_vulkan_delegate/kernel_contract.py", "edgeplug_vulkan_delegate/_executorch.py"} <= names
     assert "[edgeplug]" not in _metadata(lib, "entry_points.txt")  # a library: no backend of its own
     for plugin, own in (("webgpu", "edgeplug_webgpu/hooks.py"), ("vulkan", "edgeplug_vulkan/hooks.py")):
         wheel = _wheel(plugin, tmp_path / plugin)

@@ -7,23 +7,40 @@ name, with its own partitioner and kernels.
 
 from __future__ import annotations
 
-from edgeplug.plugin import Kernel, hookimpl
+from edgeplug.plugin import Availability, Kernel, executorch_has, hookimpl
 
 from edgeplug_vulkan_delegate import fusion, records, rewrites
 
 BACKEND = "webgpu"
 
 
-def _partitioner():
-    from executorch.backends.webgpu.partitioner import WebGPUPartitioner
+_PARTITIONER = ("executorch.backends.webgpu.partitioner", "WebGPUPartitioner")
+_NEEDS = "the webgpu backend (ExecuTorch's WebGPU partitioner)"
 
-    return WebGPUPartitioner()
+
+def _partitioner():
+    from edgeplug.plugin import executorch_feature
+
+    return executorch_feature(*_PARTITIONER, needed_for=_NEEDS, since="1.5")()
+
+
+def _requires_webgpu_partitioner() -> Availability:
+    """WebGPUPartitioner is new in ExecuTorch 1.5: on 1.4 nothing of this backend can run, dry runs included."""
+    if executorch_has(*_PARTITIONER):
+        return Availability(ok=True)
+    from edgeplug.plugin import lacks_executorch_feature
+
+    return Availability(
+        ok=False, reason=str(lacks_executorch_feature("WebGPUPartitioner", _NEEDS, since="1.5")),
+        hint="pip install 'executorch>=1.5,<1.6'",
+    )
 
 
 @hookimpl
 def edgeplug_backends():
     yield records.backend_spec(
-        BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner
+        BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner,
+        availability=_requires_webgpu_partitioner,
     )
 
 

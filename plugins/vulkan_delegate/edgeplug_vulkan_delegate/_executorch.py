@@ -1,4 +1,7 @@
-"""Every patch of executorch's Vulkan internals, each restored on exit (errors included).
+"""Every reach of the Vulkan delegate family into executorch's internals: the family's boundary module.
+
+Each is a named function; the core's ``tests/test_executorch_boundary.py`` fails on a reach anywhere else in
+the family. Patches of executorch's Vulkan internals are each restored on exit (errors included).
 
 A lowering for a backend on the Vulkan delegate runs inside ``lowering_context``
 (the ``BackendSpec.lowering_context`` of vulkan and webgpu), which applies the
@@ -86,6 +89,11 @@ def fusable_subgraphs_matched_once() -> Iterator[None]:
         yield
     finally:
         vk_patterns.get_all_fusable_subgraphs = match
+
+
+def inner_vulkan_partitioner(partitioner: Any) -> Any:
+    """The ``VulkanPartitioner`` a partitioner wraps (WebGPU's keeps one in a private attribute), or itself."""
+    return getattr(partitioner, "_vulkan_partitioner", partitioner)
 
 
 @contextlib.contextmanager
