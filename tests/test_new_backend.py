@@ -83,11 +83,102 @@ def test_edgeplug_testing_extra_brings_pytest():
         ({"name": "My-NPU"}, "backend name 'My-NPU' must be lower-case"),
         ({"name": "npu", "partitioner": "nonsense"}, "neither a known one (xnnpack, vulkan) nor MODULE:CLASS"),
         ({"name": "npu", "partitioner": "my_npu.partition:MyPartitioner"}, "needs --backend-id"),
+        ({"name": "npu", "partitioner_args": "spec=Spec("}, "is not the arguments of a Python call"),
+        ({"name": "npu", "partitioner_args": "spec=Spec('fp16')"}, "uses Spec, which nothing imports: add --import"),
+        ({"name": "npu", "partitioner_args": "1", "imports": ["nomodule"]}, "--import 'nomodule' is not MODULE:NAME"),
     ],
 )
 def test_bad_arguments_say_what_to_give(kwargs, message):
     with pytest.raises(EdgeplugError, match=re.escape(message)):
         render(**kwargs)
+
+
+def test_the_generated_backend_declares_the_plugin_api_it_was_written_for():
+    from edgeplug.plugin import API_VERSION
+
+    hooks = ast.parse(render("toyaccel")["edgeplug_toyaccel/hooks.py"])
+    spec = next(n for n in ast.walk(hooks) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "BackendSpec")
+    declared = {kw.arg: kw.value for kw in spec.keywords}
+    assert isinstance(declared["api_version"], ast.Constant) and declared["api_version"].value == API_VERSION
+
+
+#: an executorch partitioner whose constructor needs a compile spec, as TOSA's, Ethos-U's and QNN's do
+SPEC_PARTITIONER = '''
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+
+class SpecPartitioner(XnnpackPartitioner):
+    def __init__(self, compile_specs, verbose=False):
+        if not compile_specs or not all(isinstance(c, CompileSpec) for c in compile_specs):
+            raise TypeError("SpecPartitioner needs a non-empty list of CompileSpec")
+        super().__init__(verbose=verbose)
+        self.compile_specs = list(compile_specs)
+'''
+SPEC_ARGS = ["--partitioner", "specpart:SpecPartitioner", "--backend-id", "XnnpackBackend"]
+
+
+@pytest.fixture(scope="module")
+def spec_partitioner_site(tmp_path_factory):
+    site = tmp_path_factory.mktemp("spec-partitioner")
+    (site / "specpart.py").write_text(SPEC_PARTITIONER)
+    return site
+
+
+def test_a_partitioner_that_needs_a_compile_spec_is_not_called_without_one(spec_partitioner_site, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(spec_partitioner_site))
+    proc = _run([sys.executable, "-m", "edgeplug._cli", "new-backend", "specnpu", *SPEC_ARGS, "-o", str(tmp_path)], tmp_path, env)
+    assert proc.returncode != 0 and not (tmp_path / "edgeplug-specnpu").exists(), proc.stdout + proc.stderr
+    line = [x for x in proc.stderr.splitlines() if x.startswith("edgeplug: error:")][0]
+    assert "SpecPartitioner cannot be built without arguments: its constructor requires compile_specs" in line
+    assert "--partitioner-args" in line and "--import MODULE:NAME" in line
+
+
+@pytest.fixture(scope="module")
+def generated_with_spec(tmp_path_factory, spec_partitioner_site):
+    """`edgeplug new-backend specnpu` over a partitioner that needs a compile spec, given as the docs say."""
+    tmp = tmp_path_factory.mktemp("new-backend-spec")
+    env = dict(os.environ, PYTHONPATH=str(spec_partitioner_site))
+    proc = _run(
+        [sys.executable, "-m", "edgeplug._cli", "new-backend", "specnpu", *SPEC_ARGS,
+         "--partitioner-args", "[CompileSpec('precision', b'fp32')]",
+         "--import", "executorch.exir.backend.compile_spec_schema:CompileSpec", "-o", str(tmp)],
+        tmp, env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    project = tmp / "edgeplug-specnpu"
+    env = _install(project, tmp / "site")
+    env["PYTHONPATH"] += os.pathsep + str(spec_partitioner_site)
+    return project, env
+
+
+def test_a_generated_backend_over_a_partitioner_that_needs_a_compile_spec_passes_its_quick_tests(generated_with_spec):
+    project, env = generated_with_spec
+    hooks = (project / "edgeplug_specnpu" / "hooks.py").read_text()
+    assert "from executorch.exir.backend.compile_spec_schema import CompileSpec" in hooks
+    assert "return SpecPartitioner([CompileSpec('precision', b'fp32')])" in hooks
+    proc = _run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
+         "not llama and not kept_whole and not verification and not custom_ops"],
+        project, env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert re.match(r"^6 passed, 5 skipped, 5 deselected\b", proc.stdout.strip().splitlines()[-1]), proc.stdout[-500:]
+
+
+def test_a_name_an_installed_plugin_has_is_refused(fixture_site, cli, tmp_path):
+    """tests/fixtures/good installs edgeplug-fixture-good, whose entry point 'tinycpu' registers backend 'tinycpu'."""
+    fixture_site("good")
+    code, out, err = cli("new-backend", "tinycpu", "-o", tmp_path)
+    assert code != 0 and list(tmp_path.iterdir()) == [], out + err
+    assert "the name 'tinycpu' is taken: backend 'tinycpu' is registered by edgeplug-fixture-good 1.2.3" in err
+    assert "the plugin entry point 'tinycpu' is edgeplug-fixture-good 1.2.3's" in err
+    assert "nothing was written" in err and "pip install" not in out
+    code, out, err = cli("new-backend", "fixture_good", "-o", tmp_path)  # the distribution it would be
+    assert code != 0 and list(tmp_path.iterdir()) == [], out + err
+    assert "the distribution it would be, edgeplug-fixture-good, is installed (edgeplug-fixture-good 1.2.3)" in err
+    code, out, err = cli("new-backend", "tinynpu", "-o", tmp_path)  # a free name is written
+    assert code == 0 and (tmp_path / "edgeplug-tinynpu").is_dir(), err
 
 
 def test_refuses_to_overwrite(tmp_path):

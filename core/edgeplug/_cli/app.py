@@ -21,7 +21,7 @@ import warnings
 from typing import Optional, Sequence
 
 from edgeplug._api import PluginApiDeprecationWarning
-from edgeplug._cli.common import DEBUG_ENV, STREAM_ERRORS, err
+from edgeplug._cli.common import DEBUG_ENV, STREAM_ERRORS, err, say
 from edgeplug._cli.quiet import silence_at_exit
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
@@ -91,6 +91,15 @@ def _add_listings(sub: argparse._SubParsersAction) -> None:
         + ", or MODULE:CLASS",
     )
     nb.add_argument("--backend-id", help="the id the partitioner tags partitions with (needed with MODULE:CLASS)")
+    nb.add_argument(
+        "--partitioner-args", metavar="ARGS",
+        help="the partitioner's constructor arguments, as Python source inside CLASS(...), e.g. "
+        "\"compile_spec=TosaCompileSpec('TOSA-1.0+FP')\" (needed where its constructor has required parameters)",
+    )
+    nb.add_argument(
+        "--import", dest="imports", action="append", default=[], metavar="MODULE:NAME",
+        help="a name --partitioner-args uses, imported in the generated factory; repeatable",
+    )
     nb.add_argument("-o", "--output", default=".", help="folder to write edgeplug-NAME/ in (default: here)")
     nb.set_defaults(fn=cmd_new_backend)
     e = sub.add_parser("examples", help="list the built-in models `edgeplug lower NAME` builds")
@@ -227,7 +236,7 @@ def _plugin_problems_as_lines() -> None:
 
     def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202 (warnings' signature)
         if issubclass(category, PluginWarning):
-            print(f"edgeplug: warning: {message}", file=sys.stderr)
+            say(f"edgeplug: warning: {message}")
         else:
             shown(message, category, filename, lineno, file, line)
 
@@ -249,7 +258,7 @@ def _stream_failed(exc: OSError) -> int:
                     pass
         if exc.errno != errno.EPIPE:
             try:
-                print(f"edgeplug: output failed: {exc.strerror or exc}", file=sys.stderr, flush=True)
+                say(f"edgeplug: output failed: {exc.strerror or exc}", flush=True)
             except (OSError, ValueError):
                 pass
     finally:
@@ -308,6 +317,10 @@ def _run(args: argparse.Namespace, previous: object) -> int:
         _say_failure(args, exc, f"the model's code called sys.exit({exc.code!r}){where} while edgeplug was lowering it; nothing was written")
         return 2
     except Exception as exc:
+        gap = version_gap(exc)
+        if gap is not None:
+            _say_failure(args, exc, f"{gap}; nothing was written")
+            return 2
         _say_failure(args, exc, f"unexpected {first_line(exc)}: this is a bug in edgeplug; please report it with --debug's traceback")
         return 2
     finally:
@@ -317,10 +330,6 @@ def _run(args: argparse.Namespace, previous: object) -> int:
 
 def _end_without_waiting(code: int) -> None:
     """The command is done: a thread the model's code left running (said when it was found) does not keep
-        gap = version_gap(exc)
-        if gap is not None:
-            _say_failure(args, exc, f"{gap}; nothing was written")
-            return 2
     the process alive. Exit handlers run, streams are flushed, then the process ends with ``code``."""
     if not left_running():
         return
@@ -335,18 +344,18 @@ def _say_failure(args: argparse.Namespace, exc: BaseException, message: str) -> 
     if _debugging(args):
         printed = getattr(exc, "model_output", "")
         if printed:  # what the model file printed while -v was off
-            print(f"the model file printed, while edgeplug held it off the terminal:\n{printed.rstrip()}", file=sys.stderr)
+            say(f"the model file printed, while edgeplug held it off the terminal:\n{printed.rstrip()}")
         hidden = getattr(exc, "hidden_output", "")
         if hidden:  # what the libraries printed while -v was off
-            print(f"the libraries printed, while edgeplug kept it off the terminal:\n{hidden.rstrip()}", file=sys.stderr)
+            say(f"the libraries printed, while edgeplug kept it off the terminal:\n{hidden.rstrip()}")
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         partial = getattr(root_cause(exc), "partial_fx_graph", None)
         if partial:
-            print(f"the graph torch.export had captured when it failed:\n{partial}", file=sys.stderr)
+            say(f"the graph torch.export had captured when it failed:\n{partial}")
     stage = getattr(exc, "lowering_stage", None)
     if stage and not message.startswith("stage "):
         message = f"stage {stage!r}: {message}"
     first, *rest = message.splitlines() or [""]
     err(first)
     for line in rest:
-        print(f"  {line}", file=sys.stderr)
+        say(f"  {line}")

@@ -12,11 +12,11 @@ import json
 import sys
 
 from edgeplug._backend import INSTALL_HINT
-from edgeplug._cli.common import err
+from edgeplug._cli.common import err, say
 from edgeplug._runtime.process import gpu_device
 from edgeplug._registry.lookup import get_backend, manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
-from edgeplug._scaffold import write
+from edgeplug._scaffold import unchecked_constructor, write
 from edgeplug import _api
 from edgeplug._api import model_renames
 from edgeplug._models import EXAMPLE_NAMES, MODELS
@@ -35,14 +35,14 @@ def cmd_backends(args: argparse.Namespace) -> int:
         rows.append((name, b.distribution, b.version, b.spec.verify_method, avail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows if specs else ():  # no backend: the error below, not an empty table
-        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+        say("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4], file=sys.stdout)
     _print_device_runtimes(m, specs)
     kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
     if specs and (args.adapter or (kernels and not args.no_adapter)):
         try:
-            print(f"\nwgpu adapter: {gpu_device().describe()}")
+            say(f"\nwgpu adapter: {gpu_device().describe()}", file=sys.stdout)
         except Exception as exc:  # runtime is optional here
-            print(f"\nwgpu adapter: none ({exc})")
+            say(f"\nwgpu adapter: none ({exc})", file=sys.stdout)
     _print_plugin_trouble(m)
     if specs:
         return 0
@@ -65,9 +65,9 @@ def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
             continue
         runtime, why_not = find_device_runtime(get_backend(name, registry=m))
         if runtime is not None:
-            print(f"\n{name} runtime: {runtime.name} (--verify runs the .pte in it)")
+            say(f"\n{name} runtime: {runtime.name} (--verify runs the .pte in it)", file=sys.stdout)
         else:
-            print(f"\n{name} runtime: none, --verify runs the host emulation ({why_not})")
+            say(f"\n{name} runtime: none, --verify runs the host emulation ({why_not})", file=sys.stdout)
 
 
 #: how long ``edgeplug backends`` waits for one partitioner factory
@@ -96,13 +96,13 @@ def probe_partitioner(backend: object, seconds: float = PROBE_SECONDS) -> str:
 def _print_plugin_trouble(m: PluginManager) -> None:
     """Broken and skipped plugins, unavailable backends and ignored records, on stderr."""
     for p in m.problems():
-        print(f"\nbroken plugin: {p.message}", file=sys.stderr)
+        say(f"\nbroken plugin: {p.message}")
     for c in m.conflicts():
-        print(f"\nunavailable backend: {c.message}", file=sys.stderr)
+        say(f"\nunavailable backend: {c.message}")
     for u in m.unclaimed():
-        print(f"\nignored record: {u.message}", file=sys.stderr)
+        say(f"\nignored record: {u.message}")
     for info, why in m.skipped():
-        print(f"skipped plugin {info.name!r} ({info.distribution}): {why}", file=sys.stderr)
+        say(f"skipped plugin {info.name!r} ({info.distribution}): {why}")
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -120,27 +120,35 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         ], indent=2))
         return 0
     if not found:
-        print(f"no edgeplug plugins installed: install a backend plugin, e.g. {INSTALL_HINT}")
+        say(f"no edgeplug plugins installed: install a backend plugin, e.g. {INSTALL_HINT}", file=sys.stdout)
         return 0
     for s in found:
         status = s.status if not s.reason else f"{s.status}: {s.reason}"
-        print(f"{s.plugin.name}: {s.plugin.distribution} {s.plugin.version}".rstrip())
-        print(f"  entry point  {s.plugin.entry_point}")
-        print(f"  status       {status}")
+        say(f"{s.plugin.name}: {s.plugin.distribution} {s.plugin.version}".rstrip(), file=sys.stdout)
+        say(f"  entry point  {s.plugin.entry_point}", file=sys.stdout)
+        say(f"  status       {status}", file=sys.stdout)
         if s.api_version is not None:
-            print(f"  plugin API   {s.api_version}" + (f" (this edgeplug speaks {_api.current})" if s.api_version != _api.current else ""))
+            say(f"  plugin API   {s.api_version}" + (f" (this edgeplug speaks {_api.current})" if s.api_version != _api.current else ""), file=sys.stdout)
         for sentence in s.deprecated:
-            print(f"  deprecated   {sentence}")
+            say(f"  deprecated   {sentence}", file=sys.stdout)
         for backend, what in sorted(s.contributes.items()):
-            print(f"  adds to backend {backend!r}" + (f" ({s.trouble[backend]})" if backend in s.trouble else ""))
+            say(f"  adds to backend {backend!r}" + (f" ({s.trouble[backend]})" if backend in s.trouble else ""), file=sys.stdout)
             for phrase in what:
-                print(f"    {phrase}")
+                say(f"    {phrase}", file=sys.stdout)
     return 0
 
 
 def cmd_new_backend(args: argparse.Namespace) -> int:
     """Write a plugin package with every hook stubbed, its pyproject, and a conformance test."""
-    root = write(args.name, args.output, partitioner=args.partitioner, backend_id=args.backend_id)
+    unchecked = unchecked_constructor(args.partitioner, args.partitioner_args)
+    if unchecked:
+        print(f"edgeplug: warning: {unchecked}", file=sys.stderr)
+    m = manager()  # the backends installed plugins register: a new one must not take a name of theirs
+    registered = {name: f"{info.distribution} {info.version}".strip() for name, (info, _) in m.backend_specs().items()}
+    root = write(
+        args.name, args.output, partitioner=args.partitioner, backend_id=args.backend_id,
+        partitioner_args=args.partitioner_args, imports=args.imports, backends=registered,
+    )
     print(f"wrote {root}")
     print(f"next: pip install -e '{root}[test]' && edgeplug plugins && (cd {root} && pytest)")
     return 0
@@ -155,5 +163,5 @@ def cmd_examples(args: argparse.Namespace) -> int:
     width = max(len(name) for name in MODELS)
     for name, model in MODELS.items():
         also = f" [also: {'; '.join(short[name])}]" if name in short else ""
-        print(f"{name:<{width}}  {model.what}{also}")
+        say(f"{name:<{width}}  {model.what}{also}", file=sys.stdout)
     return 0
