@@ -1,18 +1,24 @@
-"""ExecuTorch's own Vulkan runtime, driven from Python: the real runtime a device runs, built on this
-host from ExecuTorch's source (``tools/vulkan-runtime/build.sh``; docs/vulkan-runtime.md).
+"""ExecuTorch's own GPU runtimes, driven from Python: the real runtimes a device runs, built on this host
+from ExecuTorch's source. Two are built here, both reading the Vulkan delegate's serialization:
 
-The build yields ``edgeplug-vulkan-runner``, a small program of ours linked with ExecuTorch's runtime,
-its portable and quantized CPU kernels and its Vulkan backend. It loads one ``.pte`` and runs its method
-on request over a pipe, keeping the method's state (mutable buffers: a KV cache) between requests, so a
-prefill and its decode steps run as they would on a device.
+- the Vulkan runtime (``tools/vulkan-runtime/build.sh``; docs/vulkan-runtime.md): ``edgeplug-vulkan-runner``;
+- the WebGPU runtime on wgpu-native (``tools/webgpu-runtime/build.sh``; docs/webgpu-runtime.md):
+  ``edgeplug-webgpu-runner``.
 
-Where the runner is found, in order: ``EDGEPLUG_VULKAN_RUNNER`` (the runner's path), then the newest
-build in the cache folder ``build.sh`` writes to (``$EDGEPLUG_CACHE_DIR`` or ``$XDG_CACHE_HOME/edgeplug``
-or ``~/.cache/edgeplug``, then ``vulkan-runtime/<commit>/bin``). ``EDGEPLUG_VULKAN_RUNNER=off`` turns
-the real runtime off (verification then uses the host emulation).
+Each build yields a small program of ours (tools/runtime-runner, one source for both) linked with ExecuTorch's
+runtime, its portable and quantized CPU kernels and one GPU backend. It loads one ``.pte`` and runs its method on
+request over a pipe, keeping the method's state (mutable buffers: a KV cache) between requests, so a prefill and
+its decode steps run as they would on a device. ``RuntimeKind`` names what differs between the two (``VULKAN``,
+``WEBGPU``).
+
+Where a runner is found, in order: its variable (``EDGEPLUG_VULKAN_RUNNER``, ``EDGEPLUG_WEBGPU_RUNNER``: the
+runner's path), then the newest build in the cache folder its ``build.sh`` writes to (``$EDGEPLUG_CACHE_DIR`` or
+``$XDG_CACHE_HOME/edgeplug`` or ``~/.cache/edgeplug``, then ``vulkan-runtime/<commit>/bin`` or
+``webgpu-runtime/<commit>/bin``). The variable set to ``off`` turns that runtime off (verification then uses the
+host emulation).
 
 This module needs only torch and the standard library: it also runs on a machine without executorch
-(the H200 benchmark drives it with ``.pte`` files made elsewhere).
+(the H200 benchmarks drive it with ``.pte`` files made elsewhere).
 """
 
 from __future__ import annotations
@@ -28,12 +34,36 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-RUNNER_VARIABLE = "EDGEPLUG_VULKAN_RUNNER"
-RUNNER_NAME = "edgeplug-vulkan-runner"
-BUILD_HINT = (
-    "build it with tools/vulkan-runtime/build.sh EXECUTORCH_SRC (docs/vulkan-runtime.md), "
-    f"or point {RUNNER_VARIABLE} at a built {RUNNER_NAME}"
-)
+
+@dataclass(frozen=True)
+class RuntimeKind:
+    """One of ExecuTorch's GPU runtimes built here: its API (its name in reports), the variable that points at
+    (or turns off) its runner, the runner's file name, its cache folder, and how to build it."""
+
+    api: str
+    variable: str
+    runner: str
+    folder: str
+    script: str
+    doc: str
+
+    @property
+    def label(self) -> str:
+        return f"ExecuTorch {self.api} runtime"
+
+    @property
+    def build_hint(self) -> str:
+        return (f"build it with {self.script} EXECUTORCH_SRC ({self.doc}), "
+                f"or point {self.variable} at a built {self.runner}")
+
+
+VULKAN = RuntimeKind("Vulkan", "EDGEPLUG_VULKAN_RUNNER", "edgeplug-vulkan-runner", "vulkan-runtime",
+                     "tools/vulkan-runtime/build.sh", "docs/vulkan-runtime.md")
+WEBGPU = RuntimeKind("WebGPU", "EDGEPLUG_WEBGPU_RUNNER", "edgeplug-webgpu-runner", "webgpu-runtime",
+                     "tools/webgpu-runtime/build.sh", "docs/webgpu-runtime.md")
+RUNNER_VARIABLE = VULKAN.variable
+RUNNER_NAME = VULKAN.runner
+BUILD_HINT = VULKAN.build_hint
 
 # ExecuTorch's ScalarType codes (the same numbering as torch's), for the dtypes a program's inputs take
 _DTYPES = {
@@ -51,28 +81,29 @@ class RunnerError(RuntimeError):
     """The runtime refused to load or run the program; the message is the runtime's own, with its log."""
 
 
-def cache_dir() -> Path:
+def cache_dir(kind: RuntimeKind = VULKAN) -> Path:
     root = os.environ.get("EDGEPLUG_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "edgeplug"
     )
-    return Path(root) / "vulkan-runtime"
+    return Path(root) / kind.folder
 
 
 @dataclass(frozen=True)
 class RunnerBuild:
-    """A built runner: where it is and which ExecuTorch commit it was built from."""
+    """A built runner: where it is, which runtime, and which ExecuTorch commit it was built from."""
 
     path: Path
     commit: str
     built_seconds: Optional[int] = None
     jobs: Optional[int] = None
+    kind: RuntimeKind = VULKAN
 
     @property
     def name(self) -> str:
-        return f"ExecuTorch Vulkan runtime {self.commit[:7]}"
+        return f"{self.kind.label} {self.commit[:7]}"
 
 
-def _build_of(path: Path) -> RunnerBuild:
+def _build_of(path: Path, kind: RuntimeKind = VULKAN) -> RunnerBuild:
     meta: dict[str, Any] = {}
     info = path.parent / "runtime.json"
     if info.is_file():
@@ -81,26 +112,26 @@ def _build_of(path: Path) -> RunnerBuild:
         except ValueError:
             meta = {}
     commit = str(meta.get("executorch_commit") or path.parent.parent.name or "unknown")
-    return RunnerBuild(path, commit, meta.get("built_seconds"), meta.get("jobs"))
+    return RunnerBuild(path, commit, meta.get("built_seconds"), meta.get("jobs"), kind)
 
 
-def find_runner() -> RunnerBuild:
-    """The runner to use, or ``RunnerNotFound`` saying where it looked and what to do."""
-    given = os.environ.get(RUNNER_VARIABLE, "").strip()
+def find_runner(kind: RuntimeKind = VULKAN) -> RunnerBuild:
+    """The runner of ``kind`` to use, or ``RunnerNotFound`` saying where it looked and what to do."""
+    given = os.environ.get(kind.variable, "").strip()
     if given.lower() in ("off", "0", "no", "none"):
-        raise RunnerNotFound(f"{RUNNER_VARIABLE}={given} turns ExecuTorch's Vulkan runtime off")
+        raise RunnerNotFound(f"{kind.variable}={given} turns ExecuTorch's {kind.api} runtime off")
     if given:
         path = Path(given)
         if not path.is_file() or not os.access(path, os.X_OK):
-            raise RunnerNotFound(f"{RUNNER_VARIABLE}={given} is not an executable file; {BUILD_HINT}")
-        return _build_of(path)
-    folder = cache_dir()
-    found = sorted(folder.glob(f"*/bin/{RUNNER_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
+            raise RunnerNotFound(f"{kind.variable}={given} is not an executable file; {kind.build_hint}")
+        return _build_of(path, kind)
+    folder = cache_dir(kind)
+    found = sorted(folder.glob(f"*/bin/{kind.runner}"), key=lambda p: p.stat().st_mtime, reverse=True)
     # a --profile build (<commit>-profile) times every shader: it is used only where named
     found = [p for p in found if os.access(p, os.X_OK) and not p.parent.parent.name.endswith("-profile")]
     if not found:
-        raise RunnerNotFound(f"no {RUNNER_NAME} in {folder} and {RUNNER_VARIABLE} is not set; {BUILD_HINT}")
-    return _build_of(found[0])
+        raise RunnerNotFound(f"no {kind.runner} in {folder} and {kind.variable} is not set; {kind.build_hint}")
+    return _build_of(found[0], kind)
 
 
 def _describe(value: Any) -> tuple[dict[str, Any], bytes]:
@@ -124,14 +155,16 @@ def _describe(value: Any) -> tuple[dict[str, Any], bytes]:
 class RunnerSession:
     """One ``.pte`` loaded in the runner: ``run(inputs)`` calls its method, state kept between calls.
 
-    ``adapter`` is the Vulkan device ExecuTorch's backend opened (e.g. "llvmpipe (LLVM 15.0.6, 256 bits)").
+    ``adapter`` is the device ExecuTorch's backend opened (e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"; the WebGPU
+    runtime adds the API wgpu-native drives it through and wgpu-native's version: "... via Vulkan, wgpu-native
+    29.0.1.1").
     Use as a context manager; the process ends on exit.
     """
 
     def __init__(self, pte: bytes | str | os.PathLike, data: Optional[bytes] = None, *,
                  build: Optional[RunnerBuild] = None, method: str = "forward", env: Optional[dict] = None):
         self.build = build or find_runner()
-        self._tmp = tempfile.TemporaryDirectory(prefix="edgeplug-vk-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="edgeplug-runner-")
         if isinstance(pte, (bytes, bytearray, memoryview)):
             path = Path(self._tmp.name) / "program.pte"
             path.write_bytes(bytes(pte))
@@ -250,8 +283,9 @@ class RunnerSession:
         self.close()
 
 
-class VulkanRuntime:
-    """``BackendSpec.device_runtime``'s answer for the vulkan backend: a found runner build."""
+class DelegateRuntime:
+    """``BackendSpec.device_runtime``'s answer for a backend on the Vulkan delegate: a found runner build
+    (ExecuTorch's Vulkan runtime for vulkan, its WebGPU runtime for webgpu)."""
 
     def __init__(self, build: RunnerBuild):
         self.build = build
@@ -274,15 +308,15 @@ class VulkanRuntime:
             f"{self.name} could not run the .pte: {exc}"
             + (f" (it ran {done} calls before this one)" if done else "")
             + ". This is the runtime's refusal, not a lowering error; lower without --verify to write the "
-            f".pte anyway, or set {RUNNER_VARIABLE}=off to verify on the host emulation"
+            f".pte anyway, or set {self.build.kind.variable}=off to verify on the host emulation"
         )
 
 
 class OpenProgram:
-    """One ``.pte`` loaded in ExecuTorch's Vulkan runtime (``VulkanRuntime.open``): ``run(inputs)`` -> the
+    """One ``.pte`` loaded in one of ExecuTorch's runtimes (``DelegateRuntime.open``): ``run(inputs)`` -> the
     outputs of one call, ``adapter``, ``close()``; the runtime's refusals are ``RuntimeRefusedError``."""
 
-    def __init__(self, runtime: VulkanRuntime, pte: bytes, data: Optional[bytes]) -> None:
+    def __init__(self, runtime: DelegateRuntime, pte: bytes, data: Optional[bytes]) -> None:
         self.runtime = runtime
         self.calls = 0
         try:
@@ -309,11 +343,21 @@ class OpenProgram:
         self.close()
 
 
-def device_runtime() -> VulkanRuntime:
-    """The vulkan backend's ``BackendSpec.device_runtime``: ExecuTorch's Vulkan runtime, if built here."""
+def _device_runtime(kind: RuntimeKind) -> DelegateRuntime:
     from edgeplug.plugin import RuntimeNotFound
 
     try:
-        return VulkanRuntime(find_runner())
+        return DelegateRuntime(find_runner(kind))
     except RunnerNotFound as exc:
-        raise RuntimeNotFound(f"ExecuTorch's Vulkan runtime not found: {exc}") from None
+        raise RuntimeNotFound(f"ExecuTorch's {kind.api} runtime not found: {exc}") from None
+
+
+def device_runtime() -> DelegateRuntime:
+    """The vulkan backend's ``BackendSpec.device_runtime``: ExecuTorch's Vulkan runtime, if built here."""
+    return _device_runtime(VULKAN)
+
+
+def webgpu_device_runtime() -> DelegateRuntime:
+    """The webgpu backend's ``BackendSpec.device_runtime``: ExecuTorch's WebGPU runtime on wgpu-native, if built
+    here."""
+    return _device_runtime(WEBGPU)

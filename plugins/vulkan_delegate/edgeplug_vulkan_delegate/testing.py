@@ -183,25 +183,41 @@ class RmsNormKernelSuite:
 
 # -- which runner verification uses in a test session -------------------------------------------------
 
-_RUNNER_VARIABLE = "EDGEPLUG_VULKAN_RUNNER"
-_RUNNER_GIVEN = os.environ.get(_RUNNER_VARIABLE)
+#: the variables that point at (or turn off) ExecuTorch's Vulkan and WebGPU runtimes (runtime.VULKAN, WEBGPU)
+_RUNNER_VARIABLES = ("EDGEPLUG_VULKAN_RUNNER", "EDGEPLUG_WEBGPU_RUNNER")
+_RUNNER_GIVEN = {v: os.environ.get(v) for v in _RUNNER_VARIABLES}
 
 
 @pytest.fixture(scope="session", autouse=True)
 def host_emulation_session():
-    """Import into a conftest: its tests verify on the host emulation, ExecuTorch's Vulkan runtime (where one
-    is built) turned off for the session, before any fixture lowers (``EDGEPLUG_VULKAN_RUNNER=off``)."""
+    """Import into a conftest: its tests verify on the host emulation, ExecuTorch's Vulkan and WebGPU runtimes
+    (where built) turned off for the session, before any fixture lowers (``EDGEPLUG_VULKAN_RUNNER=off``,
+    ``EDGEPLUG_WEBGPU_RUNNER=off``)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(_RUNNER_VARIABLE, "off")
+        for variable in _RUNNER_VARIABLES:
+            mp.setenv(variable, "off")
+        yield
+
+
+def _as_the_shell_set_it(variable: str):
+    with pytest.MonkeyPatch.context() as mp:
+        given = _RUNNER_GIVEN[variable]
+        if given is None:
+            mp.delenv(variable, raising=False)
+        else:
+            mp.setenv(variable, given)
         yield
 
 
 @pytest.fixture(scope="module")
 def real_vulkan_runtime_env():
-    """For a module that runs programs in the real runtime: the variable back as the shell set it (or unset)."""
-    with pytest.MonkeyPatch.context() as mp:
-        if _RUNNER_GIVEN is None:
-            mp.delenv(_RUNNER_VARIABLE, raising=False)
-        else:
-            mp.setenv(_RUNNER_VARIABLE, _RUNNER_GIVEN)
-        yield
+    """For a module that runs programs in ExecuTorch's Vulkan runtime: its variable back as the shell set it
+    (or unset)."""
+    yield from _as_the_shell_set_it("EDGEPLUG_VULKAN_RUNNER")
+
+
+@pytest.fixture(scope="module")
+def real_webgpu_runtime_env():
+    """For a module that runs programs in ExecuTorch's WebGPU runtime: its variable back as the shell set it
+    (or unset)."""
+    yield from _as_the_shell_set_it("EDGEPLUG_WEBGPU_RUNNER")
