@@ -11,7 +11,14 @@ the process from reaching the lowering:
   where they were checked (relative to where the command ran), and the line that
   did it is named;
 - a thread it starts and leaves running is named with the line that started it;
-  the command does not wait for it when it ends (``app.main``).
+  the command does not wait for it when it ends (``app.main``);
+- torch's process-wide defaults (the default dtype and device) are put back as they
+  were, and the line that changed them is named: a model file, calibration file or
+  plugin that calls ``torch.set_default_dtype(torch.float64)`` would otherwise change
+  every lowering after it.
+
+The plugin manager runs plugins' imports and hooks inside it too, their prints sent
+to stderr (never into a ``.pte`` streamed to stdout).
 
 ``where_in_user_code`` finds the innermost frame of the user's own files, for
 messages that name the model's line.
@@ -43,6 +50,8 @@ class Effects:
     chdir: Optional[tuple[str, str]] = None
     #: ``(thread, where it was started)`` for each non-daemon thread it started that is still running
     threads: list[tuple[threading.Thread, str]] = field(default_factory=list)
+    #: ``(what, the value it set, the value put back, where)`` for each of torch's defaults it changed
+    torch_defaults: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def printed_lines(self) -> int:
         return len(self.printed.splitlines())
@@ -132,11 +141,86 @@ def _threads_named(effects: Effects) -> Iterator[None]:
             effects.threads.append(started.get(id(t), (t, "")))
 
 
+#: torch's process-wide defaults a user's code may change: (what, torch's setter, its getter); the
+#: default device's getter is newer than some torch releases, so each is looked up when used
+_TORCH_DEFAULTS = (
+    ("default dtype", "set_default_dtype", "get_default_dtype"),
+    ("default device", "set_default_device", "get_default_device"),
+)
+
+
+def _torch_defaults(torch: Any) -> dict[str, Any]:
+    out = {}
+    for what, _, getter in _TORCH_DEFAULTS:
+        get = getattr(torch, getter, None)
+        if get is not None:
+            with contextlib.suppress(Exception):
+                out[what] = get()
+    return out
+
+
 @contextlib.contextmanager
-def contained(effects: Effects, *, hold_output: bool = False) -> Iterator[Effects]:
-    """Run the user's code inside: the working folder is restored, threads and prints are recorded in
-    ``effects`` (prints held, not shown, with ``hold_output``). On a failure the held prints are on the
-    exception too (``model_output``), for ``--debug``."""
+def _torch_defaults_kept(effects: Effects) -> Iterator[None]:
+    """torch's defaults as they were before the block, each change undone and recorded, with the line that
+    made it where torch was loaded before the block (its setters are watched then)."""
+    torch = sys.modules.get("torch")
+    before = _torch_defaults(torch) if torch is not None else None
+    where: dict[str, str] = {}
+    originals: dict[str, Any] = {}
+    if torch is not None:
+        for what, setter, _ in _TORCH_DEFAULTS:
+            original = getattr(torch, setter, None)
+            if original is None:
+                continue
+
+            def watched(*a: Any, _what: str = what, _original: Any = original, **k: Any) -> Any:
+                where[_what] = where_in_user_code(sys._getframe(1)) or _caller(sys._getframe(1))
+                return _original(*a, **k)
+
+            originals[setter] = original
+            setattr(torch, setter, watched)
+    try:
+        yield
+    finally:
+        for setter, original in originals.items():
+            setattr(torch, setter, original)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            # torch first imported inside the block starts at its own defaults
+            start = before if before is not None else {"default dtype": torch.float32, "default device": torch.device("cpu")}
+            after = _torch_defaults(torch)
+            for what, setter, _ in _TORCH_DEFAULTS:
+                if what in start and what in after and after[what] != start[what]:
+                    with contextlib.suppress(Exception):
+                        getattr(torch, setter)(start[what])
+                    effects.torch_defaults.append((what, str(after[what]), str(start[what]), where.get(what, "")))
+
+
+def _caller(frame: Any) -> str:
+    """``FILE:LINE, in FUNC`` of ``frame`` (a plugin's own line, which ``where_in_user_code`` may not count
+    as the user's: an installed plugin lives in site-packages)."""
+    code = frame.f_code
+    return _location(code.co_filename, frame.f_lineno, getattr(code, "co_qualname", code.co_name))
+
+
+def torch_defaults_lines(effects: Effects, who: str) -> list[str]:
+    """One sentence per torch default ``who`` changed (already put back), naming the line that did it."""
+    return [
+        f"{who} changed torch's {what} to {value}{f' at {where}' if where else ''}; edgeplug put it back to "
+        f"{restored}, as every lowering expects it (set a dtype or device where the tensors are made instead "
+        f"of torch's process-wide default)"
+        for what, value, restored, where in effects.torch_defaults
+    ]
+
+
+@contextlib.contextmanager
+def contained(
+    effects: Effects, *, hold_output: bool = False, stdout_to_stderr: bool = False
+) -> Iterator[Effects]:
+    """Run the user's code inside: the working folder and torch's defaults are restored, threads and prints
+    are recorded in ``effects`` (prints held, not shown, with ``hold_output``; with ``stdout_to_stderr``
+    what it prints to stdout goes to stderr). On a failure the held prints are on the exception too
+    (``model_output``), for ``--debug``."""
     if not _Watch.installed:
         sys.addaudithook(_audit)
         _Watch.installed = True
@@ -144,8 +228,10 @@ def contained(effects: Effects, *, hold_output: bool = False) -> Iterator[Effect
     previous, _Watch.active = _Watch.active, effects
     held = tempfile.TemporaryFile("w+", encoding="utf-8", errors="backslashreplace") if hold_output else None
     redirect = contextlib.nullcontext() if held is None else _both_streams(held)
+    if held is None and stdout_to_stderr:
+        redirect = contextlib.redirect_stdout(sys.stderr)
     try:
-        with _threads_named(effects), redirect:
+        with _threads_named(effects), _torch_defaults_kept(effects), redirect:
             try:
                 yield effects
             except BaseException as exc:
@@ -183,4 +269,4 @@ def left_running() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
 
 
-__all__ = ["Effects", "contained", "returned_at", "left_running", "where_in_user_code"]
+__all__ = ["Effects", "contained", "returned_at", "left_running", "torch_defaults_lines", "where_in_user_code"]

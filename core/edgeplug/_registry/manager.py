@@ -32,6 +32,19 @@ from edgeplug._registry.info import (
 )
 from edgeplug._registry.loading import load
 from edgeplug._registry.validation import check
+from edgeplug._user_code import Effects, contained, torch_defaults_lines
+
+
+def _effects_lines(effects: Effects) -> list[str]:
+    """What loading the plugins did to the process, already undone: one sentence each."""
+    lines = torch_defaults_lines(effects, "a plugin's import or hook")
+    if effects.chdir is not None:
+        folder, where = effects.chdir
+        lines.append(
+            f"a plugin's import or hook changed the working folder to {folder}{f' at {where}' if where else ''}; "
+            "edgeplug went back (a plugin must not change the process's folder)"
+        )
+    return lines
 
 
 class PluginManager:
@@ -77,10 +90,16 @@ class PluginManager:
             return self._loaded
 
     def _load(self, disable: Optional[str], allow: Optional[str], named: Optional[str]) -> Loaded:
-        state = load(self._registered, disable, allow, named)
+        # plugins' imports and hooks are code edgeplug does not own: what they print goes to stderr (never
+        # into a .pte streamed to stdout), a change of folder or of torch's defaults is undone and named
+        effects = Effects()
+        with contained(effects, stdout_to_stderr=True):
+            state = load(self._registered, disable, allow, named)
         check(state)
         for problem in [*state.problems, *state.conflicts.values(), *state.unclaimed]:
             warnings.warn(problem.message, PluginWarning, stacklevel=4)
+        for line in _effects_lines(effects):
+            warnings.warn(line, PluginWarning, stacklevel=4)
         return state
 
     # -- queries ---------------------------------------------------------------
