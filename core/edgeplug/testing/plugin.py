@@ -47,6 +47,52 @@ def selected_backends(config: pytest.Config) -> list[str]:
 MODULE_ATTR = "EDGEPLUG_BACKENDS"
 
 
+#: A test module may opt its backend out of conformance tests, each by name with the reason (an upstream bug
+#: of the backend's own library, with its link): ``EDGEPLUG_CONFORMANCE_OPT_OUT = {"test_x": "why"}``.
+OPT_OUT_ATTR = "EDGEPLUG_CONFORMANCE_OPT_OUT"
+CONFORMANCE = "edgeplug.testing.conformance"
+
+
+def _opt_outs(module: Any) -> dict[str, str]:
+    """The module's opt-outs, checked: each names a conformance test and gives a reason (else a usage error)."""
+    opted = getattr(module, OPT_OUT_ATTR, None)
+    if opted is None:
+        return {}
+    where = getattr(module, "__file__", None) or getattr(module, "__name__", "?")
+    if not isinstance(opted, dict):
+        raise pytest.UsageError(
+            f"{where}: {OPT_OUT_ATTR} must be a dict of conformance test name -> reason, not {type(opted).__name__}"
+        )
+    # the suite's names, from the module that imported it (this plugin must not import torch to learn them)
+    suite = {n for n, f in vars(module).items() if getattr(f, "__module__", None) == CONFORMANCE and n.startswith("test_")}
+    for name, reason in opted.items():
+        if name not in suite:
+            raise pytest.UsageError(
+                f"{where}: {OPT_OUT_ATTR} names {name!r}, which is no conformance test this module runs "
+                f"(they are: {', '.join(sorted(suite)) or 'none: import them with from edgeplug.testing.conformance import *'})"
+            )
+        if not isinstance(reason, str) or not reason.strip():
+            raise pytest.UsageError(
+                f"{where}: {OPT_OUT_ATTR}[{name!r}] must say why the backend opts out (a non-empty string, e.g. the "
+                "upstream issue that makes it fail), not {reason!r}"
+            )
+    return dict(opted)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Conformance tests a module opted out of are skipped, the report saying why (``OPT_OUT_ATTR``)."""
+    checked: dict[int, dict[str, str]] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if id(module) not in checked:
+            checked[id(module)] = _opt_outs(module)
+        reason = checked[id(module)].get(getattr(item, "originalname", item.name))
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"opted out ({OPT_OUT_ATTR}): {reason}"))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "edgeplug_backend_name" in metafunc.fixturenames:
         pinned = getattr(metafunc.module, MODULE_ATTR, None)
