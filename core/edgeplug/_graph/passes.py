@@ -28,7 +28,7 @@ from edgeplug._errors import PassError
 from edgeplug._graph.names import graph_modules, reserve_node_names
 from edgeplug._graph.ops import op_name
 from edgeplug._records import PassSpec, TransformRecord
-from edgeplug._registry import plugin_location
+from edgeplug._plugin_code import plugin_location
 
 
 @dataclass(frozen=True)

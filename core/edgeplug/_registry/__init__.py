@@ -52,7 +52,8 @@ from edgeplug._registry.info import (
     PluginWarning,
     UnclaimedRecord,
 )
-from edgeplug._registry.loading import ENV_HOOK_SECONDS, TimeLimit, failure, plugin_location, time_limit
+from edgeplug._plugin_code import plugin_location
+from edgeplug._registry.loading import ENV_HOOK_SECONDS, TimeLimit, failure, time_limit
 from edgeplug._registry.manager import PluginManager, PluginSummary, describe_record, summaries
 from edgeplug._registry.ordering import order_passes
 
