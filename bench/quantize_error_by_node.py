@@ -45,13 +45,13 @@ def by_node(model: str, backend: str, scheme: str, layers: int) -> None:
     import edgeplug
     from edgeplug._registry.lookup import get_backend
     from edgeplug._quantize.quantize import drop_no_op_casts, fold_before_annotation, recompose_norms
-    from edgeplug._graph.export_stage import transform
+    from edgeplug._graph.export_stage import run_export_stage
     from edgeplug._zoo._models import build
 
     m, args = build(model, layers)
     quantized = edgeplug.quantize(m, args, backend, scheme)
     b = get_backend(backend)
-    ep = transform(torch.export.export(m, args), b)
+    ep = run_export_stage(torch.export.export(m, args), b)
     ep, _ = drop_no_op_casts(ep)
     ep, _ = recompose_norms(ep, b)
     ep, _ = fold_before_annotation(ep, b)

@@ -27,16 +27,16 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 
 def build_report(layers: int, backend: str, compare_stock: bool):
+    import edgeplug
     from edgeplug.examples.llama import tiny_llama
-    from edgeplug._pipeline import lower
     from edgeplug._stock import stock_partitioning
 
     model, inputs = tiny_llama(layers=layers)
     t = time.perf_counter()
-    report = lower(model, inputs, backend, dry_run=True, model_name=f"tiny_llama(layers={layers})").report
+    report = edgeplug.lower(model, inputs, backend, dry_run=True, model_name=f"tiny_llama(layers={layers})").report
     print(f"lowered {layers} layers for {backend} (dry run) in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     if compare_stock:
-        report.stock = stock_partitioning(model, inputs, backend)
+        report.stock = stock_partitioning(model, inputs, edgeplug.get_backend(backend))
     return report
 
 

@@ -112,7 +112,7 @@ def test_stock_lowers_with_executorchs_own_partitioner_and_has_a_stock_flow(fixt
     fb = fixture_backends
     result = edgeplug.lower(NormThenLinear().eval(), _inputs(), fb.STOCK)
     assert _pte_delegates(result) == {"BackendWithCompilerDemo"}
-    stock = stock_partitioning(NormThenLinear().eval(), _inputs(), fb.STOCK)
+    stock = stock_partitioning(NormThenLinear().eval(), _inputs(), edgeplug.get_backend(fb.STOCK))
     assert not stock.error and stock.partitions, stock
 
 

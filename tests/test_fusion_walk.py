@@ -5,7 +5,8 @@ nearest edgeplug frame below it (a call torch makes back into edgeplug, e.g. ``m
 function, counts as made by the edgeplug code that called torch). From those calls:
 
 - every edgeplug module the fusion enters is in ``edgeplug._fusion``, or below it (``_graph``, the
-  records and errors), or the veto's own path (the backend lookup and its support check);
+  records and errors), or the veto's own path (the partition's delegation veto, handed in by the caller,
+  and the backend's support check);
 - the orchestrator, ``edgeplug._fusion.program``, enters each module once, and the phases in
   their order: target, delegation, match, decision, fold, rewrite;
 - the modules' calls form no cycle: no module calls back into one that called it, so read top-down
@@ -32,15 +33,16 @@ import edgeplug
 ORCHESTRATOR = "edgeplug._fusion.program"
 PHASES = (
     "edgeplug._fusion.target",
-    "edgeplug._fusion.delegation",
+    "edgeplug._partition.delegation",
     "edgeplug._fusion.rms_norm",
     "edgeplug._fusion.decision",
     "edgeplug._fusion.fold",
     "edgeplug._fusion.rewrite",
 )
-#: what a fusion may enter outside its package: what it is built on, and the veto's path to the backend
-BELOW = ("edgeplug._graph", "edgeplug._records", "edgeplug._errors")
-VETO_PATH = ("edgeplug._registry", "edgeplug._backend", "edgeplug._partition", "edgeplug.plugin", "edgeplug._lazy")
+#: what a fusion may enter outside its package: what it is built on, and the veto's path to the backend (the
+#: façade resolves the backend and hands the partition's veto in: ``edgeplug._facade.fuse``)
+BELOW = ("edgeplug._graph", "edgeplug._records", "edgeplug._errors", "edgeplug._executorch")
+VETO_PATH = ("edgeplug._facade", "edgeplug._backend", "edgeplug._partition", "edgeplug.plugin", "edgeplug._lazy")
 
 
 def _is_edgeplug(module: str) -> bool:

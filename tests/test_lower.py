@@ -300,12 +300,15 @@ def test_a_pass_from_another_plugin_is_named_in_the_report(edgeplug_register):
     ), report.notes
 
 
-def test_run_lowered_takes_a_backend_name(edgeplug_lowering):
+def test_run_lowered_takes_the_resolved_backend_never_a_name(edgeplug_lowering):
+    """Below the façade a name is not looked up again (which registry would it be read in?)."""
     from edgeplug._verify.host import run_lowered
 
     result = edgeplug_lowering("mlp", FUSED, dry_run=False)
-    run = run_lowered(result, FUSED)
+    run = run_lowered(result, edgeplug.get_backend(FUSED))
     torch.testing.assert_close(run.outputs[0], result.eager_outputs[0], atol=1e-4, rtol=1e-4)
+    with pytest.raises(TypeError, match=r"takes a Backend, not str .*edgeplug.get_backend\(name\)"):
+        run_lowered(result, FUSED)
 
 
 def test_the_report_is_strict_json_with_non_finite_numbers_as_null():

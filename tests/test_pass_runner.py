@@ -200,15 +200,14 @@ def test_the_cores_fusion_runs_through_the_runner(monkeypatch, fixture_backends)
     import importlib
 
     pipeline = importlib.import_module("edgeplug._pipeline")
-    lower = pipeline.lower
 
-    def corrupting_fuse(ep, backend):
+    def corrupting_fuse(ep, backend, delegation):
         rename_duplicate(ep)
         return ep, []
 
-    monkeypatch.setattr(pipeline, "fuse", corrupting_fuse)
+    monkeypatch.setattr(pipeline, "fuse_for_backend", corrupting_fuse)
     with pytest.raises(PassError) as info:
-        lower(Small(), (torch.randn(2, 4),), KEEP, dry_run=True)
+        edgeplug.lower(Small(), (torch.randn(2, 4),), KEEP, dry_run=True)
     message = str(info.value)
     assert f"export-stage pass 'fuse' of the edgeplug core (lowering for backend '{KEEP}')" in message
     assert "redefined name" in message

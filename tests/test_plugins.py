@@ -118,7 +118,7 @@ def test_third_party_distribution_is_discovered_with_every_hook(fixture_site, fi
     # edgeplug_quantizers
     from edgeplug._quantize.quantize import schemes
 
-    assert [(s.scheme, s.weight_bits) for s in schemes("tinycpu")] == [("8a8w", 8)]
+    assert [(s.scheme, s.weight_bits) for s in schemes(edgeplug.get_backend("tinycpu"))] == [("8a8w", 8)]
     assert {b.origin(r).distribution for r in (*b.passes, *b.filters, *b.kernels)} == {"edgeplug-fixture-good"}
     assert plugins.problems() == [] and plugins.conflicts() == [] and plugins.unclaimed() == []
 

@@ -26,7 +26,7 @@ def _cases():
     """(example, backend, scheme) for the PT2E schemes (quantize takes the exported program); torchao
     source transforms need the module and are tested with their plugins."""
     for backend in edgeplug.backends():
-        pt2e = [s.scheme for s in schemes(backend) if s.kind == "pt2e"]
+        pt2e = [s.scheme for s in schemes(edgeplug.get_backend(backend)) if s.kind == "pt2e"]
         for i, scheme in enumerate(pt2e):
             for example in sorted(EXAMPLES):
                 marks = []

@@ -52,19 +52,19 @@ def quantcpu(edgeplug_register):
 
 
 def test_schemes_are_the_records_the_plugins_yield_and_make_quantizer_calls_their_factory(quantcpu):
-    assert [(s.scheme, s.weight_bits, s.backend) for s in schemes("quantcpu")] == [("w8", 8, "quantcpu"), ("w4", 4, "quantcpu")]
-    a, b = make_quantizer("quantcpu", "w4"), make_quantizer("quantcpu", "w4")
+    assert [(s.scheme, s.weight_bits, s.backend) for s in schemes(edgeplug.get_backend("quantcpu"))] == [("w8", 8, "quantcpu"), ("w4", 4, "quantcpu")]
+    a, b = make_quantizer(edgeplug.get_backend("quantcpu"), "w4"), make_quantizer(edgeplug.get_backend("quantcpu"), "w4")
     assert isinstance(a, _Quantizer) and a.scheme == "w4" and a is not b  # a fresh quantizer each call
-    assert schemes("plaincpu") == []
+    assert schemes(edgeplug.get_backend("plaincpu")) == []
 
 
 def test_unknown_scheme_names_the_schemes_the_backend_has(quantcpu):
     with pytest.raises(QuantizationError) as err:
-        quant_scheme("quantcpu", "w3")
+        quant_scheme(edgeplug.get_backend("quantcpu"), "w3")
     msg = str(err.value)
     assert "backend 'quantcpu' has no quantization scheme 'w3'" in msg
     assert "its schemes: w8, w4 (`edgeplug plugins` describes each)" in msg
-    assert quant_scheme("quantcpu", " W4 ").weight_bits == 4  # names are normalised
+    assert quant_scheme(edgeplug.get_backend("quantcpu"), " W4 ").weight_bits == 4  # names are normalised
 
 
 def test_backend_without_a_quantizer_says_so_and_names_those_with_one(quantcpu):
@@ -85,7 +85,7 @@ def test_a_factory_that_raises_is_reported_with_the_scheme_and_backend(edgeplug_
     )
     edgeplug_register(_plugin("brokencpu", schemes_=(rec,)), name="brokencpu-plugin")
     with pytest.raises(QuantizationError, match=r"scheme 'w8' for backend 'brokencpu' failed: RuntimeError: needs a newer"):
-        make_quantizer("brokencpu", "w8")
+        make_quantizer(edgeplug.get_backend("brokencpu"), "w8")
 
 
 def test_two_schemes_of_one_name_for_one_backend_are_a_conflict(quantcpu, edgeplug_register):
@@ -93,8 +93,8 @@ def test_two_schemes_of_one_name_for_one_backend_are_a_conflict(quantcpu, edgepl
     edgeplug_register(_plugin("quantcpu", schemes_=(_scheme("quantcpu", "w8", 8, "a second w8"),), backend=False), name="w8-again")
     # the plugin manager makes the contested backend unavailable, naming both contributors
     with pytest.raises(EdgeplugError, match=r"two quantization schemes named 'w8' .*backend 'quantcpu'.*quantcpu-plugin.*w8-again"):
-        make_quantizer("quantcpu", "w8")
-    assert quant_scheme("othercpu", "w8").weight_bits == 8  # every other backend keeps working
+        make_quantizer(edgeplug.get_backend("quantcpu"), "w8")
+    assert quant_scheme(edgeplug.get_backend("othercpu"), "w8").weight_bits == 8  # every other backend keeps working
 
 
 def test_scheme_records_validate_their_names():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import edgeplug
 from edgeplug._report.records import GraphNode, LoweringReport, PartitionSummary
 
 # `browser`: Debian's chromium through Playwright, one for the session (tests/conftest.py)
@@ -100,7 +101,7 @@ def test_html_report_of_llama_with_fusions_and_no_stock_flow(edgeplug_lowering, 
     report = edgeplug_lowering("llama", fixture_backends.FUSED).report.model_copy(deep=True)
     model, inputs, _, _ = load_model("llama")
     # its partitioner is not executorch's: the comparison says there is no stock flow, and the page still opens
-    report.stock = stock_partitioning(model, inputs, fixture_backends.FUSED)
+    report.stock = stock_partitioning(model, inputs, edgeplug.get_backend(fixture_backends.FUSED))
     assert "not an executorch partitioner" in report.stock.error
     write_report(tmp_path / "v.html", report)
     assert report.graph and report.fusions  # it fuses rms_norm: the page shows which node it made

@@ -80,14 +80,20 @@ class Backend:
             return result
         return Availability(ok=bool(result))
 
-    def require_available(self) -> None:
+    def require_available(self, dry_run: bool = False) -> None:
+        """Refuse, before any work, a lowering this machine cannot do: a real one where the backend cannot
+        serialize, any (dry runs too) where it cannot even partition (``Availability.dry_run`` False)."""
         a = self.availability()
-        if not a.ok:
-            msg = f"backend {self.name!r} cannot serialize its delegate here: {a.reason}"
-            if a.hint:
-                msg += f". {a.hint}"
+        if a.ok or (dry_run and a.dry_run):
+            return
+        msg = f"backend {self.name!r} cannot {'partition' if not a.dry_run else 'serialize its delegate'} here: {a.reason}"
+        if a.hint:
+            msg += f". {a.hint}"
+        if a.dry_run:
             msg += ". Use --dry-run (or lower(..., dry_run=True)) to partition and report without a .pte."
-            raise BackendUnavailableError(msg)
+        else:
+            msg += "; nothing was done (a dry run cannot partition without it either)"
+        raise BackendUnavailableError(msg)
 
     def make_partitioner(self) -> Any:
         return self.spec.partitioner()
@@ -116,9 +122,23 @@ class Backend:
         return None
 
 
+def given_backend(backend: Any, where: str) -> Backend:
+    """``backend`` itself, a ``Backend`` the façade resolved; anything else is refused, naming the fix.
+
+    Below the façade (``edgeplug.lower``, ``quantize``, ``verify``, ``fuse``, ``transform``, the CLI) a
+    name is never looked up again: which registry it would be read from is the caller's choice, made once.
+    """
+    if isinstance(backend, Backend):
+        return backend
+    raise TypeError(
+        f"{where} takes a Backend, not {type(backend).__name__} {backend!r}: resolve a name once with "
+        "edgeplug.get_backend(name) (or get_backend(name, registry=...)), or call the edgeplug façade, which does"
+    )
+
+
 def backend_names(registry: PluginManager) -> list[str]:
     """Names of the loadable backends ``registry`` found, sorted."""
     return sorted(registry.backend_specs())
 
 
-__all__ = ["Backend", "backend_names"]
+__all__ = ["Backend", "backend_names", "given_backend"]

@@ -15,6 +15,11 @@
 
 A stage that fails raises one ``EdgeplugError`` naming the stage, the backend
 and the party at fault (``edgeplug._failures``).
+
+Before any stage, ``prepare`` settles what the lowering is asked for (``Prepared``): the flags read and
+checked once, the backend's partitioner built once (its factory called once per lowering; the fusion's
+veto and the trial partition of ``copy_shared_constants`` use the same one). ``lower`` takes the
+``Backend`` the façade resolved (``edgeplug._facade``); nothing here looks a backend up by name.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from edgeplug._backend import Backend, given_backend
 from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, LoweringError
 from edgeplug._failures import edgeplug_cause, first_line, name_the_plugin, root_cause, stage_failure, train_mode_dropout
-from edgeplug._fusion.program import fuse, fusion_stage
+from edgeplug._fusion.program import fuse_for_backend, fusion_stage
 from edgeplug._fusion.target import resolve_target
 from edgeplug._graph import PassResult, run_passes
 from edgeplug._graph.cache_writes import values_at_indexed_shape
@@ -53,18 +58,19 @@ from edgeplug._records import FusionRecord, PassSpec, TransformRecord
 from edgeplug._lowered import foreign_passes, partition_of, partitions
 from edgeplug._memory import StageMemory
 from edgeplug._partition import CorePartitioner
+from edgeplug._partition.delegation import delegation
 from edgeplug._partition.phases import copy_shared_constants
-from edgeplug._registry.lookup import backends, get_backend
 from edgeplug._quantize.quantize import drop_no_op_casts
 from edgeplug._quantize.program import QuantizationInfo, QuantizedModel, describe_quantization, is_quantized
 from edgeplug._report.records import (
     STAND_IN_KEY, CpuNode, GraphNode, LoweringReport, StageTiming, StandIn, annotate_graph, graph_of,
 )
-from edgeplug._registry import plugin_location
+from edgeplug._plugin_code import plugin_location
 from edgeplug._result import LoweringResult
 from edgeplug._shape_env import kept_shape_envs
 from edgeplug._graph.export_stage import export_stage_passes
-from edgeplug._verify import check_tolerance, refuse_verify_without_runtime, verify
+from edgeplug._verify import refuse_verify_without_runtime, verify_lowering
+from edgeplug._verify.options import VerifyOptions, verify_options
 from edgeplug._weights import (
     check_external_weights, external_constants, lowered_modules_released, serialized_size, shared_weights_in_preprocess,
     spilled_weights, tag_external,
@@ -102,6 +108,21 @@ class StageClock:
             self.current = None
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What one lowering settled before any work (``prepare``); used by one lowering only."""
+
+    backend: Backend
+    #: the one partitioner of the lowering, around the one executorch partitioner the backend's factory made
+    partitioner: CorePartitioner
+    dry_run: bool = False
+    #: what verification runs (None: none; a dry run verifies nothing)
+    verification: Optional[VerifyOptions] = None
+    external_weights: bool = False
+    #: what the report says of the flags (verification skipped by a dry run)
+    notes: tuple[str, ...] = ()
+
+
 @dataclass
 class Lowering:
     """The state ``STAGES`` share."""
@@ -110,9 +131,11 @@ class Lowering:
     inputs: ExampleInputs
     backend: Backend
     clock: StageClock
+    partitioner: CorePartitioner
     dry_run: bool = False
-    verify: bool = False
-    tolerance: Optional[float] = None
+    #: what ``verify`` runs, decided once by ``prepare``; None: the stage does not run
+    verification: Optional[VerifyOptions] = None
+    notes: tuple[str, ...] = ()
     label: str = ""
     #: what ``quantize`` did, where the source is its ``QuantizedModel`` (the report's and verification's)
     quantization: Optional[QuantizationInfo] = None
@@ -120,13 +143,10 @@ class Lowering:
     external_weights: bool = False
     #: keep a dry run's serialized program (stand-in delegates), for ``save(path, stand_in=True)``
     keep_stand_in: bool = False
-    #: greedy tokens ``verify`` generates and compares token for token (a program with a KV cache), or None
-    verify_steps: Optional[int] = None
     #: ``torch.export``'s dynamic_shapes for a module source
     dynamic_shapes: Any = None
     ep: Optional[ExportedProgram] = None
     reference: Optional[Reference] = None
-    partitioner: Any = None
     fusions: list[FusionRecord] = field(default_factory=list)
     #: op name -> who created it (a core transform, a plugin's pass): named when a check refuses one
     created_ops: dict[str, str] = field(default_factory=dict)
@@ -182,7 +202,7 @@ def _export(job: Lowering) -> None:
 def _refuse_random_verification(job: Lowering) -> None:
     """A program that drops out at random (a model in training mode) computes other numbers each call:
     verification would compare two draws, so it is refused with the fix, before any more work."""
-    if not job.verify or job.dry_run:
+    if job.verification is None:
         return
     found = train_mode_dropout(job.ep)
     if found is not None:
@@ -214,7 +234,8 @@ def _fusion_pass(job: Lowering, stage: str) -> PassSpec:
     """The core's fusion as a pass of ``stage``: its records go to the report, and the ops it
     creates are remembered so that a later check refusing one names the fusion, not executorch."""
     def fusion(ep: ExportedProgram) -> ExportedProgram:
-        out, job.fusions = fuse(ep, job.backend)
+        # the veto asks the lowering's own partitioner's support check: the factory is not called again
+        out, job.fusions = fuse_for_backend(ep, job.backend, delegation(job.backend, lambda: job.partitioner.support))
         if any(r.outcome != "rejected" for r in job.fusions):
             policy = job.backend.fusion_policy("rms_norm")
             job.created_ops.setdefault(
@@ -267,7 +288,7 @@ def _edge_stage(job: Lowering) -> Any:
         # a trial partition of this program (executorch forbids a partitioner to change the graph) says
         # which constants several partitions read, then each gets its own copy and the real partitioning
         # tags every copy with its one partition
-        make_partitioner(job.backend, dry_run=True).partition(ep)
+        CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner).partition(ep)
         tags = {n: n.meta.pop("delegation_tag") for n in ep.graph_module.graph.nodes if "delegation_tag" in n.meta}
         _, copied = copy_shared_constants(ep, tags)
         return PassResult(ep, tuple(
@@ -300,9 +321,9 @@ def _edge_stage(job: Lowering) -> Any:
     return EdgeplugEdgeStage()
 
 
-def make_partitioner(backend: Backend, dry_run: bool = False) -> Any:
+def make_partitioner(backend: Backend, dry_run: bool = False) -> CorePartitioner:
     """The backend's partitioner for one lowering; a factory that raises is a LoweringError naming the plugin
-    (the CLI calls this before any work, so such a backend fails in a second, not after export)."""
+    (``prepare`` calls this before any work, so such a backend fails in a second, not after export)."""
     try:
         return CorePartitioner(backend, dry_run=dry_run)
     except EdgeplugError:
@@ -318,7 +339,6 @@ def make_partitioner(backend: Backend, dry_run: bool = False) -> Any:
 
 def _to_edge(job: Lowering) -> None:
     b = job.backend
-    job.partitioner = make_partitioner(b, dry_run=job.dry_run)
     if job.external_weights:
         tag_external(job.ep)
     # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
@@ -358,7 +378,9 @@ def _serialize(job: Lowering) -> None:
 
 
 def _verify(job: Lowering) -> None:
-    job.report.verification = verify(job.result, job.backend, tolerance=job.tolerance, verify_steps=job.verify_steps)
+    options = job.verification
+    assert options is not None  # the stage runs only then
+    job.report.verification = verify_lowering(job.result, job.backend, tolerance=options.tolerance, verify_steps=options.steps)
 
 
 @dataclass(frozen=True)
@@ -375,7 +397,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("export passes", _export_passes),
     Stage("to_edge", _to_edge),
     Stage("serialize .pte", _serialize),
-    Stage("verify", _verify, lambda job: job.verify and not job.dry_run),
+    Stage("verify", _verify, lambda job: job.verification is not None),
 )
 
 
@@ -479,10 +501,10 @@ def _undone(fusions: list[FusionRecord], undone: Mapping[str, str]) -> list[Fusi
     ]
 
 
-def lower(
+def run_lowering(
     model_or_ep: torch.nn.Module | ExportedProgram,
     args: Any = (),
-    backend: str | Backend | None = None,
+    backend: Optional[Backend] = None,
     *,
     kwargs: Optional[dict[str, Any]] = None,
     dynamic_shapes: Any = None,
@@ -496,80 +518,82 @@ def lower(
     profile_memory: bool = False,
     keep_stand_in: bool = False,
 ) -> LoweringResult:
-    """Lower a model (or aten-dialect ExportedProgram) for ``backend``.
+    """What ``edgeplug.lower`` runs for the ``Backend`` the façade resolved (``edgeplug._facade.lower`` is
+    the manual of every argument): the inputs checked, ``prepare``, then the stages."""
+    b = given_backend(backend, "edgeplug._pipeline.run_lowering")
+    source, given = _lowering_inputs(model_or_ep, args, kwargs, dynamic_shapes)
+    prepared = prepare(
+        b, verify=verify, verify_steps=verify_steps, tolerance=tolerance, dry_run=dry_run, external_weights=external_weights
+    )
+    return _lower(prepared, source, given, dynamic_shapes, model_name, progress, profile_memory, keep_stand_in)
 
-    The example inputs are one call's, as ``torch.export.export`` takes them:
-    ``args`` the positional inputs (a tuple; one tensor is one input), ``kwargs``
-    the keyword inputs (``edgeplug._inputs``). ``dynamic_shapes`` is passed to
-    ``torch.export`` for a module; an ExportedProgram is taken as it was exported
-    (keyword inputs and dynamic dimensions included), and the inputs must have
-    its structure. A program that keeps state in buffers (a KV cache) is verified
-    over several calls: the example inputs, then decode steps.
 
-    Returns a ``LoweringResult``; ``.save(path)`` writes the .pte. With
-    ``dry_run`` everything but serialization runs and the report says what
-    would be delegated. With ``verify`` the lowered program is executed and
-    compared against eager (``tolerance``: the max |difference| accepted;
-    default by output dtype); ``report.verification.passed`` says whether it
-    held. With ``verify_steps=N`` as well, a program that keeps a KV cache
-    generates ``N`` tokens greedily from the example prompt (prefill, then
-    one-token decode steps of the loaded ``.pte``), compared token for token
-    with eager (the quantized model where quantized):
-    ``report.verification.greedy`` names the first step that differs and
-    eager's logit margin there. The caller's model, program and inputs are left as they were;
-    the lowering shares their weights and never copies them.
+def lower_prepared(
+    prepared: Prepared,
+    model_or_ep: torch.nn.Module | ExportedProgram,
+    args: Any = (),
+    *,
+    kwargs: Optional[dict[str, Any]] = None,
+    dynamic_shapes: Any = None,
+    model_name: Optional[str] = None,
+    progress: Optional[Progress] = None,
+    profile_memory: bool = False,
+    keep_stand_in: bool = False,
+) -> LoweringResult:
+    """``run_lowering`` with what ``prepare`` settled earlier (the CLI prepares before it runs the model file)."""
+    source, given = _lowering_inputs(model_or_ep, args, kwargs, dynamic_shapes)
+    return _lower(prepared, source, given, dynamic_shapes, model_name, progress, profile_memory, keep_stand_in)
 
-    With ``external_weights`` the weights go into a ``.ptd`` that ``save``
-    writes beside the ``.pte`` (executorch's named data; for backends whose
-    ``BackendSpec.external_weights`` says their delegate stores them there,
-    others refuse). With ``profile_memory`` each stage's peak resident
-    memory is in ``report.stages`` (``edgeplug._memory``: Linux only).
 
-    A program whose delegates hold stand-in payloads (a dry run; a backend's
-    stand-in preprocess, recording the SDK's calls instead of compiling) does not run:
-    ``report.stand_in`` says why, ``report.dry_run`` is true, and ``save``
-    writes it only with ``stand_in=True``, as ``STEM.stand-in.pte``. A dry
-    run keeps its serialized program for that only with ``keep_stand_in``.
-    """
-    quantization = model_or_ep.quantization if isinstance(model_or_ep, QuantizedModel) else None
-    if isinstance(model_or_ep, QuantizedModel):  # what quantize did rides in its result; its program is lowered
-        model_or_ep = model_or_ep.program
-    given = _lowering_inputs(model_or_ep, args, kwargs, backend, dynamic_shapes)
-    b = backend if isinstance(backend, Backend) else get_backend(backend)
-    _refuse_before_work(b, verify=verify, verify_steps=verify_steps, dry_run=dry_run, external_weights=external_weights)
+def prepare(
+    backend: Backend, *, verify: bool = False, verify_steps: Optional[int] = None, tolerance: Optional[float] = None,
+    dry_run: bool = False, external_weights: bool = False,
+) -> Prepared:
+    """The lowering's flags read and checked once, and what cannot work with this backend refused, before any work:
+    verification without a runtime, a backend that cannot serialize here, external weights it does not store,
+    a partitioner factory that raises (the partitioner is built here, once for the lowering)."""
+    b = given_backend(backend, "edgeplug._pipeline.prepare")
+    options = verify_options(verify, verify_steps, tolerance)
+    notes: tuple[str, ...] = ()
+    if options is not None and dry_run:
+        options, notes = None, ("verification skipped: a dry run produces no program to run",)
+    if options is not None:
+        refuse_verify_without_runtime(b)
+    b.require_available(dry_run=dry_run)
+    if external_weights:
+        check_external_weights(b)
+    return Prepared(
+        backend=b, partitioner=make_partitioner(b, dry_run=dry_run), dry_run=dry_run, verification=options,
+        external_weights=external_weights, notes=notes,
+    )
+
+
+def _lower(
+    prepared: Prepared, source: Any, given: ExampleInputs, dynamic_shapes: Any, model_name: Optional[str],
+    progress: Optional[Progress], profile_memory: bool, keep_stand_in: bool,
+) -> LoweringResult:
+    """The stages, on a ``Lowering`` made from what ``prepare`` settled."""
+    quantization = source.quantization if isinstance(source, QuantizedModel) else None
+    if isinstance(source, QuantizedModel):  # what quantize did rides in its result; its program is lowered
+        source = source.program
+    b = prepared.backend
     job = Lowering(
-        source=model_or_ep,
+        source=source,
         inputs=given,
         dynamic_shapes=dynamic_shapes,
         backend=b,
         clock=StageClock(b.name, progress or (lambda msg: None), StageMemory() if profile_memory else None),
-        external_weights=external_weights,
+        partitioner=prepared.partitioner,
+        external_weights=prepared.external_weights,
         keep_stand_in=keep_stand_in,
-        dry_run=dry_run,
-        verify=verify,
-        verify_steps=verify_steps,
-        tolerance=check_tolerance(tolerance),
-        label=model_name or type(model_or_ep).__name__,
+        dry_run=prepared.dry_run,
+        verification=prepared.verification,
+        notes=prepared.notes,
+        label=model_name or type(source).__name__,
         quantization=quantization,
     )
     _run_stages(job)
     return job.result
-
-
-def _refuse_before_work(b: Backend, *, verify: bool, verify_steps: Optional[int], dry_run: bool, external_weights: bool) -> None:
-    """``lower``'s options that cannot work with this backend or with each other, refused before any work."""
-    if verify_steps is not None and not verify:
-        raise EdgeplugError(
-            f"verify_steps={verify_steps!r} is a mode of verification: pass verify=True as well (--verify); nothing was done"
-        )
-    if verify_steps is not None and (isinstance(verify_steps, bool) or not isinstance(verify_steps, int) or verify_steps < 1):
-        raise EdgeplugError(f"verify_steps must be a whole number >= 1 (tokens to generate), not {verify_steps!r}; nothing was done")
-    if verify and not dry_run:
-        refuse_verify_without_runtime(b)
-    if not dry_run:
-        b.require_available()
-    if external_weights:
-        check_external_weights(b)
 
 
 def _run_stages(job: Lowering) -> None:
@@ -580,35 +604,22 @@ def _run_stages(job: Lowering) -> None:
         for stage in STAGES:
             if stage.applies(job):
                 _run_stage(job, stage)
-    if job.verify and job.dry_run:
-        job.report.notes.append("verification skipped: a dry run produces no program to run")
+    job.report.notes.extend(job.notes)
     job.report.stages = job.clock.timings
     describe_quantization(job.report, job.quantization, is_quantized(job.source), job.backend)  # scheme, norms, quantize timings
 
 
-# -- verification -----------------------------------------------------------------------
+# -- inputs ----------------------------------------------------------------------------
 
 
-def _installed() -> str:
-    return ", ".join(backends()) or "none (pip install a backend plugin)"
-
-
-def _lowering_inputs(source: Any, args: Any, kwargs: Any, backend: Any, dynamic_shapes: Any) -> ExampleInputs:
-    """``lower``'s arguments checked before any work: what was wrong, and what to pass instead."""
-    if backend is None:
+def _lowering_inputs(source: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> tuple[Any, ExampleInputs]:
+    """``lower``'s model and inputs checked before any work: what was wrong, and what to pass instead."""
+    program = source.program if isinstance(source, QuantizedModel) else source
+    if not isinstance(program, (torch.nn.Module, ExportedProgram)):
         raise EdgeplugError(
-            "edgeplug.lower needs a backend: lower(model, args, NAME) or backend=NAME, "
-            f"NAME one of the installed backends: {_installed()}"
+            f"edgeplug.lower takes a torch.nn.Module or a torch.export.ExportedProgram, not {type(program).__name__}"
         )
-    if isinstance(backend, dict):
-        raise EdgeplugError(
-            "edgeplug.lower: the third argument is the backend, not keyword inputs; pass them as kwargs={...}"
-        )
-    if not isinstance(source, (torch.nn.Module, ExportedProgram)):
-        raise EdgeplugError(
-            f"edgeplug.lower takes a torch.nn.Module or a torch.export.ExportedProgram, not {type(source).__name__}"
-        )
-    return inputs_for(source, args, kwargs, dynamic_shapes, where="edgeplug.lower")
+    return source, inputs_for(program, args, kwargs, dynamic_shapes, where="edgeplug.lower")
 
 
 def _executorch_config(ep: ExportedProgram, external_weights: bool = False, in_place: bool = True) -> Any:

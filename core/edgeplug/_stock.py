@@ -12,21 +12,20 @@ import operator
 from collections import Counter
 from typing import Any, Optional, Sequence
 
-from edgeplug._backend import Backend
+from edgeplug._backend import Backend, given_backend
 from edgeplug._failures import first_line
-from edgeplug._registry.lookup import get_backend
 from edgeplug._report.records import CpuNode, PartitionSummary, StockPartitioning, annotate_graph, graph_of
 from edgeplug._shape_env import kept_shape_envs
 
 
-def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend: Any) -> StockPartitioning:
+def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend: Backend) -> StockPartitioning:
     """Lower the model with the backend's own executorch partitioner alone (executorch's
     ``to_edge_transform_and_lower``, as a user of executorch would) and describe its partitioning.
 
     A backend whose partitioner is not executorch's has no stock flow; a stock flow
     that fails is described, not raised: ``StockPartitioning.error`` says which.
     """
-    b = backend if isinstance(backend, Backend) else get_backend(backend)
+    b = given_backend(backend, "edgeplug._stock.stock_partitioning")
     inner = b.make_partitioner()
     cls = f"{type(inner).__module__}.{type(inner).__qualname__}"
     flow = f"executorch.exir.to_edge_transform_and_lower(ep, partitioner=[{type(inner).__name__}()])"

@@ -10,22 +10,27 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from edgeplug import examples
 from edgeplug._api import model_renames
-from edgeplug._cli.common import STREAM_ERRORS, err
+from edgeplug._cli.common import STREAM_ERRORS, err, say
 from edgeplug._cli.quiet import native_output_hidden
+from edgeplug._backend import Backend
 from edgeplug._errors import EdgeplugError
 from edgeplug._explorer import _model_explorer, explorer_command, write_explorer
 from edgeplug._outputs import check_output_paths, names_a_folder, write_file
+from edgeplug._facade import backends_with_quantizers
 from edgeplug._registry.lookup import get_backend, manager
-from edgeplug._quantize.quantize import DEFAULT_CALIBRATION_BATCHES, load_calibration, quant_scheme, quantize
+from edgeplug._quantize.quantize import DEFAULT_CALIBRATION_BATCHES, load_calibration, no_quantizer, quant_scheme, quantize_for_backend
 from edgeplug._records import QuantScheme
 from edgeplug._report.records import stand_in_path
 from edgeplug._report.html import is_html, load_report, write_report
 from edgeplug._stock import stock_partitioning
 from edgeplug._user_code import Effects
+
+if TYPE_CHECKING:  # the names only: _pipeline loads torch and executorch, once a lowering is asked for
+    from edgeplug._pipeline import Prepared
 
 
 def tolerance_arg(text: str) -> float:
@@ -83,23 +88,24 @@ def _is_stdout(path: object) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
-    """What can be refused before a minute is spent on export: the SDK, the flags, every output path."""
-    if args.verify and not args.dry_run:
-        # torch (_verify, and _pipeline and _weights below): loaded only once a lowering is asked for
-        from edgeplug._verify import refuse_verify_without_runtime
+def _check_before_work(args: argparse.Namespace, backend: Backend) -> tuple[Path, Prepared]:
+    """What can be refused before a minute is spent on export: the SDK, the flags, every output path.
+    The lowering's flags are read once, by ``prepare`` (which builds the backend's partitioner, so a
+    factory that raises, a missing SDK module, fails here); the lowering then runs with what it settled."""
+    # torch, executorch (and _weights below): loaded only once a lowering is asked for
+    from edgeplug._pipeline import prepare
 
-        refuse_verify_without_runtime(backend)
-    if not args.dry_run:
-        backend.require_available()
-    from edgeplug._pipeline import make_partitioner  # torch, executorch: as _verify above
-
-    make_partitioner(backend, dry_run=args.dry_run)  # a factory that raises (a missing SDK module) fails here
+    prepared = prepare(
+        backend, verify=args.verify, verify_steps=args.verify_steps, tolerance=args.tolerance, dry_run=args.dry_run,
+        external_weights=args.external_weights,
+    )
     if args.calibration and not args.quantize:
         raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
     if args.calibration_batches is not None and not args.quantize:
         raise EdgeplugError("--calibration-batches needs --quantize SCHEME (it caps the calibration data)")
     if args.quantize:  # an unknown scheme is known before the model file runs
+        if not backend.records(QuantScheme):
+            raise no_quantizer(backend, backends_with_quantizers())
         quant_scheme(backend, args.quantize)
     if args.calibration_batches is None:
         args.calibration_batches = DEFAULT_CALIBRATION_BATCHES
@@ -113,12 +119,11 @@ def _check_before_work(args: argparse.Namespace, backend: object) -> Path:
     if args.write_stand_in:  # where a program with stand-in delegates would go (a dry run's, or a backend's)
         targets["the stand-in .pte"] = stand_in_path(out)
     if args.external_weights and not args.dry_run:  # the .ptd beside the .pte: both, or neither (save checks again)
-        from edgeplug._weights import check_external_weights, check_weights_target  # torch: as _verify above
+        from edgeplug._weights import check_weights_target  # torch: as _pipeline above
 
-        check_external_weights(backend)
         targets["the weights (.ptd)"] = check_weights_target(out)
     check_output_paths(targets, inputs=_input_files(args))
-    return out
+    return out, prepared
 
 
 def _not_written(out: object) -> str:
@@ -158,7 +163,7 @@ def _check_explore_dir(folder: str) -> None:
     _model_explorer()  # not installed: said now, not after the lowering
 
 
-def _compare_stock(report: object, model: object, inputs: tuple, backend: object, progress) -> None:
+def _compare_stock(report: Any, model: Any, inputs: tuple, backend: Backend, progress: Any) -> None:
     progress(f"[{backend.name}] stock executorch flow, for --compare-stock ...")
     report.stock = stock_partitioning(model, inputs, backend)
     if report.stock.error:
@@ -170,10 +175,10 @@ def _write_views(args: argparse.Namespace, report: object) -> None:
     try:
         if getattr(args, "html_report", None):
             write_report(args.html_report, report)
-            print(f"wrote report {args.html_report}", file=sys.stderr)
+            say(f"wrote report {args.html_report}")
         if getattr(args, "explore", None):
             paths = write_explorer(report, args.explore)
-            print(f"wrote Model Explorer files in {args.explore}: open them with\n  {explorer_command(paths)}", file=sys.stderr)
+            say(f"wrote Model Explorer files in {args.explore}: open them with\n  {explorer_command(paths)}")
     except OSError as exc:
         raise EdgeplugError(f"cannot write {exc.filename or args.explore}: {exc.strerror or exc}") from exc
 
@@ -182,18 +187,16 @@ def _say_effects(effects: Effects, progress) -> None:
     """One line for each thing the model file did to the process (``edgeplug._user_code``)."""
     if effects.chdir is not None:
         folder, where = effects.chdir
-        print(
+        say(
             f"edgeplug: warning: the model file changed the working folder to {folder}"
             f"{f' at {where}' if where else ''}; edgeplug went back to {os.getcwd()}, where the outputs are "
             "written (open files relative to the model file: os.path.dirname(__file__))",
-            file=sys.stderr,
         )
     for thread, where in effects.threads:
-        print(
+        say(
             f"edgeplug: warning: the model file started thread {thread.name!r}{f' at {where}' if where else ''} "
             "and left it running; edgeplug does not wait for it when it ends (join it before returning, or "
             "start it with daemon=True)",
-            file=sys.stderr,
         )
     lines = effects.printed_lines()
     if lines:
@@ -221,11 +224,11 @@ def cmd_lower(args: argparse.Namespace) -> int:
     progress = _progress_printer(args.quiet)
     backend = get_backend(args.backend)
     with contextlib.nullcontext() if args.verbose else native_output_hidden():  # a partitioner factory may print
-        out = _check_before_work(args, backend)
+        out, prepared = _check_before_work(args, backend)
     _check_views(args)
     # without -v, what native libraries print (a vendor SDK's log, executorch's C++ log) stays off the terminal
     with contextlib.nullcontext() if args.verbose else native_output_hidden():
-        result = _load_and_lower(args, backend, progress)
+        result = _load_and_lower(args, prepared, progress)
     report, v = result.report, result.report.verification
     failed = v is not None and not v.passed
     report.notes.extend(_unwritten_notes(args, report, out, failed))
@@ -246,7 +249,7 @@ def _say_deprecated_model_name(name: str) -> None:
         return
     if rename.removed:
         raise EdgeplugError(rename.model_notice())
-    print(f"edgeplug: deprecated: {rename.model_notice()}", file=sys.stderr, flush=True)
+    say(f"edgeplug: deprecated: {rename.model_notice()}", flush=True)
 
 
 def _progress_printer(quiet: bool):
@@ -255,15 +258,17 @@ def _progress_printer(quiet: bool):
 
     def progress(msg: str) -> None:
         if not quiet:
-            print(f"{time.perf_counter() - start:7.1f}s {msg}", file=sys.stderr, flush=True)
+            say(f"{time.perf_counter() - start:7.1f}s {msg}", flush=True)
 
     return progress
 
 
-def _load_and_lower(args: argparse.Namespace, backend: object, progress) -> object:
-    """The model file run, the model quantized (--quantize) and lowered, and the stock flow beside it (--compare-stock)."""
-    from edgeplug._pipeline import lower  # torch, executorch: only when lowering
+def _load_and_lower(args: argparse.Namespace, prepared: Prepared, progress: Any) -> Any:
+    """The model file run, the model quantized (--quantize) and lowered with what ``prepare`` settled, and the
+    stock flow beside it (--compare-stock)."""
+    from edgeplug._pipeline import lower_prepared  # torch, executorch: only when lowering
 
+    backend = prepared.backend
     effects = Effects()
     try:
         model, inputs, kwargs, label = examples.load_model(
@@ -274,13 +279,12 @@ def _load_and_lower(args: argparse.Namespace, backend: object, progress) -> obje
     if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantize.quantize)
         limit = args.calibration_batches
         calibration = load_calibration(args.calibration, limit) if args.calibration else None
-        model = quantize(
+        model = quantize_for_backend(
             model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
             calibration_batches=limit,
         )
-    result = lower(
-        model, inputs, backend, kwargs=kwargs, verify=args.verify, dry_run=args.dry_run, model_name=label,
-        progress=progress, tolerance=args.tolerance, verify_steps=args.verify_steps, external_weights=args.external_weights,
+    result = lower_prepared(
+        prepared, model, inputs, kwargs=kwargs, model_name=label, progress=progress,
         profile_memory=args.profile_memory, keep_stand_in=args.write_stand_in,
     )
     if args.compare_stock:
@@ -306,12 +310,12 @@ def _say_what_was_written(args: argparse.Namespace, report: object, out: object)
     if held is not None and (held.kind == "backend" or args.write_stand_in):
         # the one line that says what this lowering is, wherever the table goes
         done = f"wrote it as {held.written}" if held.written else _not_written(out)
-        print(f"edgeplug: not runnable: {held.reason}; {done}", file=sys.stderr)
+        say(f"edgeplug: not runnable: {held.reason}; {done}")
     # stdout carries the .pte or the report when one of them is "-": the table goes to stderr then
     table_to = sys.stderr if any(_is_stdout(p) for p in (out, args.report)) else sys.stdout
     print(report.to_table(), file=table_to)
     if args.report:
-        print(f"wrote report {args.report}", file=table_to)
+        say(f"wrote report {args.report}", file=table_to)
 
 
 def installed_schemes() -> str:

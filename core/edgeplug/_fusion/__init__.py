@@ -1,12 +1,13 @@
 """Fusion: pattern matches become the fused ops a backend's ``FusionPolicy`` names, in one package.
 
-``program`` is the one entry (``fuse_program``, ``fuse_for_backend``, ``edgeplug.fuse``) and the only
-module that drives the phases, each entered once per fusion, in this order:
+``program`` is the one entry (``fuse_program``, ``fuse_for_backend``: what ``lower`` and ``edgeplug.fuse``
+run) and the only module that drives the phases, each entered once per fusion, in this order:
 
 1. ``target``: the policy's op resolved through torch's op registry, after the policy's
    ``load_target`` (the core names no fused op itself; the registry checks a policy with it when a
    plugin loads, so this module imports torch only when asked);
-2. ``delegation``: the backend's veto, a fused op its support check would not delegate is not made;
+2. the delegation veto, handed in by the caller (``edgeplug._partition.delegation``: the partition's
+   knowledge): a fused op the backend's support check would not delegate is not made;
 3. ``rms_norm``: the match phase (``find_rms_norms``), every node asked once; the strict matcher,
    with ``rms_norm_guards`` holding each proof;
 4. ``decision``: each match gets a pure ``Decision`` (outcome, what the fused op's weight is, why),

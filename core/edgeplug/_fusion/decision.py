@@ -19,7 +19,7 @@ rewrite will do:
 * ``outcome="rejected"``: nothing changes; ``reason`` says why.
 
 ``decide_fusions(found, fused_op, veto)`` is fusion's decision phase: one ``Decision`` per match of
-the match phase, each then put to the backend's veto (``edgeplug._fusion.delegation``). What the
+the match phase, each then put to the backend's veto (``edgeplug._partition.delegation``). What the
 later phases learn (a weight that could not be folded) changes a decision only through
 ``fold_failed`` here; ``Decision.record`` is what the report keeps of it.
 """

@@ -2,20 +2,21 @@
 entered once.
 
 ``fuse_program`` fuses under a policy (``quantize`` recomposes norms with it); ``fuse_for_backend``
-under a backend's policy, only where the backend delegates the fused op (what ``lower`` runs);
-``fuse`` is ``edgeplug.fuse``. Every candidate, fused or refused, yields a ``FusionRecord``.
+under a backend's policy, only where the backend delegates the fused op (what ``lower`` and
+``edgeplug.fuse`` run): which ops the backend delegates is the partition's knowledge, handed in as
+``delegation`` (``edgeplug._partition.delegation``). Every candidate, fused or refused, yields a
+``FusionRecord``.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from torch.export import ExportedProgram
 
 from edgeplug._backend import Backend
 from edgeplug._errors import EdgeplugError
 from edgeplug._fusion.decision import Decision, Veto, decide_fusions
-from edgeplug._fusion.delegation import delegation_veto
 from edgeplug._fusion.fold import fold_weights
 from edgeplug._fusion.ops import GraphOps
 from edgeplug._fusion.rewrite import rewrite_all
@@ -23,7 +24,10 @@ from edgeplug._fusion.rms_norm import find_rms_norms
 from edgeplug._fusion.target import FusedOp, PolicyTargetError, resolve_target
 from edgeplug._graph.names import copy_graph
 from edgeplug._records import FusionPolicy, FusionRecord
-from edgeplug._registry.lookup import get_backend
+
+#: for the op a policy creates, a veto refusing a fusion the backend would not delegate (the partition
+#: package's knowledge, handed in: ``edgeplug._partition.delegation``)
+Delegation = Callable[[FusedOp], Veto]
 
 
 def fuse_program(
@@ -47,24 +51,20 @@ def fuse_program(
     return _fuse(ep, _resolved(policy, ep.dialect), veto)
 
 
-def fuse_for_backend(ep: ExportedProgram, backend: Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
+def fuse_for_backend(
+    ep: ExportedProgram, backend: Backend, delegation: Delegation
+) -> tuple[ExportedProgram, list[FusionRecord]]:
     """``fuse_program`` under ``backend``'s rms_norm policy, only where the backend delegates the fused op.
 
-    What ``edgeplug.fuse`` runs: a fusion the backend's support check would
-    refuse (e.g. ``et_vk.rms_norm`` in bf16) is not made, and its record says why.
+    What ``lower`` and ``edgeplug.fuse`` run: a fusion ``delegation``'s veto refuses (the backend's
+    support check would not take the op, e.g. ``et_vk.rms_norm`` in bf16) is not made, and its record
+    says why.
     """
     policy = backend.fusion_policy("rms_norm")
     if policy is None:
         return ep, []
     fused = _resolved(policy, ep.dialect)
-    return _fuse(ep, fused, delegation_veto(backend, fused))
-
-
-def fuse(ep: ExportedProgram, backend: str | Backend) -> tuple[ExportedProgram, list[FusionRecord]]:
-    """``edgeplug.fuse``: the core's pattern fusions on an edge-dialect program under ``backend``'s
-    policy (a name or a ``Backend``). Returns a new program (``ep`` is not changed) and one
-    ``FusionRecord`` per match: fused, folded, fused with a unit weight, or rejected with its reason."""
-    return fuse_for_backend(ep, backend if isinstance(backend, Backend) else get_backend(backend))
+    return _fuse(ep, fused, delegation(fused))
 
 
 def fusion_stage(policy: Optional[FusionPolicy]) -> str:

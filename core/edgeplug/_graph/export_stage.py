@@ -1,17 +1,20 @@
 """The export stage, which ``lower`` and ``quantize`` both run on the aten program: the backend's
 export passes, then the core's decompositions of what ``to_edge`` cannot take (``edgeplug.transform``
-runs it alone)."""
+runs it alone: ``run_export_stage``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch.export import ExportedProgram
 
-from edgeplug._backend import Backend
 from edgeplug._graph.decompose import export_decompositions
 from edgeplug._graph.names import copy_exported_program
 from edgeplug._graph.passes import run_passes
 from edgeplug._records import PassSpec
-from edgeplug._registry.lookup import get_backend
+
+if TYPE_CHECKING:  # the graph floor reads what a Backend holds, never the registry's modules
+    from edgeplug._backend import Backend
 
 
 def export_stage_passes(ep: ExportedProgram, backend: Backend) -> list[PassSpec]:
@@ -20,8 +23,13 @@ def export_stage_passes(ep: ExportedProgram, backend: Backend) -> list[PassSpec]
     return [*backend.passes_for("export"), *export_decompositions(ep, backend)]
 
 
-def transform(ep: ExportedProgram, backend: str | Backend) -> ExportedProgram:
-    """Run the export stage on an aten-dialect program; ``ep`` is left as it was."""
-    b = backend if isinstance(backend, Backend) else get_backend(backend)
-    passes = export_stage_passes(ep, b)
-    return run_passes(copy_exported_program(ep), passes, backend=b).program if passes else ep
+def run_export_stage(ep: ExportedProgram, backend: Backend) -> ExportedProgram:
+    """Run the export stage on an aten-dialect program; ``ep`` is left as it was (``edgeplug.transform``
+    resolves a name, then runs this)."""
+    if isinstance(backend, str):  # the façade resolves a name, against the registry the caller chose
+        raise TypeError(
+            f"edgeplug._graph.export_stage.run_export_stage takes a Backend, not the name {backend!r}: "
+            "call edgeplug.transform, or resolve it with edgeplug.get_backend(name)"
+        )
+    passes = export_stage_passes(ep, backend)
+    return run_passes(copy_exported_program(ep), passes, backend=backend).program if passes else ep

@@ -55,7 +55,9 @@ class CorePartitioner(Partitioner):
     """One lowering's partitioner around ``backend``'s own; make one per lowering.
 
     What it is given is fixed when it is made: the backend, the executorch
-    partitioner the backend builds (``inner``), its support check, and
+    partitioner the backend builds (``inner``: made here by the backend's
+    factory, or handed in, so that one lowering calls the factory once), its
+    support check (``support``, which the fusion's veto asks too), and
     ``dry_run`` (partitions are lowered to the stand-in backend of
     ``edgeplug._partition.standin``: everything but the delegate's preprocess
     runs). Its answers depend only on the program it is asked about:
@@ -74,11 +76,11 @@ class CorePartitioner(Partitioner):
     second ``partition`` call is refused: a lowering makes a new one.
     """
 
-    def __init__(self, backend: Backend, *, dry_run: bool = False) -> None:
+    def __init__(self, backend: Backend, *, dry_run: bool = False, inner: Any = None) -> None:
         super().__init__()
         self.backend = backend
         self.dry_run = dry_run
-        self.inner = backend.make_partitioner()
+        self.inner = inner if inner is not None else backend.make_partitioner()
         #: the backend's per-node check on any node (a pattern-aware one is made for the graph at partition)
         self._check: Optional[SupportCheck] = support_check(backend, None, partitioner=self.inner)
         self._fused = _fused_ops(backend)
@@ -86,6 +88,11 @@ class CorePartitioner(Partitioner):
         self._outcome: Optional[PartitionOutcome] = None
 
     # what it decided -----------------------------------------------------------------
+    @property
+    def support(self) -> Optional[SupportCheck]:
+        """The backend's per-node support check on any node (None where the backend states none)."""
+        return self._check
+
     @property
     def inner_name(self) -> str:
         return type(self.inner).__name__

@@ -35,8 +35,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
+from edgeplug._backend import Backend, given_backend
 from edgeplug._errors import EdgeplugError, QuantizationError
-from edgeplug._registry.lookup import backends, get_backend, manager
 from edgeplug._records import FusionRecord, QuantScheme, TransformRecord
 from edgeplug.examples import import_user_file
 
@@ -49,49 +49,45 @@ Progress = Callable[[str], None]
 # -- schemes ---------------------------------------------------------------------
 
 
-def _name_of(backend: Any) -> str:
-    """A ``Backend``'s name, or a name as given (stripped, lower-case)."""
-    return backend.name if hasattr(backend, "name") else str(backend).strip().lower()
+def schemes(backend: Backend) -> list[QuantScheme]:
+    """The quantization schemes ``backend`` offers, in plugin order: its own ``QuantScheme`` records, from
+    whichever registry it was resolved against."""
+    return list(given_backend(backend, "schemes").records(QuantScheme))
 
 
-def _contributions(backend: str) -> list[tuple[Any, QuantScheme]]:
-    return [(info, rec) for info, rec in manager().contributions("edgeplug_quantizers", backend)]
+def no_quantizer(backend: Backend, others: Sequence[str] = ()) -> QuantizationError:
+    """The error for a backend without a ``QuantScheme``; ``others``: backends that have one, where the
+    caller knows them (the façade does, from the registry it resolved the name against)."""
+    where = f"backends with quantizers: {', '.join(others)}" if others else "`edgeplug plugins` lists each backend's schemes"
+    return QuantizationError(
+        f"backend {backend.name!r} has no quantizer: none of its plugins yields a QuantScheme for it "
+        f"(hook edgeplug_quantizers); {where}. Lower the float model, or quantize for a backend that has one"
+    )
 
 
-def schemes(backend: Any) -> list[QuantScheme]:
-    """The quantization schemes ``backend`` (a name or ``Backend``) offers, in plugin order."""
-    name = get_backend(backend).name if isinstance(backend, str) else _name_of(backend)
-    return [rec for _, rec in _contributions(name)]
-
-
-def quant_scheme(backend: Any, scheme: str) -> QuantScheme:
+def quant_scheme(backend: Backend, scheme: str) -> QuantScheme:
     """The record of ``scheme`` for ``backend``; a clear error naming the backend's schemes when there is none."""
-    b = get_backend(backend) if isinstance(backend, str) else backend
-    found = _contributions(b.name)
+    b = given_backend(backend, "quant_scheme")
+    found = schemes(b)
     key = scheme.strip().lower()
     if not found:
-        able = [n for n in backends() if _contributions(n)]
-        others = f"backends with quantizers: {', '.join(able)}" if able else "no installed backend has one"
-        raise QuantizationError(
-            f"backend {b.name!r} has no quantizer: no installed plugin yields a QuantScheme for it "
-            f"(hook edgeplug_quantizers); {others}. Lower the float model, or quantize for one of those"
-        )
-    # two records of one scheme name make the plugin manager refuse the backend (get_backend raised above)
-    matches = [(info, rec) for info, rec in found if rec.scheme == key]
+        raise no_quantizer(b)
+    # two records of one scheme name make the plugin manager refuse the backend (get_backend raised before)
+    matches = [rec for rec in found if rec.scheme == key]
     if not matches:
-        names = [rec.scheme for _, rec in found]
+        names = [rec.scheme for rec in found]
         close = difflib.get_close_matches(key, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise QuantizationError(
             f"backend {b.name!r} has no quantization scheme {scheme!r}{hint}; its schemes: "
             f"{', '.join(names)} (`edgeplug plugins` describes each)"
         )
-    return matches[0][1]
+    return matches[0]
 
 
-def make_quantizer(backend: Any, scheme: str) -> Any:
+def make_quantizer(backend: Backend, scheme: str) -> Any:
     """A fresh torchao ``Quantizer`` for ``scheme`` of ``backend`` (never reaches the network)."""
-    b = get_backend(backend) if isinstance(backend, str) else backend
+    b = given_backend(backend, "make_quantizer")
     rec = quant_scheme(b, scheme)
     try:
         return rec.factory()
@@ -181,10 +177,10 @@ def drop_no_op_casts(ep: Any) -> tuple[Any, list[TransformRecord]]:
 DEFAULT_CALIBRATION_BATCHES = 100
 
 
-def quantize(
+def quantize_for_backend(
     model: Any,
     args: Any = (),
-    backend: Any = None,
+    backend: Optional[Backend] = None,
     scheme: Optional[str] = None,
     calibration: Optional[Iterable[Sequence[Any]]] = None,
     *,
@@ -218,7 +214,7 @@ def quantize(
     given = inputs_for(model, args, kwargs, dynamic_shapes, where="edgeplug.quantize")
     limit = check_calibration_batches(calibration_batches)
     _refuse_second_quantization(model)
-    b = get_backend(backend) if isinstance(backend, str) else backend
+    b = given_backend(backend, "edgeplug._quantize.quantize.quantize_for_backend")
     rec = quant_scheme(b, scheme)  # before any work: an unknown scheme fails at once
     info = _info(b, rec, limit)
     timed = _QuantizeStages(b.name, rec.scheme, info, progress)
@@ -253,9 +249,9 @@ def _pt2e(ep: Any, b: Any, rec: QuantScheme, timed: Any, info: Any, calibrate: C
     # torchao: loaded when quantizing; the CLI's startup imports this module
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from edgeplug._graph.export_stage import transform
+    from edgeplug._graph.export_stage import run_export_stage
 
-    ep = timed("export passes", lambda: transform(ep, b))
+    ep = timed("export passes", lambda: run_export_stage(ep, b))
     ep, info.rewrites, info.fusions = timed("recompose norms", lambda: _recompose(ep, b))
     ep, info.folds = timed("fold constants", lambda: fold_before_annotation(ep, b))
     quantizer = timed("build quantizer", lambda: make_quantizer(b, rec.scheme))
@@ -343,7 +339,7 @@ def _source_transform(
     import torch
     from torchao.quantization import quantize_
 
-    from edgeplug._graph.export_stage import transform
+    from edgeplug._graph.export_stage import run_export_stage
 
     steps = timed("build config", lambda: _transform_steps(make_quantizer(backend, rec.scheme), rec, backend))
 
@@ -360,7 +356,7 @@ def _source_transform(
     info.kept_float = kept_float
     ep = timed("export", lambda: torch.export.export(copied, given.args, given.kwargs, dynamic_shapes=dynamic_shapes))
     info.rewrites = [*info.rewrites, *_drop_padding_idx_of_dequantized_embeddings(ep)]
-    return timed("export passes", lambda: transform(ep, backend))
+    return timed("export passes", lambda: run_export_stage(ep, backend))
 
 
 def _drop_padding_idx_of_dequantized_embeddings(ep: Any) -> list[TransformRecord]:
@@ -615,7 +611,7 @@ __all__ = [
     "load_calibration",
     "make_quantizer",
     "quant_scheme",
-    "quantize",
+    "quantize_for_backend",
     "recompose_norms",
     "schemes",
 ]

@@ -1,6 +1,6 @@
 """Verification, in one package: run a lowered program here, compare it with eager, explain the result.
 
-- ``verify``: ``verify(result, backend)``, ``edgeplug.verify``; it chooses, once, the float or the
+- ``verify``: ``verify_lowering(result, backend)``, what ``edgeplug.verify`` runs; it chooses, once, the float or the
   quantized path and the runner (``BackendSpec.verify_method``);
 - ``targets``: what runs the program: the ``.pte`` in executorch's runtime (or the backend's device
   runtime), or the delegates on host kernels;
@@ -15,6 +15,6 @@ The eager reference itself is ``edgeplug._eager`` (``lower`` and ``quantize`` ta
 from __future__ import annotations
 
 from edgeplug._verify.compare import check_tolerance, compare_output, compare_outputs
-from edgeplug._verify.verify import refuse_verify_without_runtime, verify
+from edgeplug._verify.verify import refuse_verify_without_runtime, verify_lowering
 
-__all__ = ["check_tolerance", "compare_output", "compare_outputs", "refuse_verify_without_runtime", "verify"]
+__all__ = ["check_tolerance", "compare_output", "compare_outputs", "refuse_verify_without_runtime", "verify_lowering"]

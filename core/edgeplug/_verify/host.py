@@ -46,9 +46,9 @@ import torch.utils._pytree as pytree
 from torch.fx import Interpreter, Node
 
 from edgeplug._errors import EdgeplugError, KernelError, VerificationError
+from edgeplug._backend import given_backend
 from edgeplug._graph.ops import dtype_name, op_name
 from edgeplug._inputs import ExampleInputs, runtime_inputs
-from edgeplug._registry.lookup import get_backend
 from edgeplug._runtime.device import GpuDevice, NoAdapterError
 from edgeplug._runtime.process import gpu_device  # the process's device (edgeplug.plugin.gpu_device is this one)
 
@@ -422,15 +422,14 @@ class _TopInterpreter(Interpreter):
 def run_lowered(result: Any, backend: Any, calls: Sequence[ExampleInputs] = ()) -> LoweredRun:
     """Execute ``result`` (a LoweringResult) on the host; delegates' ops with ``backend``'s kernels.
 
-    ``backend`` is a ``Backend`` or its name, as for ``edgeplug.verify``. The example inputs' call runs
+    ``backend`` is the ``Backend`` ``edgeplug.verify`` was given. The example inputs' call runs
     first, then each of ``calls`` (decode steps), with the program's state carried between calls as
     executorch's runtime keeps it: each buffer the program writes back (a ``BUFFER_MUTATION`` output of
     the top-level graph) and each buffer a delegate owns and updates take the value the call before
     left. ``LoweredRun.steps`` holds each further call's outputs; the note and placements are the first
     call's.
     """
-    if isinstance(backend, str):
-        backend = get_backend(backend)
+    backend = given_backend(backend, "edgeplug._verify.host.run_lowered")
     if result.edge is None:
         raise VerificationError("the lowering result holds no edge program to run")
     ep = result.edge.exported_program()

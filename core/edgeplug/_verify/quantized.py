@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from edgeplug._errors import EdgeplugError, RuntimeRefusedError, VerificationError
 from edgeplug._failures import first_line
 from edgeplug._quantize.program import QuantizationInfo, output_steps
-from edgeplug._registry.lookup import manager
+from edgeplug._records import QuantScheme
 from edgeplug._report.records import QuantizationSummary, Verification
 from edgeplug._verify.compare import check_tolerance, compare_output
 from edgeplug._verify.targets import Target, choose_target, run_program
@@ -57,7 +57,7 @@ def _refused(exc: BaseException, info: Any, backend: Any) -> VerificationError:
         )
     else:
         why = "the backend's runtime refused the quantized program"
-    own = ", ".join(s.scheme for _, s in manager().contributions("edgeplug_quantizers", backend.name)) or "none"
+    own = ", ".join(s.scheme for s in backend.records(QuantScheme)) or "none"
     return VerificationError(
         f"running the lowered quantized program with {backend.name}'s runtime failed: {first_line(exc)}; "
         f"{why}. Quantize for {backend.name} itself (its schemes: {own}), e.g. "

@@ -7,26 +7,26 @@ from typing import Optional, Sequence
 
 import torch
 
-from edgeplug._backend import Backend
+from edgeplug._backend import Backend, given_backend
 from edgeplug._errors import VerificationError
-from edgeplug._registry.lookup import get_backend
 from edgeplug._quantize.program import is_quantized
 from edgeplug._report.records import Verification
 from edgeplug._result import LoweringResult
 from edgeplug._verify.compare import compare_outputs
 from edgeplug._verify.greedy import greedy_check
 from edgeplug._verify.quantized import verify_quantized
-from edgeplug._verify.targets import Target, choose_target, run_program
+from edgeplug._verify.targets import Target, choose_target, run_program, unrunnable
 from edgeplug._verify.steps import compare_steps, decode_steps, start_state_note, steps_note, unwritten_state
 
 
 def refuse_verify_without_runtime(backend: Backend) -> None:
-    """Refuse verification before any work for a backend whose programs cannot run here (``verify_method="none"``)."""
-    if backend.spec.verify_method == "none":
+    """Refuse verification before any work for a backend whose programs cannot run here (``verify_method="none"``,
+    or "pte" where neither its own runtime nor ExecuTorch's Python runtime has its delegate: ``unrunnable``)."""
+    why = unrunnable(backend)
+    if why:
         raise VerificationError(
-            f"backend {backend.name!r} cannot verify here: its BackendSpec.verify_method is 'none' (no runtime "
-            "for its programs on this host). Lower without --verify (verify=False) to write the .pte and run "
-            "it on the device, or use --dry-run to see the partitions; nothing was done"
+            f"backend {backend.name!r} cannot verify here: {why}. Lower without --verify (verify=False) to write "
+            "the .pte and run it on the device, or use --dry-run to see the partitions; nothing was done"
         )
 
 
@@ -59,13 +59,14 @@ def _quantized(result: LoweringResult) -> bool:
     )
 
 
-def verify(
-    result: LoweringResult, backend: str | Backend, *, tolerance: Optional[float] = None,
+def verify_lowering(
+    result: LoweringResult, backend: Backend, *, tolerance: Optional[float] = None,
     reference: Optional[Sequence[torch.Tensor]] = None, verify_steps: Optional[int] = None,
 ) -> Verification:
     """``edgeplug.verify``: run the lowered program and compare each output with eager.
 
-    ``backend`` is a ``Backend`` or its name; ``BackendSpec.verify_method`` says
+    ``backend`` is the ``Backend`` the façade resolved (``edgeplug._facade.verify`` checks the flags,
+    once, and resolves a name); ``BackendSpec.verify_method`` says
     how the program runs here. ``tolerance`` is the max |difference| accepted
     (default by output dtype; see ``edgeplug._verify.compare``); ``reference``
     replaces eager's outputs (e.g. a quantized model's). NaN and infinities
@@ -77,9 +78,7 @@ def verify(
     eager (the quantized model where quantized), and compared token for token:
     ``Verification.greedy`` (``edgeplug._verify.greedy``; ``GreedyCheck.runner``).
     """
-    backend = backend if isinstance(backend, Backend) else get_backend(backend)
-    if verify_steps is not None and (isinstance(verify_steps, bool) or not isinstance(verify_steps, int) or verify_steps < 1):
-        raise VerificationError(f"verify_steps must be a whole number >= 1 (tokens to generate), not {verify_steps!r}")
+    backend = given_backend(backend, "edgeplug._verify.verify")
     target = choose_target(backend)  # the backend's own runtime is looked up once, here
     if reference is None and _quantized(result):  # its reference is the quantized model, its tolerance its output scale
         v = verify_quantized(result, backend, tolerance, target)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+import edgeplug
 from edgeplug._quantize.quantize import make_quantizer
 from edgeplug.testing import pt2e_schemes
 
@@ -36,7 +37,7 @@ def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, n
 
     from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
 
-    quantizer = make_quantizer("qnn", scheme)
+    quantizer = make_quantizer(edgeplug.get_backend("qnn"), scheme)
     assert type(quantizer) is QnnQuantizer
     assert no_network == [], f"building {scheme} tried to reach the network: {no_network}"
     assert "QNN_SDK_ROOT" not in os.environ  # the variable is restored, not left empty
@@ -49,5 +50,5 @@ def test_a_qnn_sdk_root_the_user_set_is_left_alone(monkeypatch, tmp_path):
     import os
 
     monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path))
-    make_quantizer("qnn", "8a8w")
+    make_quantizer(edgeplug.get_backend("qnn"), "8a8w")
     assert os.environ["QNN_SDK_ROOT"] == str(tmp_path)

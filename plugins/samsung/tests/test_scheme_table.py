@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+import edgeplug
 from edgeplug._quantize.quantize import make_quantizer
 from edgeplug.testing import pt2e_schemes
 
@@ -23,7 +24,7 @@ def test_the_plugin_declares_its_schemes():
 def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, edgeplug_no_network):
     from executorch.backends.samsung.quantizer import EnnQuantizer, Precision
 
-    quantizer = make_quantizer("samsung", scheme)
+    quantizer = make_quantizer(edgeplug.get_backend("samsung"), scheme)
     assert type(quantizer) is EnnQuantizer
     assert edgeplug_no_network == [], f"building {scheme} tried to reach the network: {edgeplug_no_network}"
     assert quantizer._precision == Precision.A8W8 and quantizer._is_per_channel

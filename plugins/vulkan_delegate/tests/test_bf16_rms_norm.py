@@ -127,7 +127,7 @@ def _lowered_outputs(result, backend: str) -> tuple[list[torch.Tensor], str]:
     if method == "kernels":
         from edgeplug._verify.host import run_lowered
 
-        run = run_lowered(result, backend)
+        run = run_lowered(result, edgeplug.get_backend(backend))
         on_adapter = run.placements.get("adapter", {})
         if not on_adapter.get(FUSED):
             pytest.skip(f"{backend}'s kernel did not run on a wgpu adapter here: {run.note}")

@@ -67,10 +67,10 @@ def test_a_missing_packed_weight_fails_instead_of_reading_zeros(mlp_vulkan_w4):
     entry = data.pop(key)  # as if the .pte carried no bytes for that weight
     try:
         with pytest.raises(VerificationError, match=r"constant 'b__frozen_param0' .* is not in the delegate's named data"):
-            run_lowered(result, "vulkan")
+            run_lowered(result, edgeplug.get_backend("vulkan"))
     finally:
         data[key] = entry
-    assert run_lowered(result, "vulkan").outputs  # restored
+    assert run_lowered(result, edgeplug.get_backend("vulkan")).outputs  # restored
 
 
 def test_only_all_zero_zero_points_of_symmetric_weights_are_implied(mlp_vulkan_w4):
@@ -138,6 +138,6 @@ def test_batch_norm_fold_is_followed_only_where_the_pte_holds_the_folded_tensors
     data.clear()  # no folded weight in the .pte: the unfolded constants are looked for, and missing
     try:
         with pytest.raises(VerificationError, match=r"constant '.*c1_weight' .* is not in the delegate's named data"):
-            run_lowered(conv_bn_vulkan, "vulkan")
+            run_lowered(conv_bn_vulkan, edgeplug.get_backend("vulkan"))
     finally:
         data.update(saved)

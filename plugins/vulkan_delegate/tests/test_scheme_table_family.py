@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+import edgeplug
 from edgeplug._quantize.quantize import make_quantizer
 from edgeplug.testing import pt2e_schemes
 
@@ -28,7 +29,7 @@ def test_the_plugin_declares_its_schemes(backend):
 def test_factory_builds_vulkans_weight_only_quantizer_without_the_network(backend, scheme, edgeplug_no_network):
     from executorch.backends.vulkan.quantizer.vulkan_quantizer import VulkanQuantizer
 
-    quantizer = make_quantizer(backend, scheme)
+    quantizer = make_quantizer(edgeplug.get_backend(backend), scheme)
     assert type(quantizer) is VulkanQuantizer and edgeplug_no_network == []
     config = quantizer.global_config
     assert config.input_activation is None and config.output_activation is None
@@ -39,5 +40,5 @@ def test_an_unknown_scheme_names_the_weight_only_schemes_and_names_are_normalise
     from edgeplug._quantize.quantize import QuantizationError, quant_scheme
 
     with pytest.raises(QuantizationError, match=r"no quantization scheme 'w3'; its schemes: w8, w4, w4-g32 "):
-        quant_scheme("vulkan", "w3")
-    assert quant_scheme("vulkan", " W4 ").weight_bits == 4
+        quant_scheme(edgeplug.get_backend("vulkan"), "w3")
+    assert quant_scheme(edgeplug.get_backend("vulkan"), " W4 ").weight_bits == 4

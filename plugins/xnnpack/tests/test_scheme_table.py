@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import edgeplug
 from edgeplug._quantize.quantize import make_quantizer
 from edgeplug.testing import pt2e_schemes
 
@@ -24,7 +25,7 @@ def test_the_plugin_declares_its_schemes():
 def test_factory_builds_the_backends_own_quantizer_without_the_network(scheme, edgeplug_no_network):
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
 
-    quantizer = make_quantizer("xnnpack", scheme)
+    quantizer = make_quantizer(edgeplug.get_backend("xnnpack"), scheme)
     assert type(quantizer) is XNNPACKQuantizer
     assert edgeplug_no_network == [], f"building {scheme} tried to reach the network: {edgeplug_no_network}"
     config = quantizer.global_config
