@@ -210,6 +210,17 @@ def _portable_lib() -> Any:
     )
 
 
+def runtime_backends() -> Optional[frozenset[str]]:
+    """The delegate backends (``BackendDetails`` ids) ExecuTorch's Python runtime links, or None where this
+    release (or a runtime that does not import) cannot say."""
+    lib = probe("executorch.extension.pybindings.portable_lib")
+    names = getattr(lib, "_get_registered_backend_names", None) if lib is not None and not isinstance(lib, ImportError) else None
+    try:
+        return frozenset(str(n) for n in names()) if names is not None else None
+    except Exception:  # a binding that cannot answer: nothing is known
+        return None
+
+
 def load_pte(pte: bytes, data: Optional[bytes] = None) -> Any:
     """A ``.pte`` (and its ``.ptd`` bytes) loaded in ExecuTorch's runtime; ``.forward(list)`` runs it.
 

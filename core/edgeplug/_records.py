@@ -67,6 +67,9 @@ class Availability(BaseModel):
     reason: str = ""
     #: What the user should do to make it available (e.g. set QNN_SDK_ROOT).
     hint: str = ""
+    #: Whether a dry run can still partition here (False where the partitioner itself is missing, e.g. an
+    #: ExecuTorch release without it): then every lowering is refused before any work, dry runs included.
+    dry_run: bool = True
 
 
 class BackendSpec(_Record):
@@ -173,6 +176,19 @@ class BackendSpec(_Record):
             data = {**data, new: data[old]}
             del data[old]
         return data
+
+    @model_validator(mode="after")
+    def _one_truth_about_verification(self) -> "BackendSpec":
+        # with a runtime of its own, verification runs there where it is built, so "none" would be refused
+        # by --verify while `edgeplug backends` says the runtime runs it: say what runs it elsewhere instead
+        if self.device_runtime is not None and self.verify_method == "none":
+            raise ValueError(
+                "device_runtime is given with verify_method 'none': --verify runs the .pte in the device runtime "
+                "where it is found, and verify_method says what runs it where it is not: 'pte' (ExecuTorch's "
+                "Python runtime, or where that lacks your delegate, a refusal carrying the runtime's "
+                "RuntimeNotFound hint) or 'kernels' (your host kernels); set verify_method to one of them"
+            )
+        return self
 
     @field_validator("api_version")
     @classmethod

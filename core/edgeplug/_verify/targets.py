@@ -113,9 +113,43 @@ class Target:
 
 
 def choose_target(backend: Backend) -> Target:
-    """Look the backend's own runtime up, once: where found, programs run in it; else by ``verify_method``."""
+    """Look the backend's own runtime up, once: where found, programs run in it; else by ``verify_method``.
+
+    ``verify_method="pte"`` runs the ``.pte`` in ExecuTorch's Python runtime, which can only where that runtime
+    links the backend's delegate (``backend_id``): where it does not, the target is "none" and ``why_not``
+    says so, with the backend's own runtime's install hint where it declares one, instead of a run that ends in
+    the runtime's error code."""
     runtime, why_not = find_device_runtime(backend)
-    return Target("pte" if runtime is not None else backend.spec.verify_method, runtime, why_not)
+    if runtime is not None:
+        return Target("pte", runtime, why_not)
+    method = backend.spec.verify_method
+    if method == "pte":
+        linked = _executorch.runtime_backends()
+        if linked is not None and backend.spec.backend_id not in linked:
+            return Target("none", None, _not_in_python_runtime(backend, linked, why_not))
+    return Target(method, None, why_not)
+
+
+def _not_in_python_runtime(backend: Backend, linked: frozenset[str], why_not: str) -> str:
+    own = f"its own runtime (BackendSpec.device_runtime) is not found here: {why_not}" if why_not else (
+        "it declares no runtime of its own (BackendSpec.device_runtime)"
+    )
+    return (
+        "it verifies by running the .pte (verify_method 'pte'), but ExecuTorch's Python "
+        f"runtime has no {backend.spec.backend_id} delegate (it links {', '.join(sorted(linked)) or 'none'}), and "
+        f"{own}"
+    )
+
+
+def unrunnable(backend: Backend, target: Optional[Target] = None) -> str:
+    """Why ``backend``'s programs cannot run on this host ('' where they can): what ``--verify`` is refused
+    with, before any work, and what ``edgeplug backends`` says."""
+    target = target or choose_target(backend)
+    if target.method != "none":
+        return ""
+    if target.why_not and backend.spec.verify_method == "pte":
+        return target.why_not
+    return "its BackendSpec.verify_method is 'none' (no runtime for its programs on this host)"
 
 
 def run_device_runtime(result: LoweringResult, runtime: Any, calls: Sequence[ExampleInputs] = ()) -> _Run:
@@ -147,8 +181,8 @@ def run_program(
         run.note = "; ".join(x for x in (_emulation_note(target), run.note) if x)
         return run
     raise VerificationError(
-        f"backend {backend.name!r} has no way to run its programs on this host "
-        "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
+        f"backend {backend.name!r} has no way to run its programs on this host: {unrunnable(backend, target)}; "
+        "run the .pte on the device instead"
     )
 
 
@@ -191,8 +225,8 @@ class LoadedProgram:
             self.label = "; ".join(x for x in (f"host emulation on {host.adapter}", target.why_not) if x)
         else:
             raise VerificationError(
-                f"backend {self.backend.name!r} has no way to run its programs on this host "
-                "(its BackendSpec.verify_method is 'none'); run the .pte on the device instead"
+                f"backend {self.backend.name!r} has no way to run its programs on this host: "
+                f"{unrunnable(self.backend, target)}; run the .pte on the device instead"
             )
         return self
 

@@ -74,6 +74,7 @@ from edgeplug._fusion.target import PolicyTargetError, check_policy
 from edgeplug._records import HOOK_RECORDS, FusionPolicy, resolve_op_name
 from edgeplug._registry import ENTRY_POINT_GROUP
 from edgeplug._verify.targets import find_device_runtime
+from edgeplug._verify.targets import unrunnable as why_programs_cannot_run
 from edgeplug.examples import list_examples, load_model
 from edgeplug.testing import assert_no_traceback, error_line, files_under
 from edgeplug.testing.faults import CorruptWeight
@@ -340,8 +341,9 @@ def test_kept_whole_ops_are_not_left_on_cpu(edgeplug_backend, edgeplug_lowering)
 
 def test_verification_matches_eager(edgeplug_backend, edgeplug_lowering):
     """A backend that says it can run its programs here (BackendSpec.verify) matches eager."""
-    if edgeplug_backend.spec.verify_method == "none":
-        pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host (verify='none')")
+    unrunnable = why_programs_cannot_run(edgeplug_backend)
+    if unrunnable:
+        pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host: {unrunnable}")
     if not edgeplug_backend.availability().ok:
         pytest.skip(f"{edgeplug_backend.name!r} cannot serialize here, so there is nothing to run")
 
@@ -358,8 +360,9 @@ def test_verification_fails_on_a_corrupted_weight(edgeplug_backend, edgeplug_cli
     """A verification that cannot fail is a defect: ``edgeplug lower mlp --verify`` with a pass that scales a
     weight by 1.01 (``edgeplug.testing.faults.CorruptWeight``) exits 3 with one error line naming the
     difference, writes the report (strict JSON, saying why) and no .pte, and shows no traceback."""
-    if edgeplug_backend.spec.verify_method == "none":
-        pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host (verify='none')")
+    unrunnable = why_programs_cannot_run(edgeplug_backend)
+    if unrunnable:
+        pytest.skip(f"{edgeplug_backend.name!r} cannot run its programs on this host: {unrunnable}")
     if not edgeplug_backend.availability().ok:
         pytest.skip(f"{edgeplug_backend.name!r} cannot serialize here, so there is nothing to run")
     edgeplug_register(CorruptWeight((edgeplug_backend.name,), "scale"), name="corrupter")
