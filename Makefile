@@ -1,6 +1,9 @@
 # edgeplug: `make demo` and `make test` work on a fresh clone.
 PY ?= python3
-VENV := .venv
+# the ExecuTorch release to install and test with (edgeplug is tested with 1.4.x and 1.5.x; CI runs both):
+# `make test EXECUTORCH=1.4.1` builds and uses a venv of its own (.venv-et1.4.1)
+EXECUTORCH ?= 1.5.1
+VENV := $(if $(filter 1.5.1,$(EXECUTORCH)),.venv,.venv-et$(EXECUTORCH))
 BIN := $(VENV)/bin
 PLUGINS := vulkan_delegate vulkan webgpu qnn samsung xnnpack coreml
 STAMP := $(VENV)/.edgeplug-installed
@@ -14,7 +17,10 @@ $(BIN)/python:
 # torch 2.13.0 (CPU) first, explicitly: any looser spec may pull a CUDA build.
 $(STAMP): $(BIN)/python pyproject.toml $(foreach p,$(PLUGINS),plugins/$(p)/pyproject.toml)
 	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q executorch==$(EXECUTORCH)
 	$(BIN)/pip install -q -e '.[test]' $(foreach p,$(PLUGINS),-e plugins/$(p))
+	@$(BIN)/python -c "from importlib.metadata import version as v; import sys; \
+	  sys.exit(0 if v('executorch') == '$(EXECUTORCH)' else 'executorch %s installed, $(EXECUTORCH) asked for' % v('executorch'))"
 	# optimum-executorch (the deployed-program tests' exporter) pins an older transformers: no deps
 	$(BIN)/pip install -q --no-deps optimum-executorch==1.1.0
 	$(BIN)/pip install -q 'optimum>=2.0' accelerate
@@ -72,4 +78,4 @@ vulkan-runtime: setup
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/vulkan_runtime.py --json out/vulkan-runtime.json
 
 clean:
-	rm -rf $(VENV) out
+	rm -rf .venv .venv-et* out

@@ -43,7 +43,7 @@ from torch.export import ExportedProgram
 from edgeplug import _executorch
 from edgeplug._backend import Backend, given_backend
 from edgeplug._eager import Reference, eager_model, run_eager
-from edgeplug._errors import EdgeplugError, LoweringError
+from edgeplug._errors import EdgeplugError, ExecutorchVersionError, LoweringError
 from edgeplug._failures import edgeplug_cause, first_line, name_the_plugin, root_cause, stage_failure, train_mode_dropout
 from edgeplug._fusion.program import fuse_for_backend, fusion_stage
 from edgeplug._fusion.target import resolve_target
@@ -330,6 +330,11 @@ def make_partitioner(backend: Backend, dry_run: bool = False) -> CorePartitioner
         raise
     except Exception as exc:
         b = backend
+        gap = _executorch.version_gap(exc)
+        if gap is not None:  # the installed executorch lacks what the plugin imports: neither's bug
+            raise ExecutorchVersionError(
+                f"backend {b.name!r} ({b.plugin.describe()}) cannot make its partitioner: {gap}; nothing was done"
+            ) from exc
         raise LoweringError(
             f"the partitioner factory (BackendSpec.partitioner) of backend {b.name!r}, from "
             f"{b.plugin.describe()}, raised {first_line(root_cause(exc))}{plugin_location(exc, b.plugin)}. Check the backend's "

@@ -30,6 +30,7 @@ from typing import Mapping, Optional, Sequence
 from edgeplug import __version__
 from edgeplug._api import API_VERSION
 from edgeplug._errors import EdgeplugError
+from edgeplug._executorch import TESTED_RANGE
 
 #: partitioners the generator knows by a short name: (import line, expression, backend_id)
 KNOWN_PARTITIONERS = {
@@ -260,7 +261,8 @@ name = "{dist}"
 version = "0.1.0"
 description = "edgeplug backend: {name}"
 requires-python = ">=3.10"
-dependencies = ["edgeplug>={__version__}"]
+# the ExecuTorch releases this plugin is tested with: `edgeplug plugins` shows the range, and warns outside it
+dependencies = ["edgeplug>={__version__}", "executorch{TESTED_RANGE}"]
 
 [project.optional-dependencies]
 # pytest and the conformance suite's fixtures: pip install -e '.[test]'

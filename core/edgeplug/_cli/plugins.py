@@ -37,6 +37,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for r in rows if specs else ():  # no backend: the error below, not an empty table
         say("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4], file=sys.stdout)
     _print_device_runtimes(m, specs)
+    _print_versions()
     kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
     if specs and (args.adapter or (kernels and not args.no_adapter)):
         try:
@@ -58,16 +59,37 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
     """For each backend that has a runtime of its own (``BackendSpec.device_runtime``): whether it is
     built here, so the user knows what ``--verify`` will run."""
-    from edgeplug._verify.targets import find_device_runtime  # torch: `edgeplug backends` starts without it
+    from edgeplug._verify.targets import choose_target, unrunnable  # torch: `edgeplug backends` starts without it
 
     for name in sorted(specs):
         if specs[name][1].device_runtime is None:
             continue
-        runtime, why_not = find_device_runtime(get_backend(name, registry=m))
-        if runtime is not None:
-            say(f"\n{name} runtime: {runtime.name} (--verify runs the .pte in it)", file=sys.stdout)
+        backend = get_backend(name, registry=m)
+        target = choose_target(backend)  # what --verify chooses, so the two say the same
+        if target.runtime is not None:
+            line = f"{target.runtime.name} (--verify runs the .pte in it)"
+        elif target.method == "kernels":
+            line = f"none, --verify runs the host emulation ({target.why_not})"
+        elif target.method == "pte":
+            line = f"none, --verify runs the .pte in ExecuTorch's Python runtime ({target.why_not})"
         else:
-            say(f"\n{name} runtime: none, --verify runs the host emulation ({why_not})", file=sys.stdout)
+            line = f"none, --verify is refused: {unrunnable(backend, target)}"
+        say(f"\n{name} runtime: {line}", file=sys.stdout)
+
+
+def _print_versions() -> None:
+    """What edgeplug runs on, and whether the ExecuTorch release is one it is tested with (outside the range,
+    one warning line: the user may still try)."""
+    from edgeplug import _executorch
+
+    found = _executorch.versions()
+    line = ", ".join(f"{name} {version or 'not installed'}" for name, version in found.items())
+    inside = _executorch.in_tested_range(found["executorch"])
+    say(f"\nruns on: {line} (edgeplug is tested with executorch{_executorch.TESTED_RANGE}"
+        f"{'' if inside else '; this release is outside it'})", file=sys.stdout)
+    warning = _executorch.range_warning()
+    if warning:
+        say(f"edgeplug: warning: {warning}")
 
 
 #: how long ``edgeplug backends`` waits for one partitioner factory
@@ -115,6 +137,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                 "entry_point": s.plugin.entry_point, "status": s.status, "reason": s.reason,
                 "contributes": s.contributes, "trouble": s.trouble,
                 "api_version": s.api_version, "deprecated": list(s.deprecated),
+                "executorch": s.executorch, "executorch_warning": s.executorch_warning,
             }
             for s in found
         ], indent=2))
@@ -129,6 +152,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         say(f"  status       {status}", file=sys.stdout)
         if s.api_version is not None:
             say(f"  plugin API   {s.api_version}" + (f" (this edgeplug speaks {_api.current})" if s.api_version != _api.current else ""), file=sys.stdout)
+        if s.status == "loaded":
+            tested = f"executorch{s.executorch}" if s.executorch not in (None, "any") else "not declared (Requires-Dist on executorch)"
+            say(f"  tested with  {tested}" + (" (outside it here: see the warning)" if s.executorch_warning else ""), file=sys.stdout)
         for sentence in s.deprecated:
             say(f"  deprecated   {sentence}", file=sys.stdout)
         for backend, what in sorted(s.contributes.items()):

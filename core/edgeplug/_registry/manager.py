@@ -31,6 +31,7 @@ from edgeplug._registry.info import (
     who,
 )
 from edgeplug._registry.loading import load
+from edgeplug._registry.ranges import declared_range, range_warning
 from edgeplug._registry.validation import check
 from edgeplug._user_code import Effects, contained, torch_defaults_lines
 
@@ -100,6 +101,10 @@ class PluginManager:
             warnings.warn(problem.message, PluginWarning, stacklevel=4)
         for line in _effects_lines(effects):
             warnings.warn(line, PluginWarning, stacklevel=4)
+        for info in state.plugins:
+            outside = range_warning(info)
+            if outside:
+                warnings.warn(outside, PluginWarning, stacklevel=4)
         return state
 
     # -- queries ---------------------------------------------------------------
@@ -169,6 +174,10 @@ class PluginSummary:
     api_version: Optional[int] = None
     #: the old spellings it uses, each saying its new spelling and when the old one goes
     deprecated: tuple[str, ...] = ()
+    #: the executorch range its distribution declares (``Requires-Dist``), None where it declares none
+    executorch: Optional[str] = None
+    #: why the installed executorch is outside that range ("" inside it, or where none is declared)
+    executorch_warning: str = ""
 
 
 def describe_record(record: Any) -> str:
@@ -217,7 +226,10 @@ def summaries(manager: PluginManager) -> list[PluginSummary]:
                 contributes.setdefault(backend, []).append(describe_record(u.contribution.record))
                 trouble[backend] = "ignored: " + u.message
         api, old = state.api.get(info, (None, []))
-        out.append(PluginSummary(info, "loaded", "", contributes, trouble, api, tuple(r.sentence() for r in old)))
+        out.append(PluginSummary(
+            info, "loaded", "", contributes, trouble, api, tuple(r.sentence() for r in old),
+            declared_range(info), range_warning(info) or "",
+        ))
     for problem in state.problems:
         out.append(PluginSummary(problem.plugin, "broken", f"failed at {problem.stage}: {problem.cause}"))
     for info, why in state.skipped:

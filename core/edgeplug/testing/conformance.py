@@ -130,6 +130,22 @@ def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backe
     assert "edgeplug" in requires, f"{info.distribution} must depend on edgeplug (it has {sorted(requires)})"
 
 
+def test_distribution_declares_the_executorch_range_it_is_tested_with(edgeplug_backend):
+    """The distribution requires ``executorch`` with a version range (its tested releases, e.g. ``>=1.4,<1.6``):
+    ``edgeplug plugins`` shows it, and a user on a release outside it gets one warning naming the plugin."""
+    from packaging.requirements import Requirement
+
+    info = edgeplug_backend.plugin
+    if info.registered:
+        pytest.skip(f"{edgeplug_backend.name!r} was registered in code, not installed")
+    reqs = [Requirement(r) for r in distribution(info.distribution).requires or []]
+    ranges = [str(r.specifier) for r in reqs if r.name.lower() == "executorch"]
+    assert ranges and all(ranges), (
+        f"{info.distribution} declares no executorch range: add e.g. \"executorch{_executorch.TESTED_RANGE}\" (the "
+        "releases you test with) to [project] dependencies"
+    )
+
+
 def test_backend_spec(edgeplug_backend):
     """The spec describes the backend, names its delegate, builds an executorch ``Partitioner``; the availability
     probe answers without raising, and an unavailable backend says why and what to do."""

@@ -30,3 +30,31 @@ def preprocess_multimethod_replaced(replacement: Callable[[Any, dict, dict], dic
         yield
     finally:
         QnnBackend.preprocess_multimethod = original
+
+
+def ensure_qualcomm_importable() -> None:
+    """Import ``executorch.backends.qualcomm`` once without its import-time SDK download.
+
+    ExecuTorch 1.4's ``executorch/backends/qualcomm/__init__.py`` downloads and unpacks the QNN SDK (and a
+    libc++) when ``QNN_SDK_ROOT`` is not set, and raises "Failed to set up QNN SDK" where it cannot: every
+    import of the partitioner, even for a dry run that needs no SDK, would fetch gigabytes or fail offline.
+    1.5 moved that setup to the code that starts a backend. Where ``QNN_SDK_ROOT`` is unset, the package is
+    imported here once with ``EXECUTORCH_BUILDING_WHEEL=1`` (the switch that release reads to skip the
+    setup), restored at once; later imports find it in ``sys.modules``. A real compile still needs the SDK,
+    which the backend's availability check asks for.
+    """
+    import importlib
+    import os
+    import sys
+
+    if "executorch.backends.qualcomm" in sys.modules or os.environ.get("QNN_SDK_ROOT"):
+        return
+    saved = os.environ.get("EXECUTORCH_BUILDING_WHEEL")
+    os.environ["EXECUTORCH_BUILDING_WHEEL"] = "1"
+    try:
+        importlib.import_module("executorch.backends.qualcomm")
+    finally:
+        if saved is None:
+            del os.environ["EXECUTORCH_BUILDING_WHEEL"]
+        else:
+            os.environ["EXECUTORCH_BUILDING_WHEEL"] = saved

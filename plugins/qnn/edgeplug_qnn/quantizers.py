@@ -37,6 +37,9 @@ def sdk_left_to_caller() -> Iterator[None]:
 def qnn_quantizer(quant_dtype: str):
     """``QnnQuantizer`` for the configured SoC (EDGEPLUG_QNN_SOC), per-channel linear and conv weights."""
     with sdk_left_to_caller():
+        from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+        ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
         from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
         from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
 

@@ -101,6 +101,9 @@ def availability() -> Availability:
                 f"another QNN library folder than {SDK_VAR}",
             )
     try:
+        from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+        ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
         import executorch.backends.qualcomm.python.PyQnnManagerAdaptor  # noqa: F401
     except ImportError as exc:
         return Availability(
@@ -125,10 +128,16 @@ def _loaded_from(lib: str) -> Optional[Path]:
 
 def compile_specs(soc: Any, out_dir: Optional[str] = None) -> list:
     """QNN compile specs for ``soc`` (a ``QcomChipset``) with the saver backend, recording under ``out_dir``."""
+    from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+    ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
     from executorch.backends.qualcomm.serialization.qc_schema_serialize import (
         flatbuffer_to_option,
         option_to_flatbuffer,
     )
+    from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+    ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
     from executorch.backends.qualcomm.utils.utils import (
         generate_htp_compiler_spec,
         generate_qnn_executorch_compiler_spec,
@@ -223,6 +232,9 @@ def _keep_saver_started(specs: list) -> None:
     """
     global _KEEPER
     if _KEEPER is None:
+        from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+        ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
         from executorch.backends.qualcomm.partition.utils import generate_qnn_executorch_option
         from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
         from executorch.backends.qualcomm.utils.qnn_manager_lifecycle import QnnManagerRegistry
@@ -276,6 +288,9 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
     why the saver backend itself stays started). Yields the list the records
     are appended to.
     """
+    from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+    ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
     from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
     from executorch.backends.qualcomm.utils.qnn_manager_lifecycle import QnnManagerContext, get_current_qnn_manager
     from executorch.exir.backend.backend_details import PreprocessResult

@@ -240,6 +240,9 @@ def keep_whole_ops():
 
 def soc():
     """The ``QcomChipset`` to compile for (``EDGEPLUG_QNN_SOC``, default SM8650)."""
+    from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+    ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
     from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
 
     name = os.environ.get(SOC_VAR, DEFAULT_SOC).upper()
@@ -254,6 +257,9 @@ def make_partitioner():
 
     chip = soc()  # an unknown SoC is the user's mistake, with or without the SDK (a dry run for it means nothing)
     if availability().ok:  # the real partitioner, with compile specs for the chosen SoC
+        from edgeplug_qnn._executorch import ensure_qualcomm_importable
+
+        ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
         from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
         from executorch.backends.qualcomm.utils.utils import (
             generate_htp_compiler_spec,

@@ -32,7 +32,7 @@ def _requires_webgpu_partitioner() -> Availability:
 
     return Availability(
         ok=False, reason=str(lacks_executorch_feature("WebGPUPartitioner", _NEEDS, since="1.5")),
-        hint="pip install 'executorch>=1.5,<1.6'",
+        hint="pip install 'executorch>=1.5,<1.6'", dry_run=False,
     )
 
 
