@@ -36,12 +36,13 @@ class _Norms(torch.nn.Module):
 
 
 def _asks_per_node():
-    """The demo partitioner with a keep-whole check of its own (as many executorch partitioners have) that refuses every norm."""
+    """The demo partitioner keeping aten.rms_norm whole itself, with a keep-whole check of its own (as many executorch
+    partitioners have) that refuses every norm (a partitioner's check answers for the ops of its own list only)."""
     from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo
 
     class AsksPerNode(AddMulPartitionerDemo):
         def ops_to_not_decompose(self, ep):
-            return [], lambda node: "rms_norm" not in str(node.target)
+            return [torch.ops.aten.rms_norm.default], lambda node: "rms_norm" not in str(node.target)
 
     return AsksPerNode()
 
@@ -91,7 +92,8 @@ def test_a_fusion_into_an_op_the_backend_does_not_keep_whole_is_not_made(edgeplu
 
 
 def test_a_fused_op_the_partitioner_will_not_keep_whole_is_reported_undone(edgeplug_register):
-    # kept whole by its record, but refused by the partitioner's own check: to_edge decomposes it again
+    # kept whole by its record and the partitioner's list, but refused by the partitioner's own check: to_edge
+    # decomposes it again
     result = _lower(edgeplug_register, keep_whole=True, partitioner=_asks_per_node)
     records = result.report.fusions
     assert len(records) == NORMS and _rms_norm_nodes(result) == 0

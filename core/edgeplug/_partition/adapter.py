@@ -146,15 +146,29 @@ class CorePartitioner(Partitioner):
 
     def _support(self, ep: Optional[ExportedProgram], check: Optional[SupportCheck] = None) -> NodeCheck:
         """The backend's own answer for nodes of ``ep``: its support check (``check``, else the one made
-        without a graph), else its executorch partitioner's keep-whole check for ``ep``, else yes."""
+        without a graph), else its executorch partitioner's keep-whole check for ``ep``, else yes.
+
+        The partitioner's check answers for the ops of its own ``ops_to_not_decompose`` list only: a node of
+        an op a ``KeepWhole`` record adds is the plugin's to keep (its filters still apply, and an op the
+        partitioner then does not take is reported as stranded, naming it), never refused in the
+        partitioner's name for an op it was not asked about."""
         check = check or self._check
         if check is not None:
             return check
-        inner_check = self._inner_keep(ep)[1]
+        inner_ops, inner_check = self._inner_keep(ep)
         if inner_check is None:
             return lambda node: TAKEN
-        refused = Verdict(False, f"refused by the {self.inner_name} check")
-        return lambda node: TAKEN if inner_check(node) else refused
+        own = {aten_overload(op) for op in inner_ops}
+        refused = Verdict(
+            False, f"refused by {self.inner_name}.ops_to_not_decompose's check (it would not take the node whole)"
+        )
+
+        def support(node: torch.fx.Node) -> Verdict:
+            if node.op == "call_function" and aten_overload(node.target) not in own:
+                return TAKEN  # an op the plugin added (KeepWhole): not the partitioner's to answer
+            return TAKEN if inner_check(node) else refused
+
+        return support
 
     def _inner_keep(self, ep: Optional[ExportedProgram]) -> tuple[list[Any], Any]:
         """The executorch partitioner's own keep-whole answer for ``ep``: (ops, check or None)."""
