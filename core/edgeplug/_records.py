@@ -99,7 +99,10 @@ class BackendSpec(_Record):
     #: The backend's per-node support check, for a partitioner ``partitioner()``
     #: made: ``support_check(partitioner, graph_module_or_None)`` returns
     #: ``check(node)``, answering an ``edgeplug.plugin.Verdict`` (``refuse(reason)``
-    #: to refuse with a reason) or a bool, for aten and edge nodes.
+    #: to refuse with a reason) or a bool, for aten and edge nodes. A factory
+    #: with a ``program`` parameter is also given the edge program being
+    #: partitioned (``program=``; None before decomposition and for fusion
+    #: probes), for a backend checker built over the program that records why.
     #: The core asks it which kept-whole ops stay whole, why a node stays on
     #: the CPU, and whether a fused op would be delegated. None: the core
     #: learns support only from what the partitioner tags.

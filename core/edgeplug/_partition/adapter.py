@@ -235,7 +235,7 @@ class CorePartitioner(Partitioner):
     def _decide(self, ep: ExportedProgram, logged: dict[str, str], inner_specs: dict[str, Any]):
         """Run the phases on the tagged graph; set ``outcome``; return (node -> tag, tag -> spec)."""
         ctx = self.context(ep, "partition")
-        check = support_check(self.backend, ep.graph_module, partitioner=self.inner)
+        check = support_check(self.backend, ep.graph_module, partitioner=self.inner, program=ep)
         support = self._support(ep, check)
 
         def explain(node: torch.fx.Node) -> Verdict:

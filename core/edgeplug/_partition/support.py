@@ -11,6 +11,7 @@ backend: the check comes from the plugin.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from typing import Any, Callable, Iterator, Optional
 
@@ -66,8 +67,21 @@ def _guarded(raw: Callable[[torch.fx.Node], Any], who: str) -> SupportCheck:
     return check
 
 
+def _takes_program(factory: Callable[..., Any]) -> bool:
+    """Whether ``BackendSpec.support_check`` takes the program (a ``program`` parameter, or ``**kwargs``)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return "program" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 def support_check(
-    backend: Backend | Any, gm: Optional[torch.fx.GraphModule] = None, *, partitioner: Any = None
+    backend: Backend | Any,
+    gm: Optional[torch.fx.GraphModule] = None,
+    *,
+    partitioner: Any = None,
+    program: Any = None,
 ) -> Optional[SupportCheck]:
     """The backend's per-node support check: ``check(node) -> Verdict`` with a reason.
 
@@ -79,7 +93,9 @@ def support_check(
     (before decomposition) and edge nodes alike, never raises, and answers
     ``Verdict(True)`` or ``Verdict(False, reason)``.
 
-    It comes from ``BackendSpec.support_check(partitioner, gm)``, else from a
+    It comes from ``BackendSpec.support_check(partitioner, gm)`` (``program=``: the edge program being
+    partitioned, or None, for a factory that takes it, as a backend's own checker built over the
+    program does), else from a
     partitioner with a ``verdict(node)`` method (``SupportTablePartitioner``).
     None when the backend states neither: the core then knows support only
     from what the partitioner tags.
@@ -91,7 +107,8 @@ def support_check(
     who = type(partitioner).__name__
     factory = backend.spec.support_check if backend is not None else None
     if factory is not None:
-        return _guarded(factory(partitioner, gm), who)
+        made = factory(partitioner, gm, program=program) if _takes_program(factory) else factory(partitioner, gm)
+        return _guarded(made, who)
     if callable(getattr(partitioner, "verdict", None)):
         return _guarded(partitioner.verdict, who)
     return None
