@@ -18,12 +18,19 @@ twice, and any of the run's inputs (the model file, a calibration file).
 - nothing else is ever replaced.
 
 SIGTERM and SIGINT during a write remove the temporaries before the signal
-takes its usual course.
+takes its usual course; while the temporaries are renamed into place they wait
+(blocked), so a set of files is never left half replaced (a new .pte beside the
+old report), and they arrive once the set is whole. Two processes writing the
+same outputs at once (two ``edgeplug lower -o m.pte --external-weights``) rename
+their sets one after the other: each destination folder is locked (``flock`` on
+the folder itself, nothing left behind) for the renames, so the files left are
+one writer's set, never one's .pte beside the other's .ptd.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import secrets
 import signal
@@ -323,6 +330,66 @@ class _Replaced:
         self.renamed.clear()
 
 
+class _SignalsHeld:
+    """SIGTERM and SIGINT made to wait (the main thread's signal mask) from ``hold()`` until ``release()``;
+    one that arrived meanwhile is delivered at ``release()``, to whatever handler is in place then."""
+
+    def __init__(self) -> None:
+        self.previous: Optional[set] = None
+
+    def hold(self) -> None:
+        if self.previous is not None or threading.current_thread() is not threading.main_thread():
+            return
+        if hasattr(signal, "pthread_sigmask"):
+            self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+    def release(self) -> None:
+        if self.previous is not None:
+            previous, self.previous = self.previous, None
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+#: every file this process wrote whole, in order (``written_files``): what a message can say was written
+_WRITTEN: list[str] = []
+
+
+def written_files() -> list[str]:
+    """The files (and streams) this process has written whole so far, in order, as their paths were given."""
+    return list(_WRITTEN)
+
+
+@contextmanager
+def _folders_locked(paths: list[Path]) -> Iterator[None]:
+    """An exclusive ``flock`` on each folder the files land in, in one order (no two writers deadlock), so
+    another edgeplug writing there renames its set before or after this one, never between its renames.
+    A file system without locks is written unlocked, as before."""
+    fds: list[int] = []
+    try:
+        for folder in sorted({os.path.realpath(p.parent) for p in paths}):
+            try:
+                fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            except OSError:
+                continue
+            fds.append(fd)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing the folder's descriptor releases its lock
+
+
+def _rename_all(temporaries: list[Path], regular: list[tuple[Path, Data]], replaced: "_Replaced") -> None:
+    """Each temporary to its target, as one set, locked against other edgeplug writers."""
+    with _folders_locked([path for path, _ in regular]):
+        for tmp, (path, _) in zip(temporaries, regular):
+            try:
+                replaced.replace(tmp, path)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc
+        replaced.done()
+
+
 def write_files(files: Mapping[PathArg, Data]) -> None:
     """Write each ``{path: bytes or text}``: regular files atomically, streams in place.
 
@@ -354,6 +421,7 @@ def write_files(files: Mapping[PathArg, Data]) -> None:
         regular.append((target, data))
     temporaries: list[Path] = []
     replaced = _Replaced()
+    held = _SignalsHeld()  # from the first rename until the set is whole or put back: no signal splits it
     try:
         with _signals_interrupt():
             current: PathArg = regular[0][0] if regular else ""
@@ -366,23 +434,30 @@ def write_files(files: Mapping[PathArg, Data]) -> None:
                 for path, data in streams:
                     current = path
                     _stream(path, data)
-                for tmp, (path, _) in zip(temporaries, regular):
-                    current = path
-                    replaced.replace(tmp, path)
+                held.hold()
+                current = ""
+                _rename_all(temporaries, regular, replaced)
             except OSError as exc:  # named by its target, not by the temporary
+                held.hold()
                 replaced.undo()
                 for tmp in temporaries:
                     tmp.unlink(missing_ok=True)
-                raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(current)) from exc
+                raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(current) if current else exc.filename) from exc
             except BaseException:
+                held.hold()
                 replaced.undo()
                 for tmp in temporaries:
                     tmp.unlink(missing_ok=True)
                 raise
-            replaced.done()
+            _WRITTEN.extend(os.fspath(p) for p in files)
+        # the handlers before this write are back: a signal held during the renames reaches them now
+        held.release()
     except _Interrupted as exc:
+        held.release()
         signal.raise_signal(exc.signum)  # the previous handler (or the default) takes it from here
         raise KeyboardInterrupt from None  # a handler that returned: stop the write all the same
+    finally:
+        held.release()
 
 
 def write_file(path: PathArg, data: Data) -> None:
@@ -390,4 +465,4 @@ def write_file(path: PathArg, data: Data) -> None:
     write_files({path: data})
 
 
-__all__ = ["STDOUT", "check_output_paths", "is_stream", "names_a_folder", "write_file", "write_files"]
+__all__ = ["STDOUT", "check_output_paths", "is_stream", "names_a_folder", "write_file", "write_files", "written_files"]

@@ -21,13 +21,14 @@ import warnings
 from typing import Optional, Sequence
 
 from edgeplug._api import PluginApiDeprecationWarning
-from edgeplug._cli.common import DEBUG_ENV, STREAM_ERRORS, err, say
+from edgeplug._cli.common import DEBUG_ENV, DISK_FULL, DISK_FULL_CODE, STREAM_ERRORS, err, say
 from edgeplug._cli.quiet import silence_at_exit
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
 from edgeplug._errors import EdgeplugError
 from edgeplug._executorch import version_gap
 from edgeplug._failures import first_line, root_cause, user_frame
+from edgeplug._outputs import written_files
 from edgeplug._registry import PluginWarning
 from edgeplug._scaffold import DEFAULT_PARTITIONER, KNOWN_PARTITIONERS
 from edgeplug._user_code import _location, left_running
@@ -294,17 +295,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return code
 
 
+def _written_since(mark: int) -> str:
+    """What this command wrote whole before it stopped (``edgeplug._outputs`` records each set it wrote)."""
+    done = written_files()[mark:]
+    if not done:
+        return "nothing was written"
+    return f"{', '.join(dict.fromkeys(done))} {'was' if len(done) == 1 else 'were'} written whole before it arrived"
+
+
 def _run(args: argparse.Namespace, previous: object) -> int:
+    mark = len(written_files())
     try:
         return args.fn(args)
     except EdgeplugError as exc:
         _say_failure(args, exc, str(exc))
-        return 2
+        # a write that failed for want of room (the disk, a quota, a file size limit) is the environment's
+        return DISK_FULL_CODE if getattr(exc.__cause__, "errno", None) in DISK_FULL else 2
     except KeyboardInterrupt as exc:
-        _say_failure(args, exc, "interrupted; nothing was written")
+        _say_failure(args, exc, f"interrupted; {_written_since(mark)}")
         return 130
     except Terminated as exc:
-        _say_failure(args, exc, "terminated (SIGTERM); nothing was written")
+        _say_failure(args, exc, f"terminated (SIGTERM); {_written_since(mark)}")
         return 143
     except OSError as exc:
         if exc.errno not in STREAM_ERRORS:  # any other is not the terminal's: say so as below

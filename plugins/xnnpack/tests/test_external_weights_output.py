@@ -181,3 +181,30 @@ def test_a_failing_rename_puts_back_what_the_pair_replaced(pairs, tmp_path):
     after = _folder(tmp_path)
     assert after.pop("m.ptd") == b"dir" and before.pop("m.ptd")
     assert after == before  # the first model's .pte is back, and no temporary is left
+
+
+def test_two_writers_racing_on_one_pair_leave_one_writers_pair(pairs, tmp_path, monkeypatch):
+    """Issue 47: two saves (two `edgeplug lower --external-weights -o m.pte`) racing left one's .pte beside the
+    other's .ptd, which ExecuTorch refuses. Here the second writer runs between the first one's two renames;
+    each rename set is locked, so the folder holds one writer's pair whole."""
+    import threading
+
+    first, second = pairs
+    real, other_done, other = os.replace, threading.Event(), []
+
+    def replace(src, dst, *a, **k):
+        real(src, dst, *a, **k)
+        if threading.current_thread() is threading.main_thread() and not other and os.fspath(dst).endswith("m.pte"):
+            other.append(threading.Thread(target=lambda: (second.save(tmp_path / "m.pte"), other_done.set())))
+            other[0].start()
+            other_done.wait(1.0)  # unlocked, the other writer replaces its whole pair within this second
+
+    monkeypatch.setattr(os, "replace", replace)
+    first.save(tmp_path / "m.pte")
+    other[0].join(60)
+    assert other_done.is_set()
+    pair = _folder(tmp_path)
+    assert pair in (
+        {"m.pte": bytes(first.program.buffer), "m.ptd": first.data_buffer},
+        {"m.pte": bytes(second.program.buffer), "m.ptd": second.data_buffer},
+    ), "a .pte beside another program's .ptd"
