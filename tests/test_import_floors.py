@@ -50,7 +50,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # where a name becomes a Backend: the two public façades, the process's registry, the commands
     # (``edgeplug`` names the package's own module only, not everything under it)
     ("façade", ("edgeplug", "edgeplug.plugin", "edgeplug._facade", "edgeplug._registry.lookup", "edgeplug._cli",
-                "edgeplug._zoo", "edgeplug.testing")),
+                "edgeplug._zoo", "edgeplug.testing",
+                # the previous plugin API's module paths (edgeplug._api.old_path): a stub each, deprecated
+                "edgeplug.records", "edgeplug.hookspecs", "edgeplug.errors", "edgeplug.plugins", "edgeplug.partition",
+                "edgeplug.graph", "edgeplug.runtime")),
 )
 #: the one module holding the process's plugin manager, and who may import it (prefixes)
 LOOKUP = "edgeplug._registry.lookup"

@@ -81,9 +81,8 @@ from edgeplug._records import (
 
 __version__ = "0.1.0"
 
-from edgeplug import _api as _plugin_api  # noqa: E402
-
-_plugin_api.install_old_paths()  # the previous API's module paths (edgeplug.partition, ...): warned, then refused
+# importing edgeplug changes nothing of the process: no import hook, no warnings filter (the previous API's
+# module paths, edgeplug.partition and the like, are modules of their own: edgeplug._api.old_path)
 
 _LAZY = {
     "backends": ("edgeplug._registry.lookup", "backends"),

@@ -11,6 +11,12 @@ its distribution's requirement on ``edgeplug`` (``edgeplug>=0.1,<0.2``: API
 - refuses a plugin that wants an older or a newer API, in one line: the
   plugin, the API it wants, the API installed, and what to do.
 
+The warning is a ``DeprecationWarning``: pytest shows it, and so does every
+``edgeplug`` command (the CLI adds the filter when it runs); a script shows
+it as Python shows deprecations (``-W default``). Importing edgeplug adds no
+warnings filter and no import hook: each old module path is a module of its
+own (``old_path``).
+
 Once a rename's ``removed_in`` is reached, the old spelling fails with a
 message naming the replacement (an import raises ``ImportError``; a plugin
 that uses it is refused, its line naming each replacement).
@@ -24,17 +30,14 @@ breaking change removes.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
-import types
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
-from typing import Any, Iterator, Literal, Optional
+from typing import Any, Callable, Iterator, Literal, Optional
 
 #: The plugin API version this core speaks (``BackendSpec.api_version``).
 API_VERSION = 1
@@ -55,12 +58,6 @@ def accepted() -> tuple[int, int]:
 
 class PluginApiDeprecationWarning(DeprecationWarning):
     """A plugin uses a spelling of the previous plugin API; the message names the new one and when the old goes."""
-
-
-# shown where a plain DeprecationWarning is not (a script, a command line run): an author must see it;
-# a -W option or PYTHONWARNINGS (e.g. -W error::DeprecationWarning in an author's CI) decides instead
-if not sys.warnoptions:
-    warnings.filterwarnings("default", category=PluginApiDeprecationWarning)
 
 
 @dataclass(frozen=True)
@@ -278,17 +275,20 @@ def _old_modules() -> dict[str, dict[str, Rename]]:
     return out
 
 
-class _OldModule(types.ModuleType):
-    """A module path of the previous API: each name resolves to its new home, with a warning the first time."""
+def old_path(module: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of the previous API's module path ``module`` (``edgeplug.partition``,
+    ``edgeplug.graph.ops``, ...): each name resolves to its new home with a warning the first time, and is
+    refused naming the replacement once its rename is removed. Each old path is a file of its own (three
+    lines, under ``core/edgeplug``), so that ``import edgeplug`` installs no import hook."""
+    moves = _old_modules().get(module, {})
 
-    def __getattr__(self, name: str) -> Any:
-        moves: dict[str, Rename] = self.__dict__["_renames"]
+    def __getattr__(name: str) -> Any:
         if name not in moves:
             if name.startswith("__"):
                 raise AttributeError(name)
             raise AttributeError(
-                f"{self.__name__}.{name} is no spelling of any plugin API (this module is the old path of "
-                f"{', '.join(sorted(moves))}): import from edgeplug.plugin (see its __all__)"
+                f"{module}.{name} is no spelling of any plugin API (this module is the old path of "
+                f"{', '.join(sorted(moves)) or 'nothing'}): import from edgeplug.plugin (see its __all__)"
             )
         rename = moves[name]
         used(rename.old)
@@ -297,33 +297,19 @@ class _OldModule(types.ModuleType):
         # so a filter reading it per node warns once)
         return getattr(importlib.import_module(new_module), new_name)
 
-    def __dir__(self) -> list[str]:
-        return sorted(self.__dict__["_renames"])
+    def __dir__() -> list[str]:
+        return sorted(moves)
+
+    return __getattr__, __dir__
 
 
-class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds the module paths ``RENAMES`` moved (``edgeplug.partition``, ``edgeplug.graph.ops``, ...)."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        olds = _old_modules()
-        if fullname in olds or any(m.startswith(fullname + ".") for m in olds):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        module = _OldModule(spec.name, "old path of the plugin API (see edgeplug._api.RENAMES)")
-        module.__dict__["_renames"] = _old_modules().get(spec.name, {})
-        module.__path__ = []  # a package: the old paths below it resolve through this finder too
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
-
-
-def install_old_paths() -> None:
-    """Put the finder of old module paths on ``sys.meta_path`` (once; ``import edgeplug`` does it)."""
-    if not any(isinstance(f, _OldPaths) for f in sys.meta_path):
-        sys.meta_path.append(_OldPaths())
+def old_paths() -> list[str]:
+    """Every module path of the previous API, its parent packages included (``edgeplug.graph``)."""
+    out: set[str] = set()
+    for module in _old_modules():
+        parts = module.split(".")
+        out.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return sorted(out)
 
 
 # -- the API a plugin wants ----------------------------------------------------------
