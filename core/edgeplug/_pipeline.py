@@ -49,6 +49,7 @@ from edgeplug._fusion.program import fuse_for_backend, fusion_stage
 from edgeplug._fusion.target import resolve_target
 from edgeplug._graph import PassResult, run_passes
 from edgeplug._graph.cache_writes import values_at_indexed_shape
+from edgeplug._graph.constants import constant_placeholders
 from edgeplug._graph.fold import fold_constant_subgraphs
 from edgeplug._graph.names import copy_exported_program
 from edgeplug._graph.ops import op_name
@@ -287,15 +288,19 @@ def _edge_stage(job: Lowering) -> Any:
         # BackendSpec.copy_shared_constants: where the partitions will fall is known only by partitioning;
         # a trial partition of this program (executorch forbids a partitioner to change the graph) says
         # which constants several partitions read, then each gets its own copy and the real partitioning
-        # tags every copy with its one partition
+        # tags every copy with its one partition. No constant read twice, nothing to copy: no trial partition
+        constants = constant_placeholders(ep)
+        if not any(n.op == "placeholder" and n.name in constants and len(n.users) > 1 for n in ep.graph.nodes):
+            return PassResult(ep, ())
         CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner).partition(ep)
         tags = {n: n.meta.pop("delegation_tag") for n in ep.graph_module.graph.nodes if "delegation_tag" in n.meta}
         _, copied = copy_shared_constants(ep, tags)
         return PassResult(ep, tuple(
             TransformRecord(
                 transform="copy_shared_constants", kind="rewrite", node=name, op="placeholder", removed=1, added=len(users),
-                detail=f"each partition reading it ({', '.join(users)}) holds its own copy, not a program input: "
-                "the backend's runtime builds weights from constant data only",
+                detail=f"each partition reading it ({', '.join(users)}) holds its own copy, so no delegate is handed "
+                "a weight as a runtime input (as stock ExecuTorch copies it; BackendSpec.copy_shared_constants=False "
+                "keeps it one input for a runtime that takes shared weights)",
             )
             for name, users in copied.items()
         ))

@@ -153,11 +153,12 @@ class BackendSpec(_Record):
     #: A constant that several partitions read (a tied embedding table and
     #: ``lm_head``), or a partition and the CPU, is given to each partition as
     #: its own copy (its storage shared while lowering) instead of staying a
-    #: program input each delegate call is handed. For a runtime that builds
-    #: an op's weight from constant data only (ExecuTorch's Vulkan runtime:
-    #: embedding, convolution and norm weights) and stores constant data by
-    #: content, so the copies cost no space in the ``.pte``.
-    copy_shared_constants: bool = False
+    #: program input each delegate call is handed, as stock ExecuTorch does:
+    #: most delegates build a weight from constant data only (ExecuTorch's
+    #: Vulkan runtime, TOSA's "unsupported param type"). False: such a constant
+    #: stays one program input, for a runtime that takes shared weights as
+    #: inputs (and saves the copy in a .pte whose delegate stores by position).
+    copy_shared_constants: bool = True
 
     @model_validator(mode="before")
     @classmethod
