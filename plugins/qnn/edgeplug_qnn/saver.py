@@ -67,6 +67,11 @@ def enabled() -> bool:
     return os.environ.get(MODE_VAR, "").strip() not in ("", "0")
 
 
+def not_a_folder(root: str) -> str:
+    """What is wrong with a ``QNN_SDK_ROOT`` that is not a folder: it does not exist, or it is a file."""
+    return "is a file, not the SDK's folder" if os.path.exists(root) else "does not exist"
+
+
 def availability() -> Availability:
     """Whether the saver mode can run here; when not, what is missing and how to get it."""
     hint = (
@@ -78,9 +83,7 @@ def availability() -> Availability:
     if not root:
         return Availability(ok=False, reason=f"{MODE_VAR} is set but {SDK_VAR} is not", hint=hint)
     if not Path(root).is_dir():
-        from edgeplug_qnn.support import _not_a_folder
-
-        return Availability(ok=False, reason=f"{MODE_VAR} is set and {SDK_VAR}={root} {_not_a_folder(root)}", hint=hint)
+        return Availability(ok=False, reason=f"{MODE_VAR} is set and {SDK_VAR}={root} {not_a_folder(root)}", hint=hint)
     lib_dir = Path(root) / LIB_DIR
     missing = [lib for lib in LIBRARIES if not (lib_dir / lib).is_file()]
     if missing:

@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from edgeplug.plugin import Availability, BackendUnavailableError
+from edgeplug_qnn import saver
+from edgeplug_qnn.saver import SDK_VAR, not_a_folder
 
-SDK_VAR = "QNN_SDK_ROOT"
 SOC_VAR = "EDGEPLUG_QNN_SOC"  # e.g. SM8650; which HTP to compile for
 DEFAULT_SOC = "SM8650"
 
 
 def availability() -> Availability:
-    from edgeplug_qnn import saver
-
     if saver.enabled():  # the saver mode needs the libraries loadable, not a device
         return saver.availability()
     root = os.environ.get(SDK_VAR)
@@ -29,7 +28,7 @@ def availability() -> Availability:
     if not root:
         return Availability(ok=False, reason=f"the QNN SDK is not configured ({SDK_VAR} is not set)", hint=hint)
     if not Path(root).is_dir():
-        return Availability(ok=False, reason=f"{SDK_VAR}={root} {_not_a_folder(root)}", hint=hint)
+        return Availability(ok=False, reason=f"{SDK_VAR}={root} {not_a_folder(root)}", hint=hint)
     lib = Path(root) / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
     if not lib.is_file():
         return Availability(ok=False, reason=f"{SDK_VAR}={root} has no lib/x86_64-linux-clang/libQnnHtp.so", hint=hint)
@@ -141,11 +140,6 @@ def device_failure_named() -> Iterator[None]:
             f"ExecuTorch {executorch_release()} is built against QNN {expected or 'another release'}. The environment "
             f"is at fault, not the model or ExecuTorch. {_without_the_device(expected)}"
         ) from exc
-
-
-def _not_a_folder(root: str) -> str:
-    """What is wrong with a ``QNN_SDK_ROOT`` that is not a folder: it does not exist, or it is a file."""
-    return "is a file, not the SDK's folder" if os.path.exists(root) else "does not exist"
 
 
 def _load_error(path: Path) -> str:
@@ -266,8 +260,6 @@ def make_partitioner():
             generate_qnn_executorch_compiler_spec,
         )
 
-        from edgeplug_qnn import saver
-
         if saver.enabled():  # QNN's saver records each partition instead of compiling it
             return QnnPartitioner(saver.compile_specs(chip))
         specs = generate_qnn_executorch_compiler_spec(soc_model=chip, backend_options=generate_htp_compiler_spec(use_fp16=True))
@@ -280,8 +272,6 @@ def make_partitioner():
 def lowering_context():
     """Around partitioning and preprocess: in the saver mode, each partition recorded by QNN's saver; with
     the device's partitioner, a device QNN cannot create named as the environment's fault."""
-    from edgeplug_qnn import saver
-
     if saver.enabled() and saver.availability().ok:
         return saver.per_partition_saver(saver.compile_specs(soc()))
     if not saver.enabled() and availability().ok:  # the real partitioner: it creates the HTP device
