@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 
 import edgeplug
@@ -36,10 +37,10 @@ class TiedHead(torch.nn.Module):
 def _lower(edgeplug_register, **fields):
     @hookimpl
     def edgeplug_backends():
-        yield BackendSpec(backend=NAME, description="tied weights (an edgeplug test backend)",
-                          backend_id=fb.BACKEND_IDS[fb.TABLE], partitioner=fb.table_partitioner, **fields)
+        yield BackendSpec(**{"backend": NAME, "description": "tied weights (an edgeplug test backend)",
+                             "backend_id": fb.BACKEND_IDS[fb.TABLE], "partitioner": fb.table_partitioner, **fields})
 
-    edgeplug_register(types.SimpleNamespace(edgeplug_backends=edgeplug_backends), name=f"tied-{fields}")
+    edgeplug_register(types.SimpleNamespace(edgeplug_backends=edgeplug_backends), name=f"tied-{sorted(fields)}")
     torch.manual_seed(0)
     return edgeplug.lower(TiedHead().eval(), (torch.tensor([[1, 5, 7]]),), NAME)
 
@@ -67,3 +68,28 @@ def test_a_backend_whose_runtime_takes_shared_weights_keeps_the_one_input(edgepl
     assert len(result.report.partitions) == 2, result.report.to_table()
     assert len(_weights_handed_to_delegates(result)) == 2
     assert not [t for t in result.report.transforms if t.transform == "copy_shared_constants"]
+
+
+class RaisingPartitioner:
+    """A backend's partitioner that raises on the program (its own bug, or a program it cannot take)."""
+
+    def __init__(self) -> None:
+        self.inner = fb.table_partitioner()
+
+    def ops_to_not_decompose(self, ep):
+        return [], None
+
+    def partition(self, exported_program):
+        raise ValueError("RaisingPartitioner cannot partition a program with an embedding")  # the line named
+
+
+def test_the_backends_partitioner_raising_in_the_trial_partition_is_the_backends_fault(edgeplug_register):
+    """The copy needs a trial partition before the real one: an error the backend's partitioner raises there is
+    named as the backend's (its plugin, file and line), not as a bug of the core pass that ran it."""
+    with pytest.raises(edgeplug.LoweringError) as err:
+        _lower(edgeplug_register, partitioner=RaisingPartitioner)
+    message = str(err.value)
+    assert "RaisingPartitioner cannot partition a program with an embedding" in message
+    assert f"{__file__}:" in message and "in plugin " in message, message
+    assert "BackendSpec.copy_shared_constants" in message
+    assert "of the edgeplug core" not in message and "bug in edgeplug" not in message, message

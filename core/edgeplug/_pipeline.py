@@ -292,7 +292,18 @@ def _edge_stage(job: Lowering) -> Any:
         constants = constant_placeholders(ep)
         if not any(n.op == "placeholder" and n.name in constants and len(n.users) > 1 for n in ep.graph.nodes):
             return PassResult(ep, ())
-        CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner).partition(ep)
+        try:
+            CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner).partition(ep)
+        except EdgeplugError:
+            raise
+        except Exception as exc:  # the backend's partitioner raised: its fault, not this core pass's
+            err = stage_failure(exc, "partition + delegate", job.backend, job.created_ops)
+            err.args = (
+                f"{err.args[0]} (raised while edgeplug ran the backend's partitioner on the edge program to find "
+                "the constants several partitions read, BackendSpec.copy_shared_constants; the real partitioning "
+                "would raise the same)",
+            )
+            raise err from exc
         tags = {n: n.meta.pop("delegation_tag") for n in ep.graph_module.graph.nodes if "delegation_tag" in n.meta}
         _, copied = copy_shared_constants(ep, tags)
         return PassResult(ep, tuple(

@@ -140,6 +140,8 @@ def run_passes(
         try:
             out = spec.fn(ep)
         except Exception as exc:
+            if spec.backend == "core" and getattr(exc, "at_fault", None):
+                raise  # a core pass ran the backend's own code, and its error already names who is at fault
             raise _fail(spec, backend, done, "raised", exc) from exc
         if isinstance(out, PassResult):
             wrong = [r for r in out.records if not isinstance(r, TransformRecord)]
