@@ -275,8 +275,31 @@ def _on_sigterm(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
+#: what ``EDGEPLUG_DEBUG`` may say, case aside: on, or off (unset and empty are off)
+_DEBUG_ON = ("1", "true", "yes", "on")
+_DEBUG_OFF = ("", "0", "false", "no", "off")
+
+
+def _debug_variable() -> bool:
+    """Whether ``EDGEPLUG_DEBUG`` turns tracebacks on; a value that is neither on nor off is said in one line
+    and taken as off (a traceback for the user's own error is what the variable must not bring by accident)."""
+    value = os.environ.get(DEBUG_ENV, "")
+    if value.strip().lower() in _DEBUG_ON:
+        return True
+    if value.strip().lower() not in _DEBUG_OFF:
+        say(
+            f"edgeplug: warning: {DEBUG_ENV}={value!r} is neither on ({', '.join(_DEBUG_ON)}) nor off "
+            f"({', '.join(repr(v) for v in _DEBUG_OFF)}); tracebacks stay off: set {DEBUG_ENV}=1 (or pass --debug) for them"
+        )
+    return False
+
+
 def _debugging(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if getattr(args, "debug", False):
+        return True
+    if not hasattr(args, "debug_variable"):  # read once a command: its warning is one line
+        args.debug_variable = _debug_variable()
+    return args.debug_variable
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -16,6 +16,7 @@ import html
 import json
 import os
 from importlib import resources
+from typing import Any, Optional
 
 from pydantic import ValidationError
 
@@ -96,6 +97,27 @@ def is_html(path: str | os.PathLike | None) -> bool:
     return path is not None and os.fspath(path).lower().endswith((".html", ".htm"))
 
 
+#: the largest report ``load_report`` reads: far above what a lowering writes (a 32-layer decoder's is a few MiB)
+MAX_REPORT_BYTES = 64 << 20
+
+
+class _NonFinite(str):
+    """What the JSON parser made of ``NaN``, ``Infinity`` or ``-Infinity`` (Python's json takes them; strict JSON
+    does not): kept as its text, so the field holding it can be named."""
+
+
+def _first_non_finite(value: Any, path: str = "") -> Optional[tuple[str, str]]:
+    """``(field, text)`` of the first ``NaN``/``Infinity`` in parsed JSON (``partitions[0].nodes``), or None."""
+    if isinstance(value, _NonFinite):
+        return path, str(value)
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _first_non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def load_report(path: str | os.PathLike) -> LoweringReport:
     """A report ``--report X.json`` wrote, read back (its ``summary`` is derived, so it is dropped).
 
@@ -105,13 +127,27 @@ def load_report(path: str | os.PathLike) -> LoweringReport:
     name = os.fspath(path)
     give = "give the file `edgeplug lower --report X.json` wrote"
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:  # at most one byte past the cap: a device or FIFO without end stops there
+            raw = f.read(MAX_REPORT_BYTES + 1)
     except OSError as exc:
         raise EdgeplugError(f"cannot read the report {name}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_REPORT_BYTES:
+        raise EdgeplugError(
+            f"{name} holds more than {MAX_REPORT_BYTES >> 20} MiB, more than any report edgeplug writes; it was "
+            f"not read further: {give}"
+        )
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_NonFinite)
+        where = _first_non_finite(data)
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past what the parser takes
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise EdgeplugError(f"{name} is not JSON ({why}): {give}") from exc
+    if where is not None:  # strict JSON has no NaN or infinity; edgeplug writes null there
+        field, value = where
+        raise EdgeplugError(
+            f"{name} holds {value} at {field or 'its top level'}, which is not JSON (edgeplug's reports are "
+            f"strict JSON and write null there): the file was edited or written by something else; {give}"
+        )
     if not isinstance(data, dict):
         raise EdgeplugError(f"{name} holds JSON ({type(data).__name__}) but not a lowering report: {give}")
     version = data.get("format_version", 1)
