@@ -27,3 +27,21 @@ def test_a_model_exception_reaches_the_error_line_escaped(cli, tmp_path):
     assert not RAW.search(stderr.replace("\n", "")), repr(stderr)
     line = next(x for x in stderr.splitlines() if x.startswith("edgeplug: error:"))
     assert "\\x1b]0;owned\\x07" in line and "\\x1b]52;c;" in line and "\\x9b31m" in line and "\\u202eevil" in line
+
+
+def test_a_thread_name_and_a_plugin_failure_reach_their_warning_lines_escaped(cli, tmp_path, monkeypatch):
+    (tmp_path / "evil_plugin.py").write_text(f"raise ImportError({PAYLOAD!r})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EDGEPLUG_REGISTER_PLUGINS", "evil_plugin")
+    model = tmp_path / "m.py"
+    model.write_text(
+        "import threading\n"
+        f"threading.Thread(target=threading.Event().wait, args=(5,), name={PAYLOAD!r}, daemon=False).start()\n"
+        "def build():\n    raise RuntimeError('stop here')\n"
+    )
+    code, _, stderr = cli("lower", f"{model}:build", "-b", "xnnpack", "-q", "-o", tmp_path / "m.pte")
+    assert code == 2
+    assert not RAW.search(stderr.replace("\n", "")), repr(stderr)
+    warnings = [x for x in stderr.splitlines() if x.startswith("edgeplug: warning:")]
+    assert any("evil_plugin" in w and "\\x1b]52;c;" in w for w in warnings), stderr
+    assert any("started thread" in w and "\\x1b]0;owned\\x07" in w for w in warnings), stderr
