@@ -320,6 +320,19 @@ def required_api(distribution: str) -> Optional[int]:
 
     The current API if the requirement admits it; else the newest older one
     it admits; else the oldest newer one (API n is edgeplug 0.n)."""
+    found = admitted_apis(distribution)
+    if found is None:
+        return None
+    admitted, _ = found
+    if not admitted or current in admitted:
+        return current if admitted else None
+    older = [n for n in admitted if n < current]
+    return max(older) if older else min(admitted)
+
+
+def admitted_apis(distribution: str) -> Optional[tuple[list[int], str]]:
+    """(the plugin APIs a distribution's requirement on ``edgeplug`` admits, the requirement as written), or
+    None where it states no version of edgeplug (API n is edgeplug 0.n)."""
     if not distribution or distribution.startswith("<"):
         return None
     try:  # packaging: `import edgeplug` loads this module, and only a plugin's requirement needs it
@@ -342,11 +355,36 @@ def required_api(distribution: str) -> Optional[int]:
             n for n in range(0, current + 10)
             if any(req.specifier.contains(Version(f"0.{n}.{p}"), prereleases=True) for p in (0, 9999))
         ]
-        if not admitted or current in admitted:
-            return current if admitted else None
-        older = [n for n in admitted if n < current]
-        return max(older) if older else min(admitted)
+        return admitted, text.strip()
     return None
+
+
+def contradiction(plugin: Any, records: list[Any]) -> Optional[str]:
+    """Why a plugin's two statements of its API disagree (``BackendSpec.api_version`` against its requirement on
+    ``edgeplug``), or None: one of them is wrong, and loading it by either would hide that."""
+    stated = sorted({
+        r.api_version for r in records
+        if type(r).__name__ == "BackendSpec" and "api_version" in r.model_fields_set
+    })
+    found = admitted_apis(getattr(plugin, "distribution", ""))
+    if not stated or found is None:
+        return None
+    admitted, requirement = found
+    against = [v for v in stated if v not in admitted]
+    if not against:
+        return None
+    if not admitted:
+        admits = "no API"
+    elif admitted[-1] >= current + 9:  # as far as it is probed: open-ended
+        admits = f"API {admitted[0]} and later"
+    else:
+        admits = f"API {admitted[0]}-{admitted[-1]}" if len(admitted) > 1 else f"API {admitted[0]}"
+    return (
+        f"its two statements of the plugin API it was written for disagree: BackendSpec.api_version says "
+        f"{against[0]}, its requirement {requirement!r} admits {admits} (API N is edgeplug 0.N). Make them agree: "
+        "BackendSpec(api_version=N) with a requirement admitting edgeplug 0.N (API 1: edgeplug>=0.1,<0.2), "
+        "or state it in one place only"
+    )
 
 
 def wanted_api(plugin: Any, records: list[Any]) -> tuple[Optional[int], str]:

@@ -389,7 +389,7 @@ def _collect_one(state: Loaded, obj: Any, info: PluginInfo, is_ep: bool) -> None
         state.problems.append(problem)
         return
     wanted, where = _api.wanted_api(info, records)
-    refused = [_api.refusal(wanted, where) if wanted is not None else None]
+    refused = [_api.contradiction(info, records) or (_api.refusal(wanted, where) if wanted is not None else None)]
     if usage.removed:  # each replacement named, with or without a version refusal
         refused.append(_api.removed_message(usage))
     refused = "; ".join(r for r in refused if r)
