@@ -159,6 +159,12 @@ class BackendSpec(_Record):
     #: stays one program input, for a runtime that takes shared weights as
     #: inputs (and saves the copy in a .pte whose delegate stores by position).
     copy_shared_constants: bool = True
+    #: Returns a fresh stock ExecuTorch ``Partitioner`` to compare with
+    #: (``--compare-stock``, the zoo's stock column): for a backend whose own
+    #: partitioner subclasses or wraps ExecuTorch's, the plain one, built as a
+    #: user of ExecuTorch would. None: the backend's partitioner itself where it
+    #: is an ExecuTorch class (its module under ``executorch.``), else no stock flow.
+    stock_partitioner: Optional[Callable[[], Any]] = None
 
     @model_validator(mode="before")
     @classmethod

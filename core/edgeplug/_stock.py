@@ -10,12 +10,29 @@ from __future__ import annotations
 import copy
 import operator
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from edgeplug._backend import Backend, given_backend
 from edgeplug._failures import first_line
 from edgeplug._report.records import CpuNode, PartitionSummary, StockPartitioning, annotate_graph, graph_of
 from edgeplug._shape_env import kept_shape_envs
+
+
+def stock_factory(backend: Backend) -> tuple[Optional[Callable[[], Any]], str]:
+    """(what builds the stock flow's partitioner, '') or (None, why there is no stock flow).
+
+    The backend's ``BackendSpec.stock_partitioner`` where it names one; else its own partitioner where that is
+    an ExecuTorch class (a subclass or wrapper of the plugin's, or a support-table stand-in, is not stock)."""
+    if backend.spec.stock_partitioner is not None:
+        return backend.spec.stock_partitioner, ""
+    inner = type(backend.make_partitioner())
+    if inner.__module__.startswith("executorch."):
+        return backend.make_partitioner, ""
+    return None, (
+        f"backend {backend.name!r} partitions with {inner.__module__}.{inner.__qualname__}, not an executorch "
+        "partitioner: no stock flow to compare with (a backend whose partitioner subclasses or wraps executorch's "
+        "names the stock one: BackendSpec.stock_partitioner)"
+    )
 
 
 def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend: Backend) -> StockPartitioning:
@@ -26,13 +43,11 @@ def stock_partitioning(model_or_ep: Any, example_inputs: Sequence[Any], backend:
     that fails is described, not raised: ``StockPartitioning.error`` says which.
     """
     b = given_backend(backend, "edgeplug._stock.stock_partitioning")
-    inner = b.make_partitioner()
-    cls = f"{type(inner).__module__}.{type(inner).__qualname__}"
+    factory, absent = stock_factory(b)
+    inner = factory() if factory is not None else b.make_partitioner()
     flow = f"executorch.exir.to_edge_transform_and_lower(ep, partitioner=[{type(inner).__name__}()])"
-    if not type(inner).__module__.startswith("executorch."):
-        return StockPartitioning(
-            flow=flow, error=f"backend {b.name!r} partitions with {cls}, not an executorch partitioner: there is no stock flow to compare with"
-        )
+    if factory is None:
+        return StockPartitioning(flow=flow, error=absent)
     try:
         edge_ep, seen = _stock_lowering(model_or_ep, example_inputs, inner)
     except Exception as exc:

@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 from edgeplug import _executorch
 from edgeplug._failures import first_line
 from edgeplug._registry.lookup import get_backend
-from edgeplug._stock import partitioning_of
+from edgeplug._stock import partitioning_of, stock_factory
 from edgeplug._zoo._record import Side
 
 
@@ -54,10 +54,10 @@ def target(backend: str) -> CellTarget:
     available = b.availability()
     if not available.ok:
         return CellTarget(True, None, f"its SDK is absent here ({available.reason}): stock cannot run here")
-    inner = type(b.make_partitioner())
-    if not inner.__module__.startswith("executorch."):
-        return CellTarget(False, None, f"it partitions with {inner.__name__}, not an executorch partitioner: no stock flow")
-    return CellTarget(False, b.make_partitioner, stock_runs_here=b.spec.verify_method == "pte")
+    factory, absent = stock_factory(b)  # BackendSpec.stock_partitioner, else its own where it is executorch's
+    if factory is None:
+        return CellTarget(False, None, absent)
+    return CellTarget(False, factory, stock_runs_here=b.spec.verify_method == "pte")
 
 
 def stock_graph_breaks(edge_ep: Any) -> tuple[int, Counter]:
