@@ -69,7 +69,7 @@ class Backend:
 
     def availability(self) -> Availability:
         try:
-            result = self.spec.availability()
+            result: object = self.spec.availability()  # a plugin's probe may answer a bare bool
         except Exception as exc:  # an availability probe must never crash listing
             return Availability(
                 ok=False,

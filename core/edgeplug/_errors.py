@@ -1,8 +1,16 @@
 """Exceptions edgeplug raises. Each message says what, where, and what to do."""
 
+from __future__ import annotations
+
+from typing import Any, Optional
+
 
 class EdgeplugError(Exception):
     """Base class of every error edgeplug raises on purpose."""
+
+    #: set where a lowering fails: the stage that was running, and who is at fault (the CLI's line names both)
+    lowering_stage: Optional[str]
+    at_fault: Optional[str]
 
 
 class PluginConflictError(EdgeplugError):
@@ -22,6 +30,13 @@ class BackendUnavailableError(EdgeplugError):
 
 class PassError(EdgeplugError):
     """A backend pass failed or left a broken graph."""
+
+    #: set by the pass runner: the pass, its stage, its backend and plugin, and the passes that ran before it
+    pass_name: str
+    stage: str
+    backend: str
+    plugin: Any
+    passes_before: tuple[str, ...]
 
 
 class LoweringError(EdgeplugError):

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from edgeplug._errors import EdgeplugError
-from edgeplug._outputs import write_files
+from edgeplug._outputs import Data, PathArg, write_files
 from edgeplug._report.records import LoweringReport
 
 INSTALL_HINT = "pip install 'edgeplug[explorer]' (Google's ai-edge-model-explorer)"
@@ -81,14 +81,14 @@ def write_explorer(report: LoweringReport, out_dir: str | os.PathLike) -> list[P
             fusion[n.name] = (1, "#c9b3ea")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {
+    files: dict[PathArg, Data] = {
         out / "graph.json": json.dumps(dataclasses.asdict(collection), indent=1),
         out / "partition.json": overlay("edgeplug partition", partition),
         out / "cpu.json": overlay("edgeplug: left on the CPU", cpu),
         out / "fusion.json": overlay("edgeplug: made by a fusion or transform", fusion),
     }
     write_files(files)
-    return list(files)
+    return [Path(p) for p in files]
 
 
 def explorer_command(paths: list[Path]) -> str:

@@ -393,7 +393,7 @@ def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optiona
     return err
 
 
-def name_the_plugin(exc: BaseException, backend: Any) -> BaseException:
+def name_the_plugin(exc: EdgeplugError, backend: Any) -> EdgeplugError:
     """Put the plugin at fault (found in ``exc``'s traceback) at the front of an edgeplug error that lacks it.
 
     A ``BackendUnavailableError`` is left as it is: a plugin raising it says the environment is at fault

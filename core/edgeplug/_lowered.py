@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from typing import Any, Optional
+from typing import AbstractSet, Any, Optional
 
 import torch
 from executorch.exir.lowered_backend_module import get_lowered_submodules
@@ -32,7 +32,7 @@ def count_delegated(edge_ep: ExportedProgram, backend_id: Optional[str] = None) 
     return parts, total
 
 
-def cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, tagged: set[str] = frozenset()) -> list[CpuNode]:
+def cpu_nodes(gm: torch.fx.GraphModule, reasons: dict[str, str], default: str, tagged: AbstractSet[str] = frozenset()) -> list[CpuNode]:
     """The graph's ops left to executorch's CPU kernels, each with its reason (``default`` where none was recorded)."""
     out = []
     for n in gm.graph.nodes:

@@ -431,9 +431,9 @@ def write_files(files: Mapping[PathArg, Data]) -> None:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     temporaries.append(_temporary(path))
                     _write_temporary(temporaries[-1], path, data)
-                for path, data in streams:
-                    current = path
-                    _stream(path, data)
+                for stream, data in streams:
+                    current = stream
+                    _stream(stream, data)
                 held.hold()
                 current = ""
                 _rename_all(temporaries, regular, replaced)

@@ -13,7 +13,7 @@ from torch.export import ExportedProgram
 from edgeplug._eager import Reference
 from edgeplug._errors import EdgeplugError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
-from edgeplug._outputs import check_output_paths, write_files
+from edgeplug._outputs import PathArg, check_output_paths, write_files
 from edgeplug._quantize.program import QuantizationInfo
 from edgeplug._report.records import LoweringReport, stand_in_path
 from edgeplug._weights import check_saved_whole, check_weights_target, data_files
@@ -105,7 +105,7 @@ class LoweringResult:
         if held is not None:
             held.written = str(path)
         # the program streams its serialized pieces into the file: the .pte is never one bytes object here
-        files: dict[Path, Any] = {path: self.program}
+        files: dict[PathArg, Any] = {path: self.program}
         if ptd is not None:
             files[ptd] = next(iter(weights.values()))
         if report is not None:
@@ -117,4 +117,4 @@ class LoweringResult:
             if held is not None:
                 held.written = None
             raise
-        return path
+        return path  # type: ignore[return-value]  # "-" (stdout) comes back as given

@@ -227,7 +227,7 @@ def contained(
     cwd = os.getcwd()
     previous, _Watch.active = _Watch.active, effects
     held = tempfile.TemporaryFile("w+", encoding="utf-8", errors="backslashreplace") if hold_output else None
-    redirect = contextlib.nullcontext() if held is None else _both_streams(held)
+    redirect: contextlib.AbstractContextManager[Any] = contextlib.nullcontext() if held is None else _both_streams(held)
     if held is None and stdout_to_stderr:
         redirect = contextlib.redirect_stdout(sys.stderr)
     try:
@@ -236,7 +236,7 @@ def contained(
                 yield effects
             except BaseException as exc:
                 if held is not None:
-                    exc.model_output = _held_text(held)
+                    exc.model_output = _held_text(held)  # type: ignore[attr-defined]  # the user's error carries its prints
                 raise
     finally:
         _Watch.active = previous
@@ -256,11 +256,12 @@ def _both_streams(held: Any) -> Iterator[None]:
 
 
 def _held_text(held: Any) -> str:
-    with contextlib.suppress(Exception):
+    try:
         held.flush()
         held.seek(0)
         return held.read()
-    return ""
+    except Exception:  # a stream the user's code closed: nothing to show
+        return ""
 
 
 def left_running() -> list[threading.Thread]:

@@ -122,7 +122,7 @@ def spills() -> bool:
     return _spilled_weight_class() is not None
 
 
-def _spill(data: bytes) -> Any:
+def _spill(data: bytes | bytearray) -> Any:
     """``data`` written to a temporary file at once; what stands in for it (executorch's ``FileBackedData``,
     which serializers stream from the file) removes the file when it is released."""
     fd, path = tempfile.mkstemp(prefix="edgeplug-weight-", suffix=".bin")

@@ -18,7 +18,7 @@ import sys
 import threading
 import traceback
 import warnings
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from edgeplug._api import PluginApiDeprecationWarning
 from edgeplug._cli.common import DEBUG_ENV, DISK_FULL, DISK_FULL_CODE, STREAM_ERRORS, err, say
@@ -241,7 +241,7 @@ def _plugin_problems_as_lines() -> None:
         else:
             shown(message, category, filename, lineno, file, line)
 
-    show.edgeplug_lines = True
+    show.edgeplug_lines = True  # type: ignore[attr-defined]  # marks our hook, so it is installed once
     warnings.showwarning = show
 
 
@@ -326,7 +326,7 @@ def _written_since(mark: int) -> str:
     return f"{', '.join(dict.fromkeys(done))} {'was' if len(done) == 1 else 'were'} written whole before it arrived"
 
 
-def _run(args: argparse.Namespace, previous: object) -> int:
+def _run(args: argparse.Namespace, previous: Any) -> int:
     mark = len(written_files())
     try:
         return args.fn(args)

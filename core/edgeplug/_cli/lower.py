@@ -24,13 +24,17 @@ from edgeplug._facade import backends_with_quantizers
 from edgeplug._registry.lookup import get_backend, manager
 from edgeplug._quantize.quantize import DEFAULT_CALIBRATION_BATCHES, load_calibration, no_quantizer, quant_scheme, quantize_for_backend
 from edgeplug._records import QuantScheme
-from edgeplug._report.records import stand_in_path
+from edgeplug._report.records import LoweringReport, stand_in_path
 from edgeplug._report.html import is_html, load_report, write_report
 from edgeplug._stock import stock_partitioning
 from edgeplug._user_code import Effects
 
 if TYPE_CHECKING:  # the names only: _pipeline loads torch and executorch, once a lowering is asked for
     from edgeplug._pipeline import Prepared
+    from edgeplug._result import LoweringResult
+
+#: an output as the command line names it: a path, or "-" for stdout
+PathLike = str | os.PathLike[str]
 
 
 def tolerance_arg(text: str) -> float:
@@ -75,7 +79,7 @@ def _input_files(args: argparse.Namespace) -> dict[str, Optional[str]]:
     return out
 
 
-def _is_stdout(path: object) -> bool:
+def _is_stdout(path: Optional[PathLike]) -> bool:
     """``-``, or a path naming the file stdout is (``/dev/stdout``)."""
     if path is None:
         return False
@@ -126,13 +130,13 @@ def _check_before_work(args: argparse.Namespace, backend: Backend) -> tuple[Path
     return out, prepared
 
 
-def _not_written(out: object) -> str:
+def _not_written(out: PathLike) -> str:
     if out == "-":
         return "nothing was written to stdout (--write-stand-in writes the program to -o FILE as FILE.stand-in.pte)"
     return f"{out} was not written (--write-stand-in writes it as {stand_in_path(out)})"
 
 
-def _write_outputs(args: argparse.Namespace, result: object, out: Path, failed: bool) -> None:
+def _write_outputs(args: argparse.Namespace, result: LoweringResult, out: Path, failed: bool) -> None:
     try:
         held = result.report.stand_in
         if held is not None and args.write_stand_in and not failed:
@@ -163,14 +167,14 @@ def _check_explore_dir(folder: str) -> None:
     _model_explorer()  # not installed: said now, not after the lowering
 
 
-def _compare_stock(report: Any, model: Any, inputs: tuple, backend: Backend, progress: Any) -> None:
+def _compare_stock(report: LoweringReport, model: Any, inputs: tuple, backend: Backend, progress: Any) -> None:
     progress(f"[{backend.name}] stock executorch flow, for --compare-stock ...")
     report.stock = stock_partitioning(model, inputs, backend)
     if report.stock.error:
         report.notes.append(f"--compare-stock: {report.stock.error}")
 
 
-def _write_views(args: argparse.Namespace, report: object) -> None:
+def _write_views(args: argparse.Namespace, report: LoweringReport) -> None:
     """The HTML page and the Model Explorer files, after the .pte and the JSON report."""
     try:
         if getattr(args, "html_report", None):
@@ -263,7 +267,7 @@ def _progress_printer(quiet: bool):
     return progress
 
 
-def _load_and_lower(args: argparse.Namespace, prepared: Prepared, progress: Any) -> Any:
+def _load_and_lower(args: argparse.Namespace, prepared: Prepared, progress: Any) -> LoweringResult:
     """The model file run, the model quantized (--quantize) and lowered with what ``prepare`` settled, and the
     stock flow beside it (--compare-stock)."""
     from edgeplug._pipeline import lower_prepared  # torch, executorch: only when lowering
@@ -292,7 +296,7 @@ def _load_and_lower(args: argparse.Namespace, prepared: Prepared, progress: Any)
     return result
 
 
-def _unwritten_notes(args: argparse.Namespace, report: object, out: object, failed: bool) -> list[str]:
+def _unwritten_notes(args: argparse.Namespace, report: LoweringReport, out: PathLike, failed: bool) -> list[str]:
     """The note that says why the .pte was not written, where it was not."""
     held = report.stand_in
     if held is not None and held.kind == "backend" and not args.write_stand_in:
@@ -304,7 +308,7 @@ def _unwritten_notes(args: argparse.Namespace, report: object, out: object, fail
     return []
 
 
-def _say_what_was_written(args: argparse.Namespace, report: object, out: object) -> None:
+def _say_what_was_written(args: argparse.Namespace, report: LoweringReport, out: PathLike) -> None:
     """The not-runnable line for stand-in delegates, then the table and where the report went."""
     held = report.stand_in
     if held is not None and (held.kind == "backend" or args.write_stand_in):

@@ -11,7 +11,7 @@ import io
 import json
 import sys
 
-from edgeplug._backend import INSTALL_HINT
+from edgeplug._backend import INSTALL_HINT, Backend
 from edgeplug._cli.common import err, say
 from edgeplug._runtime.process import gpu_device
 from edgeplug._registry.lookup import get_backend, manager
@@ -96,7 +96,7 @@ def _print_versions() -> None:
 PROBE_SECONDS = 30.0
 
 
-def probe_partitioner(backend: object, seconds: float = PROBE_SECONDS) -> str:
+def probe_partitioner(backend: Backend, seconds: float = PROBE_SECONDS) -> str:
     """Build the backend's partitioner once: '' if it builds, else why not (its error, or a timeout)."""
     factory = backend.spec.partitioner
     try:  # what the SDK prints while it imports is noise here: the row says what matters

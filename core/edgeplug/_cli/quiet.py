@@ -20,7 +20,7 @@ import io
 import os
 import sys
 import tempfile
-from typing import Iterator, Optional, TextIO
+from typing import IO, Iterator, Optional, TextIO
 
 
 def _flush_c_streams() -> None:
@@ -72,7 +72,7 @@ def native_output_hidden() -> Iterator[None]:
         try:
             yield
         except BaseException as exc:
-            exc.hidden_output = _hidden_text(hidden, originals, saved)
+            exc.hidden_output = _hidden_text(hidden, originals, saved)  # type: ignore[attr-defined]  # a foreign error carries what was hidden
             raise
     finally:
         for s in (*originals.values(), *swapped.values()):
@@ -89,7 +89,7 @@ def native_output_hidden() -> Iterator[None]:
         hidden.close()
 
 
-def _hidden_text(hidden: object, originals: dict, saved: dict) -> str:
+def _hidden_text(hidden: IO[bytes], originals: dict, saved: dict) -> str:
     for s in originals.values():
         with contextlib.suppress(Exception):
             s.flush()

@@ -31,13 +31,13 @@ import dataclasses
 from typing import Any, Callable, Literal, Optional, Union
 
 import torch
+from torch.fx import Node
 
 from edgeplug._fusion.target import FusedOp
 from edgeplug._fusion.rms_norm import RmsNormMatch
 from edgeplug._fusion.nodes import dtype, dtype_name, is_qdq, shape
 from edgeplug._records import FusionOutcome, FusionPolicy, FusionRecord
 
-Node = torch.fx.Node
 WeightAction = Literal["as_is", "fold", "unit", "none"]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from torch.fx import Node
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
@@ -21,7 +22,6 @@ from edgeplug._fusion.ops import GraphOps
 from edgeplug._fusion.target import FusedOp
 from edgeplug._graph import fold_constants
 
-Node = torch.fx.Node
 
 
 def fold_weights(

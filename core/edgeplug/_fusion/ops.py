@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from torch.fx import Node
 from torch.export import ExportedProgram
 
 from edgeplug._fusion.nodes import shape
 from edgeplug._graph.ops import edge_ops
 from edgeplug._graph.rewrite import copy_meta, fake_mode_of
 
-Node = torch.fx.Node
 
 
 class GraphOps:

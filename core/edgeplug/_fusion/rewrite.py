@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 import torch
+from torch.fx import Node
 from torch.export import ExportedProgram
 
 from edgeplug._fusion.decision import Decision, too_late
@@ -20,7 +21,6 @@ from edgeplug._graph.constants import ancestors, remove_dead
 from edgeplug._graph.rewrite import replace_uses
 from edgeplug._records import FUSED_ANCHOR, FusionRecord
 
-Node = torch.fx.Node
 
 
 def rewrite_all(

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch
+from torch.fx import Node
 from torch.export import ExportedProgram
 
 from edgeplug._fusion.nodes import (
@@ -68,7 +69,6 @@ from edgeplug._fusion.rms_norm_guards import (
     without_qdq_between,
 )
 
-Node = torch.fx.Node
 
 #: How far past a non-cast op after the norm we look for the weight multiply
 #: (to refuse ``relu(norm) * w`` with a reason rather than pass over it).
@@ -153,7 +153,7 @@ def find_rms_norms(ep: ExportedProgram) -> list[Union[RmsNormMatch, FusionRecord
     accounted: set[Node] = set()
     for node in ep.graph_module.graph.nodes:
         m = match_rms_norm(node, ep, analysis=analysis)
-        if m:
+        if isinstance(m, RmsNormMatch):
             found.append(m)
             accounted.update(m.nodes)
         elif m.candidate:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch
+from torch.fx import Node
 from torch.export import ExportedProgram
 
 from edgeplug._fusion.nodes import (
@@ -33,7 +34,6 @@ from edgeplug._fusion.nodes import (
     shape,
 )
 
-Node = torch.fx.Node
 
 
 @dataclass

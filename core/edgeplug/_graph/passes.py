@@ -19,7 +19,7 @@ are the report's ``transforms``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -147,7 +147,7 @@ def run_passes(
             wrong = [r for r in out.records if not isinstance(r, TransformRecord)]
             if not isinstance(out.program, ExportedProgram) or wrong:
                 what = f"a {type(out.program).__name__} as its program" if wrong == [] else f"a {type(wrong[0]).__name__} among its records"
-                cause = TypeError(f"returned a PassResult with {what}; it holds an ExportedProgram and TransformRecords")
+                cause: Exception = TypeError(f"returned a PassResult with {what}; it holds an ExportedProgram and TransformRecords")
                 raise _fail(spec, backend, done, "returned the wrong type", cause)
             ep = out.program
             records.extend(out.records)
@@ -251,7 +251,7 @@ def _snapshot(ep: ExportedProgram) -> dict[int, tuple]:
     return {id(gm): _code_key(gm) for gm in graph_modules(ep.graph_module)}
 
 
-def core_pass(name: str, fn: Any, stage: str = "edge", order: int = 0) -> PassSpec:
+def core_pass(name: str, fn: Any, stage: Literal["export", "edge", "pre_partition"] = "edge", order: int = 0) -> PassSpec:
     """A PassSpec for a pass the core itself runs through ``run_passes``."""
     return PassSpec(backend="core", stage=stage, name=name, fn=fn, order=order)
 

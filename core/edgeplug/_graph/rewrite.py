@@ -231,7 +231,12 @@ class NodeBuilder:
 
     def _make(self, origin: torch.fx.Node, target: Any, fake_op: Any, args: tuple, kwargs: dict) -> torch.fx.Node:
         inputs: list[torch.fx.Node] = []
-        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: inputs.append(n) or n.meta["val"])
+
+        def fake(n: torch.fx.Node) -> Any:
+            inputs.append(n)
+            return n.meta["val"]
+
+        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), fake)
         # the inputs' own mode: after executorch's passes ops and placeholders may hold different ones
         with detect_fake_mode(inputs) or self._graph_mode():
             val = fake_op(*fake_args, **fake_kwargs)

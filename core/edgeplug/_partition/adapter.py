@@ -226,7 +226,7 @@ class CorePartitioner(Partitioner):
             node.meta.pop("delegation_tag", None)
             if node in tags:
                 node.meta["delegation_tag"] = tags[node]
-        if self._outcome.stranded:  # fail here, before serialization, naming each op (dry run or not)
+        if self.stranded:  # fail here, before serialization, naming each op (dry run or not)
             raise LoweringError(self.stranded_message())
         if self.dry_run:  # the same partitions, lowered to the stand-in: only preprocess is skipped
             specs = {tag: _stand_in_spec(spec) for tag, spec in specs.items()}

@@ -107,7 +107,10 @@ def support_check(
     who = type(partitioner).__name__
     factory = backend.spec.support_check if backend is not None else None
     if factory is not None:
-        made = factory(partitioner, gm, program=program) if _takes_program(factory) else factory(partitioner, gm)
+        made = (  # a check that names a third parameter takes the program too (_takes_program)
+            factory(partitioner, gm, program=program)  # type: ignore[call-arg]
+            if _takes_program(factory) else factory(partitioner, gm)
+        )
         return _guarded(made, who)
     if callable(getattr(partitioner, "verdict", None)):
         return _guarded(partitioner.verdict, who)

@@ -133,7 +133,8 @@ class time_limit:
     """
 
     def __init__(self, seconds: float, what: str) -> None:
-        self.seconds, self.what, self.armed, self.previous = seconds, what, False, None
+        self.seconds, self.what, self.armed = seconds, what, False
+        self.previous: Any = None  # the alarm handler in place before, put back on exit
 
     def __enter__(self) -> "time_limit":
         if (
@@ -389,10 +390,10 @@ def _collect_one(state: Loaded, obj: Any, info: PluginInfo, is_ep: bool) -> None
         state.problems.append(problem)
         return
     wanted, where = _api.wanted_api(info, records)
-    refused = [_api.contradiction(info, records) or (_api.refusal(wanted, where) if wanted is not None else None)]
+    reasons = [_api.contradiction(info, records) or (_api.refusal(wanted, where) if wanted is not None else None)]
     if usage.removed:  # each replacement named, with or without a version refusal
-        refused.append(_api.removed_message(usage))
-    refused = "; ".join(r for r in refused if r)
+        reasons.append(_api.removed_message(usage))
+    refused = "; ".join(r for r in reasons if r)
     if refused:
         state.problems.append(PluginProblem(info, "the plugin API check", refused))
         return

@@ -97,7 +97,8 @@ class PluginManager:
         with contained(effects, stdout_to_stderr=True):
             state = load(self._registered, disable, allow, named)
         check(state)
-        for problem in [*state.problems, *state.conflicts.values(), *state.unclaimed]:
+        problems: list[Any] = [*state.problems, *state.conflicts.values(), *state.unclaimed]
+        for problem in problems:
             warnings.warn(problem.message, PluginWarning, stacklevel=4)
         for line in _effects_lines(effects):
             warnings.warn(line, PluginWarning, stacklevel=4)

@@ -62,7 +62,8 @@ def check(state: Loaded) -> None:
     state.contributions = keep
     seen: dict[tuple, Contribution] = {}
     for c in keep:
-        rec, key, what = c.record, None, ""
+        rec, what = c.record, ""
+        key: Optional[tuple] = None
         if isinstance(rec, Kernel):
             key = ("kernel", rec.backend, rec.op, rec.device)
             what = f"two kernels for op {rec.op!r} on backend {rec.backend!r} ({rec.device})"

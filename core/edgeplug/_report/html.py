@@ -164,8 +164,8 @@ def load_report(path: str | os.PathLike) -> LoweringReport:
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the report"
+        field_at = ".".join(str(p) for p in first["loc"]) or "the report"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise EdgeplugError(
-            f"{name} is not a lowering report edgeplug can read ({where}: {first['msg']}{more}): {give}"
+            f"{name} is not a lowering report edgeplug can read ({field_at}: {first['msg']}{more}): {give}"
         ) from exc

@@ -8,7 +8,7 @@ import operator
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -253,7 +253,7 @@ class QuantizationSummary(BaseModel):
         lines = [f"quantization: {self.quantizer_backend} {self.scheme} ({what}; {batches})"]
         if self.foreign:
             lines.append(f"  quantized with {self.quantizer_backend}'s quantizer, not the target backend's")
-        outcomes = {}
+        outcomes: dict[str, int] = {}
         for r in self.norms:
             outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
         if self.norms:
@@ -520,7 +520,7 @@ def graph_nodes(gm: Any, user_inputs: Optional[set[str]] = None) -> list[GraphNo
 
 def annotate_graph(
     nodes: list[GraphNode], partition_of: dict[str, str], cpu_reasons: dict[str, str],
-    fusions: list[FusionRecord] = (), transforms: list[TransformRecord] = (),
+    fusions: Sequence[FusionRecord] = (), transforms: Sequence[TransformRecord] = (),
 ) -> list[GraphNode]:
     """``nodes`` with each call node's partition (``partition_of``: node name -> tag) or CPU reason,
     and the fusion or transform records that name it (a fused op is matched to the fused records

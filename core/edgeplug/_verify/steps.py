@@ -60,7 +60,7 @@ def unwritten_state(result: LoweringResult) -> list[OutputCheck]:
     if ref is None or ref.model is None or result.edge is None:
         return []
     written = written_buffers(result.edge.exported_program())
-    checks = []
+    checks: list[OutputCheck] = []
     for name, after in sorted(ref.buffers_after.items()):
         before = ref.model.initial.get(name)
         if name in written or before is None or before.shape != after.shape or torch.equal(before, after):

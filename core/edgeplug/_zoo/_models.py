@@ -79,15 +79,15 @@ def _resolve_one(entry: str, source: Optional[str]) -> list[str]:
         if entry in (arch.model, arch.config):
             return [name]
     if ":" in entry:
-        path, _, function = entry.rpartition(":")
-        if not path.endswith(".py") or not function.isidentifier():
+        file, _, function = entry.rpartition(":")
+        if not file.endswith(".py") or not function.isidentifier():
             raise EdgeplugError(f"model {entry!r}{where}: expected FILE.py:FUNCTION")
-        if source and not Path(path).is_absolute():
-            path = str(Path(source).resolve().parent / path)  # relative to the list that names it
-        if not Path(path).is_file():
-            raise EdgeplugError(f"model file {path!r}{where} does not exist (from {entry!r})")
+        if source and not Path(file).is_absolute():
+            file = str(Path(source).resolve().parent / file)  # relative to the list that names it
+        if not Path(file).is_file():
+            raise EdgeplugError(f"model file {file!r}{where} does not exist (from {entry!r})")
         # absolute: a cell's process, or a Ray worker, may start in another folder
-        return [f"{Path(path).resolve()}:{function}"]
+        return [f"{Path(file).resolve()}:{function}"]
     close = difflib.get_close_matches(entry, [*MODELS, *REGISTRY], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     others = [name for name in REGISTRY if name not in _ZOO_NAME_OF]

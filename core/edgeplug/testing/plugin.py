@@ -158,7 +158,7 @@ def _reset_plugins() -> None:
 
 
 @pytest.fixture
-def edgeplug_site(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | Path], Path]:
+def edgeplug_site(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str | Path], Path]]:
     """Put a folder of installed distributions first on ``sys.path`` for one test."""
     sites: list[Path] = []
 
@@ -179,7 +179,7 @@ def edgeplug_site(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | Path], Pat
 
 
 @pytest.fixture
-def edgeplug_register() -> Callable[..., Any]:
+def edgeplug_register() -> Iterator[Callable[..., Any]]:
     """Register hookimpls (a module or object) for one test; unregistered afterwards."""
     # every pytest run imports this plugin: the plugin manager waits for a test that asks
     from edgeplug._registry import lookup as plugins
@@ -205,7 +205,7 @@ def edgeplug_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[Any,
     def run(*argv: Any) -> tuple[Any, str, str]:
         capsys.readouterr()
         try:
-            code = main([str(a) for a in argv])
+            code: Any = main([str(a) for a in argv])
         except SystemExit as exc:  # argparse usage errors
             code = exc.code
         out, err = capsys.readouterr()

@@ -126,7 +126,8 @@ def device_failure_named() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        chain, cur = [], exc
+        chain: list[BaseException] = []
+        cur: Optional[BaseException] = exc
         while cur is not None and cur not in chain:
             chain.append(cur)
             cur = cur.__cause__ or cur.__context__

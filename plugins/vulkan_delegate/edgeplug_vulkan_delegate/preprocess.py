@@ -96,13 +96,13 @@ def _weight_of_linear(weight: Node, user: Node) -> bool:
             if any(_is_dequant_per_tensor(a) for a in activations):
                 return False
         return True
+    return False
 
 
 def _batch(node: Node) -> Optional[int]:
     """The leading size of ``node``'s output (None where the graph does not say)."""
     val = node.meta.get("val")
     return int(val.shape[0]) if isinstance(val, torch.Tensor) and val.dim() else None
-    return False
 
 
 def pack_int4(weight: torch.Tensor) -> torch.Tensor:

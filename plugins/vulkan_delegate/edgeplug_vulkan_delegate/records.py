@@ -38,7 +38,7 @@ def backend_spec(
     """A backend serialized by the Vulkan delegate, verified on the host with its kernels, or in its own
     runtime where ``device_runtime`` finds one (``edgeplug_vulkan_delegate.runtime.device_runtime``:
     ExecuTorch's Vulkan runtime built from source)."""
-    extra = {"availability": availability} if availability is not None else {}
+    extra: dict[str, Any] = {"availability": availability} if availability is not None else {}
     return BackendSpec(
         **extra,
         device_runtime=device_runtime,

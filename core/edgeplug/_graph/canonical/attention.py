@@ -36,7 +36,7 @@ size is static, so they hold at any value the symbolic sizes take.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -54,7 +54,8 @@ def _slice_range(node: torch.fx.Node) -> Optional[tuple[torch.fx.Node, int, int,
     """(input, dim, start, end) of a unit-step ``slice_copy`` with int bounds, dim and bounds normalized."""
     if op_name(node) != "aten.slice_copy.Tensor" or node.kwargs:
         return None
-    x, dim, start, end, step = (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
+    given: list[Any] = [*node.args, *(0, None, None, 1)[len(node.args) - 1:]]
+    x, dim, start, end, step = given
     xv = tensor_of(x)
     if xv is None or step != 1 or xv.dim() == 0 or not isinstance(dim, int):
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union, cast
 
 from torch.export import ExportedProgram
 
@@ -122,9 +122,15 @@ def rewrite_pass(
     rewrite = _rewrite(name)
     rewrite.check(params)
     return PassSpec(
-        backend=backend, stage=stage, name=name, fn=functools.partial(_run_in_pass, rewrite.fn, dict(params)),
-        order=order, before=before, after=after,
+        backend=backend, stage=cast(Literal["edge", "pre_partition"], stage), name=name,
+        fn=functools.partial(_run_in_pass, rewrite.fn, dict(params)), order=order, before=_names(before),
+        after=_names(after),
     )
+
+
+def _names(given: Union[str, Sequence[str]]) -> tuple[str, ...]:
+    """One pass name, or several, as the tuple ``PassSpec`` holds."""
+    return (given,) if isinstance(given, str) else tuple(given)
 
 
 __all__ = ["REWRITES", "Rewrite", "apply_rewrite", "rewrite_pass"]
