@@ -24,10 +24,13 @@ This module needs only torch and the standard library: it also runs on a machine
 from __future__ import annotations
 
 import json
+import math
 import os
+import select
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -71,6 +74,73 @@ _DTYPES = {
     torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15,
 }
 _FROM_CODE = {code: dtype for dtype, code in _DTYPES.items()}
+
+
+#: seconds the runner may take to answer: its greeting (the program loaded, its shaders built) and each
+#: request; ``EDGEPLUG_RUNNER_TIMEOUT`` (seconds) replaces both for a slower device
+GREETING_SECONDS = 120.0
+ANSWER_SECONDS = 300.0
+TIMEOUT_VARIABLE = "EDGEPLUG_RUNNER_TIMEOUT"
+#: the longest line of the runner's protocol (a JSON header) taken: a runner writing without end is stopped there
+MAX_LINE_BYTES = 1 << 20
+
+
+def _seconds(default: float) -> float:
+    given = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not given:
+        return default
+    try:
+        value = float(given)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise RunnerError(f"{TIMEOUT_VARIABLE}={given!r} is not a number of seconds > 0: set it to one, or unset it")
+    return value
+
+
+class _Stalled(Exception):
+    """The runner sent nothing more before the deadline, or a line longer than the protocol has."""
+
+
+class _Pipe:
+    """The runner's stdout read with a deadline and a bound: a line of at most ``MAX_LINE_BYTES``, or
+    exactly ``n`` bytes, by ``deadline`` (``time.monotonic()``), else ``_Stalled`` saying which."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+
+    def _more(self, deadline: float, waiting_for: str) -> bool:
+        left = deadline - time.monotonic()
+        ready = select.select([self.fd], [], [], max(left, 0))[0] if left > 0 else []
+        if not ready:
+            raise _Stalled(f"did not answer {waiting_for} within the time it is given")
+        chunk = os.read(self.fd, 1 << 16)
+        self.buf += chunk
+        return bool(chunk)
+
+    def line(self, deadline: float, waiting_for: str) -> bytes:
+        while True:
+            end = self.buf.find(b"\n", 0, MAX_LINE_BYTES + 1)
+            if end >= 0:
+                out = bytes(self.buf[: end + 1])
+                del self.buf[: end + 1]
+                return out
+            if len(self.buf) > MAX_LINE_BYTES:
+                raise _Stalled(f"sent a line of more than {MAX_LINE_BYTES >> 20} MiB without an end ({waiting_for}), "
+                               "which no answer of the runner's protocol is")
+            if not self._more(deadline, waiting_for):  # the runner closed its output
+                out = bytes(self.buf)
+                self.buf.clear()
+                return out
+
+    def exactly(self, n: int, deadline: float, waiting_for: str) -> bytes:
+        while len(self.buf) < n:
+            if not self._more(deadline, waiting_for):
+                break
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
 
 
 class RunnerNotFound(Exception):
@@ -183,7 +253,14 @@ class RunnerSession:
         )
         self._stderr = threading.Thread(target=self._drain, daemon=True)
         self._stderr.start()
-        hello = self._answer()
+        assert self._proc.stdout is not None
+        self._pipe = _Pipe(self._proc.stdout.fileno())
+        try:  # whatever stops the greeting (a deadline, a runner that floods, SIGTERM or ^C), the runner ends too
+            hello = self._answer("its greeting (loading the program)", GREETING_SECONDS)
+        except BaseException:
+            self._end()
+            self._tmp.cleanup()
+            raise
         if not hello.get("ok"):
             self.close()
             raise RunnerError(self._with_log(hello.get("error", "the runner did not start")))
@@ -205,14 +282,58 @@ class RunnerSession:
         tail = "; ".join(x.split("] ", 1)[-1] for x in lines[-3:])
         return message + (f" (runtime log: {tail})" if tail else "")
 
-    def _answer(self) -> dict:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
+    def _answer(self, waiting_for: str = "a request", seconds: float = ANSWER_SECONDS) -> dict:
+        """The runner's next answer (one JSON line), by its deadline; a runner that misses it, floods or
+        answers outside the protocol is ended, and the ``RunnerError`` says which."""
+        limit = _seconds(seconds)
+        try:
+            line = self._pipe.line(time.monotonic() + limit, waiting_for)
+        except _Stalled as exc:
+            self._end()
+            hint = f" (set {TIMEOUT_VARIABLE}=SECONDS for a slower device)" if "within" in str(exc) else ""
+            raise RunnerError(self._with_log(f"the runtime {str(exc).replace('the time it is given', f'{limit:g} s')}{hint}; it was stopped")) from None
         if not line:
-            code = self._proc.wait(timeout=30)
+            try:
+                code = self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._end()
+                code = "unknown (it closed its output and was stopped)"
             self._stderr.join(timeout=5)
             raise RunnerError(self._with_log(f"the runtime exited with status {code} without answering", died=True))
-        return json.loads(line)
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            self._end()
+            shown = line[:80].decode("utf-8", "backslashreplace").rstrip()
+            raise RunnerError(f"the runtime answered {waiting_for} with {shown!r}, which is not the runner's protocol; it was stopped")
+        return answer
+
+    def _read_tensor(self, out: dict) -> bytes:
+        """A tensor output's bytes: as many as its dtype and sizes need (a count that disagrees is refused)."""
+        dtype = _FROM_CODE.get(out.get("dtype"))
+        sizes = out.get("sizes")
+        if dtype is None or not isinstance(sizes, list) or not all(isinstance(d, int) and d >= 0 for d in sizes):
+            self._end()
+            raise RunnerError(f"the runtime described an output as {out!r}, which is not the runner's protocol; it was stopped")
+        need = math.prod(sizes) * torch.empty(0, dtype=dtype).element_size()
+        if out.get("nbytes") != need:
+            self._end()
+            raise RunnerError(
+                f"the runtime said an output of {dtype} {sizes} holds {out.get('nbytes')!r} bytes, not {need}; it was stopped"
+            )
+        try:
+            return self._pipe.exactly(need, time.monotonic() + _seconds(ANSWER_SECONDS), "with an output's bytes")
+        except _Stalled as exc:
+            self._end()
+            raise RunnerError(self._with_log(f"the runtime {exc}; it was stopped")) from None
+
+    def _end(self) -> None:
+        """Stop the runner now (it is not answering as it should, or edgeplug is stopping)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
 
     def run(self, inputs: Sequence[Any], repeat: int = 1) -> tuple[list[Any], list[float]]:
         """Call the method on ``inputs`` (flat, in the program's order) ``repeat`` times; the outputs of
@@ -225,7 +346,7 @@ class RunnerSession:
             self._proc.stdin.flush()
         except BrokenPipeError:
             raise RunnerError(self._with_log("the runtime exited before taking the inputs")) from None
-        ans = self._answer()
+        ans = self._answer("a run of the method")
         if not ans.get("ok"):
             raise RunnerError(self._with_log(ans.get("error", "the run failed")))
         outputs: list[Any] = []
@@ -233,7 +354,7 @@ class RunnerSession:
             if out["kind"] != "tensor":
                 outputs.append(out.get("value"))
                 continue
-            raw = self._proc.stdout.read(out["nbytes"])
+            raw = self._read_tensor(out)
             dtype = _FROM_CODE[out["dtype"]]
             if dtype == torch.bfloat16:
                 t = torch.frombuffer(bytearray(raw), dtype=torch.int16).view(torch.bfloat16)
@@ -247,7 +368,7 @@ class RunnerSession:
         assert self._proc.stdin is not None
         self._proc.stdin.write(b'{"cmd": "reset"}\n')
         self._proc.stdin.flush()
-        ans = self._answer()
+        ans = self._answer("a reset")
         if not ans.get("ok"):
             raise RunnerError(self._with_log(ans.get("error", "the reset failed")))
 
@@ -259,22 +380,24 @@ class RunnerSession:
         assert self._proc.stdin is not None
         self._proc.stdin.write(json.dumps({"cmd": "etdump", "path": os.fspath(path)}).encode() + b"\n")
         self._proc.stdin.flush()
-        ans = self._answer()
+        ans = self._answer("an ETDump request")
         if not ans.get("ok"):
             raise RunnerError(self._with_log(ans.get("error", "the ETDump was not written")))
         return int(ans["nbytes"])
 
     def close(self) -> None:
-        if self._proc.poll() is None:
-            try:
-                assert self._proc.stdin is not None
-                self._proc.stdin.write(b'{"cmd": "quit"}\n')
-                self._proc.stdin.close()
-                self._proc.wait(timeout=10)
-            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
-        self._tmp.cleanup()
+        try:
+            if self._proc.poll() is None:
+                try:
+                    assert self._proc.stdin is not None
+                    self._proc.stdin.write(b'{"cmd": "quit"}\n')
+                    self._proc.stdin.close()
+                    self._proc.wait(timeout=10)
+                except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                    pass
+        finally:  # a runner that does not quit, or a signal while it is asked to: it ends all the same
+            self._end()
+            self._tmp.cleanup()
 
     def __enter__(self) -> "RunnerSession":
         return self
