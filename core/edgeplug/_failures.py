@@ -77,7 +77,7 @@ def _frames(exc: BaseException) -> Iterator[FrameType]:
 def _module_of(fn: Any) -> Optional[str]:
     fn = getattr(fn, "__func__", fn)
     mod = getattr(fn, "__module__", None)
-    if mod is None and hasattr(fn, "__call__"):
+    if mod is None and callable(fn):
         mod = type(fn).__module__
     return mod
 

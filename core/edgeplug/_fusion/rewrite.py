@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-import torch
 from torch.fx import Node
 from torch.export import ExportedProgram
 

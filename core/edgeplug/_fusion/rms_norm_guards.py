@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-import torch
 from torch.fx import Node
 from torch.export import ExportedProgram
 

@@ -72,7 +72,7 @@ def empty_like_as_empty(ep: ExportedProgram) -> list[TransformRecord]:
             continue
         shape, dtype, device = tuple(val.shape), val.dtype, val.device
         name = node.name
-        added = replace_with_traced(node, lambda: torch.empty(shape, dtype=dtype, device=device), ())
+        added = replace_with_traced(node, lambda: torch.empty(shape, dtype=dtype, device=device), ())  # noqa: B023 (traced now)
         records.append(_record("empty_like_as_empty", name, EMPTY_LIKE, added, f"empty {list(shape)} {dtype}"))
     return records
 

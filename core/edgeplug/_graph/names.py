@@ -104,7 +104,7 @@ def copy_exported_program(ep: Any) -> Any:
     and constants the program does not write are the same tensors; buffers are copied."""
     written = set(ep.graph_signature.buffers_to_mutate.values())
     memo: dict[int, Any] = {}
-    for name, t in ep.state_dict.items():
+    for t in ep.state_dict.values():
         if isinstance(t, torch.nn.Parameter):
             memo[id(t)] = torch.nn.Parameter(t.detach(), requires_grad=t.requires_grad)
     for name, t in ep.constants.items():

@@ -123,7 +123,7 @@ def _filter_defined_at(fn: Any) -> str:
     """' (FILE:LINE)' where a filter function is defined, or '' when Python cannot tell."""
     try:
         target = inspect.unwrap(fn)
-        code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
+        code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)  # noqa: B004 (a callable object's method)
         return f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
     except Exception:  # a builtin or an odd callable: the filter's name still says which
         return ""

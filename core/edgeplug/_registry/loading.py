@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from edgeplug import _api
 from edgeplug import _hookspecs as hookspecs
-from edgeplug._plugin_code import package_of, raised_at
+from edgeplug._plugin_code import raised_at
 from edgeplug._records import HOOK_RECORDS
 from edgeplug._registry.info import (
     ENTRY_POINT_GROUP,

@@ -67,7 +67,8 @@ and the fusion or transform that made it. Click a collapsed group to expand it.<
 
 
 def _asset(folder: str, name: str) -> str:
-    return resources.files("edgeplug").joinpath(folder, name).read_text(encoding="utf-8")
+    # one part per joinpath: Python 3.10's Traversable takes one (edgeplug supports 3.10)
+    return resources.files("edgeplug").joinpath(folder).joinpath(name).read_text(encoding="utf-8")
 
 
 def _inline_json(text: str) -> str:

@@ -22,7 +22,7 @@ import torch
 
 from edgeplug._errors import EdgeplugError
 from edgeplug.examples import load_model
-from edgeplug._models import DECODER, MODELS as REGISTRY, SEQ, VOCAB, ZOO_NAMES, Arch
+from edgeplug._models import DECODER, MODELS as REGISTRY, SEQ, VOCAB, ZOO_NAMES, Arch  # noqa: F401 (re-exported)
 
 # DECODER, SEQ, VOCAB and Arch are the zoo's names too (edgeplug._zoo's table, _render, benches)
 

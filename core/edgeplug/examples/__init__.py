@@ -148,7 +148,7 @@ def load_model(
 
         with contained(effects if effects is not None else Effects(), hold_output=hold_output):
             module, attr, path_s = import_user_file(
-                spec, "model file", progress=told if progress is not None else None, then=f"calling {{attr}}()"
+                spec, "model file", progress=told if progress is not None else None, then="calling {attr}()"
             )
             fn = getattr(module, attr, None)
             if fn is None or not callable(fn):

@@ -15,9 +15,9 @@ from torch import nn
 import edgeplug
 from edgeplug.plugin import RuntimeNotFound, RuntimeRefusedError
 
-pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
-
 from edgeplug_vulkan_delegate.runtime import RUNNER_VARIABLE, RunnerNotFound, RunnerSession, device_runtime, find_runner
+
+pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
 
 
 def _runtime_or_skip():

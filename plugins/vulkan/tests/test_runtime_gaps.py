@@ -15,9 +15,9 @@ import edgeplug
 from edgeplug.plugin import RuntimeNotFound
 from edgeplug.testing.rms_norm_cases import ROUNDED, Bundle
 
-pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
-
 from edgeplug_vulkan_delegate.runtime import RunnerSession, device_runtime
+
+pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
 
 
 def _fake_quant(t):

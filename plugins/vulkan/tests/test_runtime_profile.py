@@ -16,9 +16,9 @@ from torch import nn
 import edgeplug
 from edgeplug.plugin import RuntimeNotFound
 
-pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
-
 from edgeplug_vulkan_delegate.runtime import RunnerError, RunnerSession, _build_of, cache_dir, device_runtime
+
+pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
 
 
 class Block(nn.Module):

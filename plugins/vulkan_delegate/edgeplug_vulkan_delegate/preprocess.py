@@ -204,10 +204,10 @@ class VulkanConstants:
             return gm
         gm = copy.deepcopy(gm)
         by_name = {n.name: n for n in gm.graph.nodes}
-        for i, (node, bn, (w, b, wkey, bkey)) in enumerate(plans):
+        for i, (node, bn, (w, b, _wkey, _bkey)) in enumerate(plans):
             op, norm = by_name[node.name], by_name[bn.name]
             attrs = []
-            for j, (t, what) in enumerate(((w, "weight"), (b, "bias"))):
+            for t, what in ((w, "weight"), (b, "bias")):
                 attr = f"_edgeplug_bn_folded_{what}_{i}"
                 setattr(gm, attr, t)
                 with gm.graph.inserting_before(op):

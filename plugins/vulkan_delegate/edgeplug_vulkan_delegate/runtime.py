@@ -294,7 +294,7 @@ class RunnerSession:
             raise RunnerError(self._with_log(f"the runtime {str(exc).replace('the time it is given', f'{limit:g} s')}{hint}; it was stopped")) from None
         if not line:
             try:
-                code = self._proc.wait(timeout=30)
+                code: int | str = self._proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self._end()
                 code = "unknown (it closed its output and was stopped)"

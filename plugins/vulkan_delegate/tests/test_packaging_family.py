@@ -31,7 +31,7 @@ def test_a_library_distribution_two_plugins_require_is_no_backend(tmp_path):
     assert "[edgeplug]" not in _metadata(lib, "entry_points.txt")  # a library: no backend of its own
     for plugin, own in (("webgpu", "edgeplug_webgpu/hooks.py"), ("vulkan", "edgeplug_vulkan/hooks.py")):
         wheel = _wheel(plugin, tmp_path / plugin)
-        requires = [l.split(":", 1)[1].strip() for l in _metadata(wheel, "METADATA").splitlines() if l.startswith("Requires-Dist:")]
+        requires = [row.split(":", 1)[1].strip() for row in _metadata(wheel, "METADATA").splitlines() if row.startswith("Requires-Dist:")]
         assert "edgeplug-vulkan-delegate==0.1.0" in requires, requires
         assert not any(r.startswith("edgeplug-vulkan==") or r.startswith("edgeplug-webgpu") for r in requires), requires
         assert own in wheel.namelist() and not any(n.startswith("edgeplug_vulkan_delegate/") for n in wheel.namelist())

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import edgeplug
-from edgeplug._errors import EdgeplugError, LoweringError
+from edgeplug._errors import EdgeplugError
 
 
 def _pte(result):

@@ -85,19 +85,19 @@ def test_the_quantized_section_names_stocks_failing_stage_and_the_targets():
     assert text.startswith(QUANTIZED_BEGIN) and text.rstrip().endswith(QUANTIZED_END)
     assert "**fails** at calibrate: IndexError" in text
     lines = quantized_targets(cells)
-    assert any(l.startswith("stock fails on 1 at calibrate (llama xnnpack 8a8w)") for l in lines)
-    cos = next(l for l in lines if l.startswith("8da4w cosine"))
+    assert any(row.startswith("stock fails on 1 at calibrate (llama xnnpack 8a8w)") for row in lines)
+    cos = next(row for row in lines if row.startswith("8da4w cosine"))
     assert "on 1 of 2" in cos and cos.endswith("not met")
     # a cell below its target says what the scheme alone costs and what stock's .pte gives
     assert "gemma3 xnnpack 8da4w 0.9500 (the quantized model itself, before lowering: 0.9510; stock's .pte: 0.9520)" in cos
     assert "| gemma3 | xnnpack | 8da4w | lowers | lowers | 2 / 0 vs 9 / 0 | 0.9500 / 0.9520; 0.9510 |" in text
-    assert any(l.startswith(".pte size ≤ 1.05× stock's on 1 of 1") and l.endswith("— met") for l in lines)
-    assert any(l.startswith(".pte latency ≤ 0.85× stock's on 1 of 1") for l in lines)
+    assert any(row.startswith(".pte size ≤ 1.05× stock's on 1 of 1") and row.endswith("— met") for row in lines)
+    assert any(row.startswith(".pte latency ≤ 0.85× stock's on 1 of 1") for row in lines)
     # a scheme the backend does not offer is named with both sides' outcome, not counted as a failure
     assert lines[0].startswith("every cell of a scheme its backend offers lowers with edgeplug: 3 of 3")
-    assert any(l.startswith("vulkan does not offer xnnpack's 8da4w; tried on llama: edgeplug fails at lower") and
-               l.endswith("stock lowers") for l in lines)
-    [qnn] = [l for l in lines if l.startswith("qnn does not offer")]
+    assert any(row.startswith("vulkan does not offer xnnpack's 8da4w; tried on llama: edgeplug fails at lower") and
+               row.endswith("stock lowers") for row in lines)
+    [qnn] = [row for row in lines if row.startswith("qnn does not offer")]
     assert qnn == ("qnn does not offer xnnpack's 8da4w; tried on llama, qwen3: edgeplug fails at lower "
                    "(LoweringError: Missing out variants) on all 2, stock its SDK is absent here")
     assert "| llama | xnnpack | 8da4w | lowers | lowers | 2 / 1 vs 9 / 4 | 0.9940 / 0.9940 |" in text
