@@ -112,3 +112,11 @@ def test_the_flags_are_checked_once_with_one_error_class(own_registry):
     with pytest.raises(edgeplug.EdgeplugError, match="verify_steps must be a whole number >= 1") as err:
         edgeplug.verify(lowered, b, verify_steps=True)
     assert type(err.value) is edgeplug.EdgeplugError  # the same class lower raises for it
+
+
+def test_the_command_line_refuses_verify_steps_where_lower_does(cli, fixture_backends, tmp_path, monkeypatch):
+    """--verify-steps is checked once, by what lower checks it with, before the model file runs."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("lower", "mlp", "--backend", fixture_backends.FUSED, "--verify-steps", "0")
+    assert code != 0 and "verify_steps must be a whole number >= 1 (tokens to generate), not 0" in err, err
+    assert not list(tmp_path.iterdir())

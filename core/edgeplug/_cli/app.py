@@ -141,7 +141,7 @@ def _add_lower_verification(lo: argparse.ArgumentParser) -> None:
         "1e-4 for fp32, a few ulps of the output's magnitude for fp16/bf16)",
     )
     lo.add_argument(
-        "--verify-steps", type=positive_int_arg, default=None, metavar="N",
+        "--verify-steps", type=int, default=None, metavar="N",  # checked once, where lower checks it (prepare)
         help="with --verify (implied), for a decoder with a KV cache: generate N tokens greedily from the "
         "example prompt through the .pte (prefill, then one-token decode steps) and through eager (the "
         "quantized model where quantized); fails naming the first step that differs and eager's logit "
