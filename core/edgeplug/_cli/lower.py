@@ -27,7 +27,7 @@ from edgeplug._records import QuantScheme
 from edgeplug._report.records import LoweringReport, stand_in_path
 from edgeplug._report.html import is_html, load_report, write_report
 from edgeplug._stock import stock_partitioning
-from edgeplug._user_code import Effects
+from edgeplug._user_code import Effects, contained, torch_defaults_lines
 
 if TYPE_CHECKING:  # the names only: _pipeline loads torch and executorch, once a lowering is asked for
     from edgeplug._pipeline import Prepared
@@ -187,24 +187,26 @@ def _write_views(args: argparse.Namespace, report: LoweringReport) -> None:
         raise EdgeplugError(f"cannot write {exc.filename or args.explore}: {exc.strerror or exc}") from exc
 
 
-def _say_effects(effects: Effects, progress) -> None:
-    """One line for each thing the model file did to the process (``edgeplug._user_code``)."""
+def _say_effects(effects: Effects, progress, who: str = "the model file") -> None:
+    """One line for each thing the model (or calibration) file did to the process (``edgeplug._user_code``)."""
     if effects.chdir is not None:
         folder, where = effects.chdir
         say(
-            f"edgeplug: warning: the model file changed the working folder to {folder}"
+            f"edgeplug: warning: {who} changed the working folder to {folder}"
             f"{f' at {where}' if where else ''}; edgeplug went back to {os.getcwd()}, where the outputs are "
-            "written (open files relative to the model file: os.path.dirname(__file__))",
+            f"written (open files relative to {who}: os.path.dirname(__file__))",
         )
     for thread, where in effects.threads:
         say(
-            f"edgeplug: warning: the model file started thread {thread.name!r}{f' at {where}' if where else ''} "
+            f"edgeplug: warning: {who} started thread {thread.name!r}{f' at {where}' if where else ''} "
             "and left it running; edgeplug does not wait for it when it ends (join it before returning, or "
             "start it with daemon=True)",
         )
+    for line in torch_defaults_lines(effects, who):
+        say(f"edgeplug: warning: {line}")
     lines = effects.printed_lines()
     if lines:
-        progress(f"the model file printed {lines:,} line{'s' if lines != 1 else ''}, held off the terminal (-v shows them)")
+        progress(f"{who} printed {lines:,} line{'s' if lines != 1 else ''}, held off the terminal (-v shows them)")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -282,7 +284,7 @@ def _load_and_lower(args: argparse.Namespace, prepared: Prepared, progress: Any)
         _say_effects(effects, progress)
     if args.quantize:  # the backend's own quantizer, before lowering (edgeplug._quantize.quantize)
         limit = args.calibration_batches
-        calibration = load_calibration(args.calibration, limit) if args.calibration else None
+        calibration = _calibration_data(args, limit, progress) if args.calibration else None
         model = quantize_for_backend(
             model, inputs, backend, args.quantize, calibration, kwargs=kwargs, progress=progress,
             calibration_batches=limit,
@@ -294,6 +296,17 @@ def _load_and_lower(args: argparse.Namespace, prepared: Prepared, progress: Any)
     if args.compare_stock:
         _compare_stock(result.report, model, inputs, backend, progress)
     return result
+
+
+def _calibration_data(args: argparse.Namespace, limit: int, progress) -> list[tuple]:
+    """The calibration file run as the model file is (``edgeplug._user_code.contained``): its prints held, a
+    change of folder or of torch's defaults undone, each said in one line."""
+    effects = Effects()
+    try:
+        with contained(effects, hold_output=not args.verbose):
+            return load_calibration(args.calibration, limit)
+    finally:
+        _say_effects(effects, progress, "the calibration file")
 
 
 def _unwritten_notes(args: argparse.Namespace, report: LoweringReport, out: PathLike, failed: bool) -> list[str]:

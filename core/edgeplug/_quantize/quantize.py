@@ -544,6 +544,7 @@ def _calibrate(prepared: Any, calibration: Any, given: Any, info: Any) -> None:
 
     with torch.no_grad():
         if calibration is None:  # the example inputs, keywords included
+            _refuse_non_finite((given.args, given.kwargs), "the example inputs (they calibrate when no calibration data is given)")
             prepared(*given.args, **given.kwargs)
             info.calibration_batches += 1
         for batch in calibration or ():
@@ -551,10 +552,30 @@ def _calibrate(prepared: Any, calibration: Any, given: Any, info: Any) -> None:
                 info.calibration_cut = True  # more than the cap: the rest is not read (a generator may never end)
                 break
             args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+            _refuse_non_finite(args, f"calibration batch {info.calibration_batches}")
             prepared(*args)
             info.calibration_batches += 1
     if info.calibration_batches == 0:
         raise QuantizationError("the calibration data is empty: give at least one input tuple")
+
+
+def _refuse_non_finite(inputs: Any, what: str) -> None:
+    """A ``QuantizationError`` naming the input of ``what`` that holds NaN or an infinity: an observer takes
+    each activation's range from the calibration data, and a non-finite value leaves none (the quantizer's
+    annotation would be blamed, where the data is at fault)."""
+    import torch  # loaded when quantizing, as in _calibrate
+    import torch.utils._pytree as pytree
+
+    for i, leaf in enumerate(pytree.tree_leaves(inputs)):
+        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()):
+            bad = int((~torch.isfinite(leaf)).sum())
+            if bad:
+                nans = int(torch.isnan(leaf).sum())
+                raise QuantizationError(
+                    f"{what}, input {i} (shape {tuple(leaf.shape)}), holds {nans} NaN and {bad - nans} infinite "
+                    f"value{'s' if bad != 1 else ''}: calibration data must be finite, since each observer takes an "
+                    "activation's range from it. The data is at fault, not the quantizer: give finite calibration inputs"
+                )
 
 
 def _float_outputs(model: Any, given: Any) -> list[Any]:
