@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 import torch
-from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.lowered_backend_module import get_lowered_submodules
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from executorch.exir.pass_manager import ExportedProgramPassManager
@@ -51,6 +51,7 @@ from edgeplug._graph import PassResult, run_passes
 from edgeplug._graph.cache_writes import values_at_indexed_shape
 from edgeplug._graph.constants import constant_placeholders
 from edgeplug._graph.fold import fold_constant_subgraphs
+from edgeplug._graph.ir_check import edge_compile_config, ops_outside_core_aten, refuse_without_cpu_kernel
 from edgeplug._graph.names import copy_exported_program
 from edgeplug._graph.ops import op_name
 from edgeplug._graph.passes import core_pass
@@ -364,6 +365,9 @@ def _to_edge(job: Lowering) -> None:
         tag_external(job.ep)
     # the backend's own scope for partitioning and preprocess (BackendSpec.lowering_context)
     scope = b.spec.lowering_context() if b.spec.lowering_context is not None else contextlib.nullcontext()
+    # edgeplug's strict IR check (edgeplug._graph.ir_check): the model's own ops outside core ATen go through
+    # it, as stock's flow lets them through; what a transform created does not
+    allowed = ops_outside_core_aten(job.ep, job.created_ops)
     try:
         with scope, shared_weights_in_preprocess(), spilled_weights(job.external_weights):
             job.edge = to_edge_transform_and_lower(
@@ -371,12 +375,14 @@ def _to_edge(job: Lowering) -> None:
                 transform_passes=ExportedProgramPassManager([_edge_stage(job)]),
                 partitioner=[job.partitioner],
                 # the edge IR check runs in a dry run too: it lowers to a stand-in backend
-                compile_config=EdgeCompileConfig(_check_ir_validity=True),
+                compile_config=edge_compile_config(allowed),
             )
     except Exception as exc:
         if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
             raise LoweringError(job.partitioner.stranded_message()) from exc
         raise
+    # one of those left on the CPU where no ExecuTorch kernel runs it: refused now, not at load on the device
+    refuse_without_cpu_kernel(job.edge.exported_program(), allowed, b.name, job.partitioner.cpu_reasons)
     job.report = _report_of(job)
 
 

@@ -1,0 +1,136 @@
+"""edgeplug's strict IR check, as a stated policy (issue 49).
+
+ExecuTorch's ``to_edge`` can verify that the program it makes holds core ATen ops only
+(``EdgeCompileConfig(_check_ir_validity=True)``). Its own flows (the backend test suite's among them) turn
+the check off; edgeplug keeps it on, so that an op a transform of the core or of a plugin creates where it
+is not valid fails at ``to_edge``, naming that transform, in a real lowering and a dry run alike. Keeping it on
+is edgeplug's choice, so:
+
+- **An op the model holds that is not core ATen is let through** (``ops_outside_core_aten`` lists them,
+  ``edge_compile_config`` hands them to the check as its exceptions), as stock's flow lets it through: the
+  backend's partitioner may delegate it (Core ML takes ``aten.adaptive_max_pool2d``). Ops a transform created
+  are never in that list: the check still refuses those, naming the transform.
+- **Such an op left on the CPU without a kernel is refused up front** (``refuse_without_cpu_kernel``, after
+  partitioning, before serialization): ExecuTorch's portable kernel library (the kernels every ExecuTorch
+  runtime links, listed in the ``kernels/portable/functions.yaml`` the executorch wheel ships) has no out
+  variant for it, so the ``.pte`` would fail to load ("Missing operator"). The error names the op, the node,
+  why the backend did not take it and what to do. Where the wheel does not ship the list, nothing is refused.
+- **A failure of the check itself is edgeplug's to answer for** (``edgeplug._failures``), never blamed on
+  ExecuTorch.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+
+from edgeplug._errors import LoweringError
+from edgeplug._graph.ops import aten_overload, op_name
+
+#: where ExecuTorch lists its portable kernels (the op names of their out variants), inside the executorch package
+PORTABLE_KERNELS = ("kernels", "portable", "functions.yaml")
+
+
+class NoCpuKernelError(LoweringError):
+    """An op outside core ATen that the backend does not take would run on the CPU, where no ExecuTorch kernel
+    runs it: refused before serialization, naming the op (the message says what to do)."""
+
+
+def _outside_core_aten(target: Any) -> bool:
+    op = aten_overload(target)
+    return isinstance(op, torch._ops.OpOverload) and op.namespace == "aten" and torch.Tag.core not in op.tags
+
+
+def ops_outside_core_aten(ep: Any, created: Optional[Mapping[str, str]] = None) -> list[Any]:
+    """The aten ops of ``ep`` that are not core ATen and that no transform created (``created``: op name ->
+    the transform that brought it in, as ``run_passes`` collects it): the check's exceptions. An op that
+    ``to_edge`` decomposes anyway is harmless in the list."""
+    made = set(created or ())
+    found: dict[str, Any] = {}
+    for node in ep.graph_module.graph.nodes:
+        if node.op == "call_function" and _outside_core_aten(node.target):
+            name = op_name(node.target)
+            if name not in made:
+                found.setdefault(name, aten_overload(node.target))
+    return list(found.values())
+
+
+def edge_compile_config(allowed: Iterable[Any]) -> Any:
+    """``to_edge``'s config: the strict IR check, with the model's own ops outside core ATen (``allowed``) let
+    through (``_core_aten_ops_exception_list``, the field ExecuTorch's verifier names for exactly this)."""
+    from executorch.exir import EdgeCompileConfig
+
+    return EdgeCompileConfig(_check_ir_validity=True, _core_aten_ops_exception_list=list(allowed))
+
+
+@functools.lru_cache(maxsize=1)
+def portable_kernels() -> Optional[frozenset[str]]:
+    """The ops ExecuTorch's portable kernel library implements, as ``"name.overload"`` of each out variant
+    (``"round.out"``), from the list the executorch wheel ships; None where it ships none."""
+    try:
+        path = resources.files("executorch")
+        for part in PORTABLE_KERNELS:  # one part at a time: executorch is a namespace package
+            path = path / part
+        text = path.read_text()
+    except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError, OSError):
+        return None
+    return frozenset(re.findall(r"^- op: (\S+)", text, re.M))
+
+
+def out_variant(op: Any) -> Optional[str]:
+    """The out variant a CPU kernel of ``op`` must implement, as the kernel list names it (``"round.decimals_out"``),
+    or None where ExecuTorch finds none."""
+    from executorch.exir.operator.convert import to_out_variant
+
+    try:
+        out, _args = to_out_variant(op)
+    except Exception:
+        return None
+    return f"{out._schema.name.split('::')[-1]}.{out._overloadname}"
+
+
+def without_cpu_kernel(ep: Any, allowed: Iterable[Any]) -> list[tuple[Any, str, str]]:
+    """``(node, op name, out variant)`` for each node of the lowered ``ep`` (its top-level graph: what runs on
+    the CPU) whose op is one of ``allowed`` and has no portable kernel; empty where the kernel list is unknown."""
+    kernels = portable_kernels()
+    allowed = set(allowed)
+    if kernels is None or not allowed:
+        return []
+    found = []
+    for node in ep.graph_module.graph.nodes:
+        if node.op != "call_function" or aten_overload(node.target) not in allowed:
+            continue
+        out = out_variant(aten_overload(node.target))
+        if out is None or out not in kernels:
+            found.append((node, op_name(node.target), out or "an out variant"))
+    return found
+
+
+def refuse_without_cpu_kernel(ep: Any, allowed: Iterable[Any], backend: str, cpu_reasons: Mapping[str, str]) -> None:
+    """Raise ``NoCpuKernelError`` where an op the check let through is left on the CPU without a kernel."""
+    found = without_cpu_kernel(ep, allowed)
+    if not found:
+        return
+    lines = "; ".join(
+        f"node {node.name!r} ({op}): {cpu_reasons.get(node.name) or f'backend {backend!r} does not take it'}, and "
+        f"ExecuTorch's portable kernels have no {out}"
+        for node, op, out in found
+    )
+    ops = sorted({op for _node, op, _out in found})
+    err = NoCpuKernelError(
+        f"the model holds {', '.join(ops)}, outside core ATen, which would run on the CPU where no ExecuTorch "
+        f"kernel runs it (the .pte would fail to load: 'Missing operator'): {lines}. Fix: express it with "
+        "core ATen ops in the model, or lower for a backend that delegates it; nothing was written"
+    )
+    err.at_fault = "the model"
+    raise err
+
+
+__all__ = [
+    "NoCpuKernelError", "edge_compile_config", "ops_outside_core_aten", "out_variant", "portable_kernels",
+    "refuse_without_cpu_kernel", "without_cpu_kernel",
+]
