@@ -200,9 +200,10 @@ _warned: set[tuple[str, str]] = set()  # (plugin or file:line, old spelling): ea
 
 
 @contextmanager
-def watching(plugin: Any) -> Iterator[Usage]:
-    """While a plugin imports and its hooks run: note each old spelling it uses (warned once each)."""
-    usage = Usage(plugin)
+def watching(plugin: Any, usage: Optional[Usage] = None) -> Iterator[Usage]:
+    """While a plugin imports and its hooks run: note each old spelling it uses (warned once each); ``usage``
+    continues what an earlier watch of the same plugin noted (its import, made before its hooks run)."""
+    usage = usage if usage is not None else Usage(plugin)
     before = getattr(_local, "usage", None)
     _local.usage = usage
     try:

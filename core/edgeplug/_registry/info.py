@@ -181,6 +181,9 @@ class Loaded:
     pass_order: dict[str, tuple[PassSpec, ...]] = field(default_factory=dict)
     #: loaded plugin -> (the plugin API it was written for, the old spellings it uses: ``edgeplug._api.Rename``)
     api: dict[PluginInfo, tuple[int, list[Any]]] = field(default_factory=dict)
+    #: a plugin imported before its records are collected (named in ``ENV_REGISTER``) -> the old spellings its
+    #: import used (``edgeplug._api.Usage``), which the collection goes on noting
+    imported: dict[PluginInfo, Any] = field(default_factory=dict)
 
 
 def normalize_name(name: str) -> str:

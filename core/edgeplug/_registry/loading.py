@@ -362,7 +362,9 @@ def _named(
             state.skipped.append((info, f"blocked by {ENV_DISABLE}={disable}"))
             continue
         try:
-            obj = import_named(info)
+            with _api.watching(info) as usage:  # its import's old spellings are its own, as an entry point's are
+                obj = import_named(info)
+            state.imported[info] = usage
         except NamedNotFound as exc:
             state.problems.append(PluginProblem(info, "import", str(exc)))
             continue
@@ -378,7 +380,7 @@ def _named(
 
 def _collect_one(state: Loaded, obj: Any, info: PluginInfo, is_ep: bool) -> None:
     """Load one candidate (an entry point), collect its records and check its plugin API; into ``state``."""
-    with _api.watching(info) as usage:  # the previous API's spellings it imports or writes
+    with _api.watching(info, state.imported.get(info)) as usage:  # the previous API's spellings it imports or writes
         if is_ep:
             try:
                 obj = obj.load()
