@@ -63,3 +63,21 @@ def test_the_kernel_is_looked_up_by_the_ops_own_out_variant():
     assert out_variant(torch.ops.aten.round.decimals) == "round.decimals_out"
     with pytest.raises(NoCpuKernelError, match=r"aten\.round\.decimals.*round\.decimals_out"):
         edgeplug.lower(RoundDecimals(), (torch.randn(4, 4),), "xnnpack", dry_run=True)
+
+
+def test_a_refusal_of_the_check_itself_is_edgeplugs_never_executorchs():
+    """Where ExecuTorch's verifier refuses an op no transform is known to have made, the error names edgeplug's
+    check (edgeplug chose to run it), not ExecuTorch. The refusal here is ExecuTorch's real one."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    from edgeplug._failures import stage_failure
+
+    ep = torch.export.export(AdaptiveMaxPool(), (torch.randn(1, 4, 8, 8),))
+    with pytest.raises(Exception) as info:
+        to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=True))
+    err = stage_failure(info.value, "to_edge", edgeplug.get_backend("xnnpack"))
+    msg = str(err)
+    assert err.at_fault == "edgeplug's strict IR check"
+    assert "SpecViolationError" in msg and "aten.adaptive_max_pool2d" in msg
+    assert "edgeplug's strict IR check" in msg and "report it to edgeplug" in msg
+    assert "executorch's own" not in msg and "report it to ExecuTorch" not in msg

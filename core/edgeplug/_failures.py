@@ -373,6 +373,8 @@ def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optiona
         err.lowering_stage = stage
         err.at_fault = "the model"
         return err
+    if any(type(e).__name__ == "SpecViolationError" for e in _chain(exc)):
+        return _ir_check_failure(cause, stage, backend)
     who = at_fault(exc, backend)
     outer = first_line(exc)
     if outer.rstrip(". ") != cause and not who.startswith("executorch's pass"):
@@ -390,6 +392,21 @@ def stage_failure(exc: BaseException, stage: str, backend: Any, created: Optiona
     err = LoweringError(msg)
     err.lowering_stage = stage
     err.at_fault = who
+    return err
+
+
+def _ir_check_failure(cause: str, stage: str, backend: Any) -> LoweringError:
+    """ExecuTorch's IR verifier refused an op no transform is known to have created. edgeplug runs the verifier
+    where ExecuTorch's own flows do not (``edgeplug._graph.ir_check``), so the refusal is edgeplug's to answer for."""
+    err = LoweringError(
+        f"stage {stage!r} failed for backend {backend.name!r} in edgeplug's strict IR check: {cause}. edgeplug runs "
+        "ExecuTorch's IR verifier on every lowering (EdgeCompileConfig(_check_ir_validity=True); ExecuTorch's own "
+        "flows turn it off) and lets the model's own ops outside core ATen through; this op reached it another "
+        "way (a decomposition, or a transform that did not say it made it). That is edgeplug's to fix, not "
+        "ExecuTorch's: please report it to edgeplug with the model and the traceback --debug prints"
+    )
+    err.lowering_stage = stage
+    err.at_fault = "edgeplug's strict IR check"
     return err
 
 
