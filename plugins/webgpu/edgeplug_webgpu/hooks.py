@@ -10,6 +10,7 @@ from __future__ import annotations
 from edgeplug.plugin import Availability, Kernel, executorch_has, hookimpl
 
 from edgeplug_vulkan_delegate import fusion, records, rewrites
+from edgeplug_webgpu import runtime_ops
 
 BACKEND = "webgpu"
 
@@ -21,7 +22,11 @@ _NEEDS = "the webgpu backend (ExecuTorch's WebGPU partitioner)"
 def _partitioner():
     from edgeplug.plugin import executorch_feature
 
-    return executorch_feature(*_PARTITIONER, needed_for=_NEEDS, since="1.5")()
+    from edgeplug_webgpu.runtime_ops import partitioner_options
+
+    # as ExecuTorch's own WebGPU flow builds it: only the ops its runtime implements (edgeplug_webgpu.runtime_ops)
+    options, allowlist = partitioner_options()
+    return executorch_feature(*_PARTITIONER, needed_for=_NEEDS, since="1.5")(options, operator_allowlist=allowlist)
 
 
 def _requires_webgpu_partitioner() -> Availability:
@@ -41,7 +46,7 @@ def edgeplug_backends():
     yield records.backend_spec(
         BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner,
         availability=_requires_webgpu_partitioner,
-    )
+    ).model_copy(update={"support_check": runtime_ops.support_check})  # only what the WebGPU runtime implements
 
 
 @hookimpl
