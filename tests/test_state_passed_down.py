@@ -95,6 +95,25 @@ def test_one_lowering_calls_the_partitioner_factory_once(own_registry):
     assert [r.outcome for r in records] == ["fused"] and calls == ["partitioner"]
 
 
+def test_the_trial_partition_of_shared_constants_reuses_the_lowerings_partitioner(own_registry):
+    """BackendSpec.copy_shared_constants partitions once more at the end of the edge stage: with the same
+    executorch partitioner (before, a second factory call, and a third with the veto)."""
+    m, fb, calls = own_registry
+
+    def edgeplug_backends():
+        yield edgeplug.BackendSpec(
+            backend="fixture-shared", description="fixture-fused, copying shared constants (an edgeplug test backend)",
+            backend_id=fb.BACKEND_IDS[fb.FUSED], partitioner=fb.fused_partitioner, support_check=fb.fused_support_check,
+            copy_shared_constants=True,
+        )
+
+    m.register(types.SimpleNamespace(edgeplug_backends=edgeplug.hookimpl(edgeplug_backends)), "fixture-shared-own")
+    b = edgeplug.get_backend("fixture-shared", registry=m)
+    assert b.spec.copy_shared_constants
+    edgeplug.lower(_NormLinear().eval(), (torch.randn(2, 8),), b, dry_run=True)
+    assert calls == ["partitioner"]
+
+
 def test_the_flags_are_checked_once_with_one_error_class(own_registry):
     m, fb, calls = own_registry
     b = edgeplug.get_backend(fb.FUSED, registry=m)
