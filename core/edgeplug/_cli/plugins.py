@@ -59,7 +59,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
     """For each backend that has a runtime of its own (``BackendSpec.device_runtime``): whether it is
     built here, so the user knows what ``--verify`` will run."""
-    from edgeplug._verify.targets import choose_target, unrunnable  # torch: `edgeplug backends` starts without it
+    from edgeplug._verify.where import choose_target, unrunnable  # no torch, no executorch: `edgeplug backends` stays fast
 
     for name in sorted(specs):
         if specs[name][1].device_runtime is None:

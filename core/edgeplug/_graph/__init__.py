@@ -18,30 +18,29 @@
   module per family and one table by name (``canonical.table``).
 """
 
-from edgeplug._graph.constants import (
-    ConstantAnalysis,
-    WeightSource,
-    analyze_constants,
-    constant_only_nodes,
-    fold_constant,
-    fold_constants,
-    weight_source,
-)
-from edgeplug._graph.names import NameReservationError, reserve_node_names
-from edgeplug._graph.passes import PassResult, run_passes
-from edgeplug._graph.scalars import resolve_scalar
+from __future__ import annotations
 
-__all__ = [
-    "ConstantAnalysis",
-    "NameReservationError",
-    "PassResult",
-    "WeightSource",
-    "analyze_constants",
-    "constant_only_nodes",
-    "fold_constant",
-    "fold_constants",
-    "reserve_node_names",
-    "resolve_scalar",
-    "run_passes",
-    "weight_source",
-]
+from typing import Optional
+
+from edgeplug._lazy import lazy_names
+
+# name -> (module, attribute): imported on first use, so importing one light submodule (ops, which the registry reads)
+# does not load the heavy ones (executorch) through this package
+_LAZY: dict[str, tuple[str, Optional[str]]] = {
+    "ConstantAnalysis": ("edgeplug._graph.constants", "ConstantAnalysis"),
+    "WeightSource": ("edgeplug._graph.constants", "WeightSource"),
+    "analyze_constants": ("edgeplug._graph.constants", "analyze_constants"),
+    "constant_only_nodes": ("edgeplug._graph.constants", "constant_only_nodes"),
+    "fold_constant": ("edgeplug._graph.constants", "fold_constant"),
+    "fold_constants": ("edgeplug._graph.constants", "fold_constants"),
+    "weight_source": ("edgeplug._graph.constants", "weight_source"),
+    "NameReservationError": ("edgeplug._graph.names", "NameReservationError"),
+    "reserve_node_names": ("edgeplug._graph.names", "reserve_node_names"),
+    "PassResult": ("edgeplug._graph.passes", "PassResult"),
+    "run_passes": ("edgeplug._graph.passes", "run_passes"),
+    "resolve_scalar": ("edgeplug._graph.scalars", "resolve_scalar"),
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
+
+__all__ = sorted(_LAZY)

@@ -40,25 +40,28 @@ for backends whose own partitioner needs a vendor SDK to be constructed.
 
 from __future__ import annotations
 
-from edgeplug._graph.ops import op_name
-from edgeplug._partition.adapter import CorePartitioner
-from edgeplug._partition.phases import KeepWholeDecisions, PartitionOutcome, PartitionRecord, StrandedNode
-from edgeplug._partition.support import SupportCheck, support_check
-from edgeplug._partition.table import SupportTablePartitioner
-from edgeplug._partition.verdict import TAKEN, FilterContext, Verdict, refuse
+from typing import Optional
 
-__all__ = [
-    "CorePartitioner",
-    "FilterContext",
-    "KeepWholeDecisions",
-    "PartitionOutcome",
-    "PartitionRecord",
-    "StrandedNode",
-    "SupportCheck",
-    "SupportTablePartitioner",
-    "TAKEN",
-    "Verdict",
-    "op_name",
-    "refuse",
-    "support_check",
-]
+from edgeplug._lazy import lazy_names
+
+# name -> (module, attribute): imported on first use, so importing one light submodule (the verdicts filters answer with)
+# does not load the heavy ones (executorch) through this package
+_LAZY: dict[str, tuple[str, Optional[str]]] = {
+    "op_name": ("edgeplug._graph.ops", "op_name"),
+    "CorePartitioner": ("edgeplug._partition.adapter", "CorePartitioner"),
+    "KeepWholeDecisions": ("edgeplug._partition.phases", "KeepWholeDecisions"),
+    "PartitionOutcome": ("edgeplug._partition.phases", "PartitionOutcome"),
+    "PartitionRecord": ("edgeplug._partition.phases", "PartitionRecord"),
+    "StrandedNode": ("edgeplug._partition.phases", "StrandedNode"),
+    "SupportCheck": ("edgeplug._partition.support", "SupportCheck"),
+    "support_check": ("edgeplug._partition.support", "support_check"),
+    "SupportTablePartitioner": ("edgeplug._partition.table", "SupportTablePartitioner"),
+    "TAKEN": ("edgeplug._partition.verdict", "TAKEN"),
+    "FilterContext": ("edgeplug._partition.verdict", "FilterContext"),
+    "Verdict": ("edgeplug._partition.verdict", "Verdict"),
+    "refuse": ("edgeplug._partition.verdict", "refuse"),
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
+
+__all__ = sorted(_LAZY)

@@ -2,6 +2,7 @@
 
 - ``verify``: ``verify_lowering(result, backend)``, what ``edgeplug.verify`` runs; it chooses, once, the float or the
   quantized path and the runner (``BackendSpec.verify_method``);
+- ``where``: where a backend's programs run here, and why not (light: `edgeplug backends` reads it);
 - ``targets``: what runs the program: the ``.pte`` in executorch's runtime (or the backend's device
   runtime), or the delegates on host kernels;
 - ``host``: the host-kernel interpreter of a lowered program (``run_lowered``, ``OpCall``);
@@ -14,7 +15,19 @@ The eager reference itself is ``edgeplug._eager`` (``lower`` and ``quantize`` ta
 
 from __future__ import annotations
 
-from edgeplug._verify.compare import check_tolerance, compare_output, compare_outputs
-from edgeplug._verify.verify import refuse_verify_without_runtime, verify_lowering
+from typing import Optional
 
-__all__ = ["check_tolerance", "compare_output", "compare_outputs", "refuse_verify_without_runtime", "verify_lowering"]
+from edgeplug._lazy import lazy_names
+
+# name -> (module, attribute): imported on first use, so a light submodule (``where``) loads without executorch
+_LAZY: dict[str, tuple[str, Optional[str]]] = {
+    "check_tolerance": ("edgeplug._verify.compare", "check_tolerance"),
+    "compare_output": ("edgeplug._verify.compare", "compare_output"),
+    "compare_outputs": ("edgeplug._verify.compare", "compare_outputs"),
+    "refuse_verify_without_runtime": ("edgeplug._verify.verify", "refuse_verify_without_runtime"),
+    "verify_lowering": ("edgeplug._verify.verify", "verify_lowering"),
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
+
+__all__ = sorted(_LAZY)

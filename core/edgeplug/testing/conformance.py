@@ -73,8 +73,8 @@ from edgeplug._partition.verdict import NotAnAnswer, filter_answer
 from edgeplug._fusion.target import PolicyTargetError, check_policy
 from edgeplug._records import HOOK_RECORDS, FusionPolicy, resolve_op_name
 from edgeplug._registry import ENTRY_POINT_GROUP
-from edgeplug._verify.targets import find_device_runtime
-from edgeplug._verify.targets import unrunnable as why_programs_cannot_run
+from edgeplug._verify.where import find_device_runtime
+from edgeplug._verify.where import unrunnable as why_programs_cannot_run
 from edgeplug.examples import list_examples, load_model
 from edgeplug.testing import assert_no_traceback, error_line, files_under
 from edgeplug.testing.faults import CorruptWeight
