@@ -72,13 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_listings(sub: argparse._SubParsersAction) -> None:
     """``backends``, ``plugins``, ``new-backend`` and ``examples``: what is installed, and a new plugin."""
-    b = sub.add_parser("backends", help="list installed backends")
-    b.add_argument("--adapter", action="store_true", help="name the wgpu adapter even if no backend verifies with kernels")
-    b.add_argument("--no-adapter", action="store_true", help="do not look for a wgpu adapter")
+    b = sub.add_parser("backends", help="list installed backends (fast: --probe and --adapter check more)")
     b.add_argument(
-        "--no-probe", action="store_true",
-        help="do not build each available backend's partitioner once to check it (faster: no SDK is imported)",
+        "--adapter", action="store_true",
+        help="also open the wgpu adapter host-kernel verification (verify 'kernels') runs on, and name it",
     )
+    b.add_argument("--no-adapter", action="store_true", help="do not look for a wgpu adapter (the default)")
+    b.add_argument(
+        "--probe", action="store_true",
+        help="also build each available backend's partitioner once to check it (imports executorch and each SDK: "
+        "slower)",
+    )
+    b.add_argument("--no-probe", action="store_true", help="do not build the partitioners (the default)")
     b.set_defaults(fn=cmd_backends)
     pl = sub.add_parser("plugins", help="list plugins: distribution, entry point, status, what each adds to which backend")
     pl.add_argument("--json", action="store_true", help="print the listing as JSON")

@@ -29,7 +29,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
         b = get_backend(name, registry=m)
         a = b.availability()
         avail = "yes" if a.ok else f"no: {a.reason}"
-        if a.ok and not args.no_probe:  # a partitioner that cannot be built makes every lowering fail: say so here
+        if a.ok and args.probe and not args.no_probe:  # a partitioner that cannot be built fails every lowering
             broken = probe_partitioner(b)
             avail = f"no: {broken}" if broken else avail
         rows.append((name, b.distribution, b.version, b.spec.verify_method, avail))
@@ -38,8 +38,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
         say("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4], file=sys.stdout)
     _print_device_runtimes(m, specs)
     _print_versions()
-    kernels = any(spec.verify_method == "kernels" for _, spec in specs.values())
-    if specs and (args.adapter or (kernels and not args.no_adapter)):
+    if specs and args.adapter and not args.no_adapter:  # opening an adapter takes longer than the listing
         try:
             say(f"\nwgpu adapter: {gpu_device().describe()}", file=sys.stdout)
         except Exception as exc:  # runtime is optional here
