@@ -442,6 +442,8 @@ def run_lowered(result: Any, backend: Any, calls: Sequence[ExampleInputs] = ()) 
 
     session.gpu()  # name the adapter even when no op needed it
     adapter = session.device.summary if session.device is not None else f"none ({session.no_device})"
+    if not session.placements["adapter"] and not session.fell_back:  # the headline names what ran: torch, not an adapter that ran nothing
+        adapter = f"the host CPU with torch (no delegate op has a {backend.name} kernel; the adapter {adapter} ran nothing)"
     return LoweredRun(
         outputs=outputs,
         adapter=adapter,

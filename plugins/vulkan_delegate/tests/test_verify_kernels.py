@@ -147,3 +147,15 @@ def test_cli_verifies_llama_on_the_adapter(edgeplug_cli, tmp_path, backend):
     if backend == "vulkan":  # the GLSL kernel reached wgpu as glslang's SPIR-V, never as GLSL text
         modules = [m for m in gpu_device().shader_modules if m.label.startswith("vulkan rms_norm")]
         assert modules and {m.language for m in modules} == {"spirv"}
+
+
+def test_when_no_delegate_op_has_a_kernel_the_headline_names_torch_not_the_adapter(edgeplug_cli, tmp_path):
+    """Issue 47: an mlp's delegate ops (linear, relu) have no vulkan kernel, so nothing runs on the adapter; the
+    headline said 'kernels on <the adapter>' all the same."""
+    import edgeplug
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    v = edgeplug.lower(model, (torch.randn(2, 8),), "vulkan", verify=True).report.verification
+    assert v.passed and "no delegate op has a vulkan kernel, nothing ran on the adapter" in v.note
+    assert v.adapter.startswith("the host CPU with torch (no delegate op has a vulkan kernel")
+    assert gpu_device().summary not in v.adapter.split(";")[0]
