@@ -427,8 +427,13 @@ class LoweringReport(Partitioning):
         """What stayed on the CPU and why, the stock flow's counts beside it, and keep-whole ops that went wrong."""
         lines = [f"left on CPU (graph breaks): {self.cpu_node_count} nodes"]
         for op, n in sorted(self.cpu_ops.items(), key=lambda kv: (-kv[1], kv[0])):
-            reasons = sorted({c.reason for c in self.cpu_nodes if c.op == op})
-            lines.append(f"  {op:<40} x{n:<4} {'; '.join(reasons)}")
+            by_reason = Counter(c.reason for c in self.cpu_nodes if c.op == op)
+            if len(by_reason) <= 1:
+                lines.append(f"  {op:<40} x{n:<4} {next(iter(by_reason), '')}".rstrip())
+                continue
+            # each reason on a line of its own, with how many of the op's nodes it holds (not one long line)
+            lines.append(f"  {op:<40} x{n:<4} {len(by_reason)} reasons:")
+            lines += [f"      x{k:<4} {reason}" for reason, k in sorted(by_reason.items(), key=lambda rk: (-rk[1], rk[0]))]
         if self.stock is not None:
             st = self.stock
             lines.append(
