@@ -20,6 +20,7 @@ from edgeplug._partition.phases import (
     PartitionOutcome,
     PartitionRecord,
     StrandedNode,
+    as_to_edge_decomposes,
     decomposable,
     keep_whole_decisions,
     partition_graph,
@@ -86,6 +87,8 @@ class CorePartitioner(Partitioner):
         self._fused = _fused_ops(backend)
         self._keep_whole: Optional[KeepWholeDecisions] = None
         self._outcome: Optional[PartitionOutcome] = None
+        #: (aten program, that program as to_edge decomposes it), for the constant-only rule's keep-whole decisions
+        self._decomposed: Optional[tuple[ExportedProgram, ExportedProgram]] = None
 
     # what it decided -----------------------------------------------------------------
     @property
@@ -194,6 +197,10 @@ class CorePartitioner(Partitioner):
             keep = decomposable(ops)
             return ops, lambda node: aten_overload(node.target) in keep and not is_qdq(node.target)
         ops = self._keep_ops(ep)
+        if self.backend.spec.constant_only_policy:
+            # the constant-only rule reads the graph around a node: judge the kept ops' nodes in the program
+            # to_edge makes, where a decomposition can give birth to more of them (an LSTM's aten.linear)
+            ep = self._as_decomposed(ep, ops)
         ctx = self.context(ep, "before_decomposition")
         support = self._support(ep)  # pattern-aware checks need the edge graph; not yet
         decisions = keep_whole_decisions(ep.graph_module, ops, lambda n: self._delegable(n, ctx, support))
@@ -206,6 +213,12 @@ class CorePartitioner(Partitioner):
             return ops, None
         verdicts = decisions.verdicts
         return ops, lambda node: (verdicts[node.name] if node.name in verdicts else self._delegable(node, ctx, support)).ok
+
+    def _as_decomposed(self, ep: ExportedProgram, ops: list[Any]) -> ExportedProgram:
+        """``as_to_edge_decomposes`` once per program (executorch asks about the same one more than once)."""
+        if self._decomposed is None or self._decomposed[0] is not ep:
+            self._decomposed = (ep, as_to_edge_decomposes(ep, ops))
+        return self._decomposed[1]
 
     def _kept_ops(self, ep: ExportedProgram) -> list[Any]:
         """The ops kept whole before decomposition (those asked about the edge program when there was no aten one)."""

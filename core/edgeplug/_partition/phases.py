@@ -241,6 +241,27 @@ def decomposable(ops: Sequence[Any]) -> frozenset:
     return _decomposable(tuple(ops))
 
 
+def as_to_edge_decomposes(ep: Any, keep: Sequence[Any]) -> Any:
+    """``ep`` as ``to_edge`` decomposes it with ``keep`` kept whole, where that makes new nodes of a kept op.
+
+    The keep-whole decision is asked of the aten program, but a kept op can first appear when ``to_edge``
+    decomposes another op (an LSTM becomes ``aten.linear`` nodes): such a node was never judged, so it is
+    kept whole whatever the rules would say of it, and a rule that reads the graph around it (a constant-only
+    one: the LSTM's first step multiplies a zero initial state by a weight) refuses it at partitioning, where
+    it is stranded. Judging the decomposed program instead gives every such node its verdict. The program is
+    decomposed only where it holds an op ``to_edge`` would decompose (else ``ep`` is returned); node names
+    come out as ``to_edge``'s own decomposition with the same table makes them.
+    """
+    table = _executorch.default_decompositions()
+    kept = set(keep)
+    if not kept:
+        return ep
+    present = {n.target for n in ep.graph_module.graph.nodes if n.op == "call_function"}
+    if not any(t in table and t not in kept for t in present):
+        return ep
+    return ep.run_decompositions({op: fn for op, fn in table.items() if op not in kept})
+
+
 # -- 1. support: what the executorch partitioner tagged ------------------------------
 
 
