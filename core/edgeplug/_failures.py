@@ -101,12 +101,30 @@ def plugin_modules(backend: Any) -> dict[str, Any]:
         for rec in getattr(backend, group, ()):
             for attr in attrs:
                 add(getattr(rec, attr, None), backend.origin(rec))
+    # the backend's delegate (the BackendDetails its partitions are tagged for), where a package outside the
+    # libraries holds it (a vendor's): an error its preprocess raises is the backend's, not unknown code's
+    for details in _delegates_named(getattr(spec, "backend_id", "")):
+        add(details, backend.plugin)
     ep = getattr(backend.plugin, "entry_point", "")
     if "=" in ep:
         top = ep.split("=", 1)[1].strip().split(".")[0].split(":")[0]
         if top and top not in _LIBRARIES:
             out.setdefault(top, backend.plugin)
     return out
+
+
+def _delegates_named(backend_id: str) -> list[type]:
+    """The loaded ``BackendDetails`` subclasses named ``backend_id`` (none where executorch is not loaded)."""
+    base = getattr(sys.modules.get("executorch.exir.backend.backend_details"), "BackendDetails", None)
+    if base is None or not backend_id:
+        return []
+    found, todo = [], list(base.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__name__ == backend_id:
+            found.append(cls)
+    return found
 
 
 def _executorch_pass(frame: FrameType) -> Optional[str]:
