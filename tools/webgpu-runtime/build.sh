@@ -81,7 +81,13 @@ echo "== ExecuTorch $SHORT from $SRC with WebGPU on wgpu-native from $WGPU -> $O
 start=$(date +%s)
 configure_and_build_executorch "$SRC" "$OUT" "$JOBS" "$PY" \
   -DEXECUTORCH_BUILD_WEBGPU=ON -DDawn_DIR="$DAWN" "${EXTRA[@]}"
-build_runner "$HERE/runner" "$SRC" "$OUT" "$JOBS" edgeplug-webgpu-runner -DDawn_DIR="$DAWN"
+# backends/webgpu configures backends/vulkan for the delegate's schema alone (vulkan_backend is not built: it
+# would need glslc), yet vulkan's install() still lists libvulkan_backend.a in ExecuTorch's exported targets,
+# whose package config then refuses to load. An empty archive in its place lets the runner find the package;
+# the runner does not link it.
+[ -e "$OUT/install/lib/libvulkan_backend.a" ] || ar rc "$OUT/install/lib/libvulkan_backend.a"
+build_runner "$HERE/runner" "$SRC" "$OUT" "$JOBS" edgeplug-webgpu-runner -DDawn_DIR="$DAWN" \
+  $([ "$PROFILE" = 1 ] && echo -DEDGEPLUG_WEBGPU_PROFILING=ON)
 end=$(date +%s)
 
 cat > "$OUT/bin/runtime.json" <<JSON
