@@ -13,6 +13,7 @@ import sys
 
 from edgeplug._backend import INSTALL_HINT, Backend
 from edgeplug._cli.common import err, say
+from edgeplug._cli.quiet import native_output_hidden
 from edgeplug._runtime.process import gpu_device
 from edgeplug._registry.lookup import get_backend, manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
@@ -32,15 +33,17 @@ def cmd_backends(args: argparse.Namespace) -> int:
         if a.ok and args.probe and not args.no_probe:  # a partitioner that cannot be built fails every lowering
             broken = probe_partitioner(b)
             avail = f"no: {broken}" if broken else avail
-        rows.append((name, b.distribution, b.version, b.spec.verify_method, avail))
+        rows.append((name, b.distribution, b.version, _verify_column(b), avail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows if specs else ():  # no backend: the error below, not an empty table
         say("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4], file=sys.stdout)
     _print_device_runtimes(m, specs)
     _print_versions()
     if specs and args.adapter and not args.no_adapter:  # opening an adapter takes longer than the listing
-        try:
-            say(f"\nwgpu adapter: {gpu_device().describe()}", file=sys.stdout)
+        try:  # the driver's own lines (Mesa's "XDG_RUNTIME_DIR is invalid", once per probe) stay off the terminal
+            with native_output_hidden():
+                described = gpu_device().describe()
+            say(f"\nwgpu adapter: {described}", file=sys.stdout)
         except Exception as exc:  # runtime is optional here
             say(f"\nwgpu adapter: none ({exc})", file=sys.stdout)
     _print_plugin_trouble(m)
@@ -53,6 +56,16 @@ def cmd_backends(args: argparse.Namespace) -> int:
     else:
         err(f"no backends installed: install a backend plugin, e.g. {INSTALL_HINT}")
     return 1
+
+
+def _verify_column(backend: Backend) -> str:
+    """What ``--verify`` runs for ``backend``, as the runtime line below says it: ``pte`` where the backend's
+    own runtime is found (ExecuTorch's Vulkan runtime), else its ``verify_method``."""
+    if backend.spec.device_runtime is None:
+        return backend.spec.verify_method
+    from edgeplug._verify.where import choose_target  # as in _print_device_runtimes
+
+    return choose_target(backend).method
 
 
 def _print_device_runtimes(m: PluginManager, specs: dict) -> None:

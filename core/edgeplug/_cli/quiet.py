@@ -18,9 +18,10 @@ import contextlib
 import ctypes
 import io
 import os
+import re
 import sys
 import tempfile
-from typing import IO, Iterator, Optional, TextIO
+from typing import IO, Any, Iterator, Optional, TextIO
 
 
 def _flush_c_streams() -> None:
@@ -49,6 +50,51 @@ def _terminal_stream(fd: int, like: TextIO) -> TextIO:
     )
 
 
+#: a line of ExecuTorch's C++ log as its Python runtime prints it, through Python's ``sys.stderr`` (not the
+#: descriptor): ``[cpuinfo_utils.cpp:71] Reading file ...``
+_NATIVE_LOG_LINE = re.compile(r"^\[[\w./-]+\.(?:cpp|cc|cxx|c|h|hpp):\d+\] ")
+
+
+class _NativeLogsAside(io.TextIOBase):
+    """Python's stderr while the libraries are quiet: whole lines in ExecuTorch's log format go to the hidden
+    file with what the descriptors held; every other line (edgeplug's own) reaches the terminal."""
+
+    def __init__(self, terminal: TextIO, hidden: Any) -> None:
+        self.terminal, self.hidden, self.pending = terminal, hidden, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            if _NATIVE_LOG_LINE.match(line):
+                self.hidden.write((line + "\n").encode("utf-8", "replace"))
+            else:
+                self.terminal.write(line + "\n")
+        return len(text)
+
+    def flush(self, whole: bool = False) -> None:
+        # a line without its end yet is shown (a prompt, a partial print), unless it may be a log line still
+        # being written: ExecuTorch writes one piece at a time ('[', 'cpuinfo_utils.cpp', ':', '71', '] ', ...)
+        if self.pending and (whole or not self.pending.startswith("[")):
+            text, self.pending = self.pending, ""
+            self.terminal.write(text)
+        self.terminal.flush()
+
+    def fileno(self) -> int:
+        return self.terminal.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.terminal, "encoding", "utf-8")
+
+    def isatty(self) -> bool:
+        return self.terminal.isatty()
+
+    def close(self) -> None:
+        self.flush(whole=True)
+        self.terminal.close()
+
+
 @contextlib.contextmanager
 def native_output_hidden() -> Iterator[None]:
     """Descriptors 1 and 2 into a temporary file while the block runs; Python's streams stay on the terminal."""
@@ -65,6 +111,8 @@ def native_output_hidden() -> Iterator[None]:
         for fd, name in streams.items():
             if _fd_of(originals[fd]) == fd:  # Python writes this descriptor: keep its writes on the terminal
                 swapped[name] = _terminal_stream(fd, originals[fd])
+        if "stderr" in swapped:  # ExecuTorch's runtime logs through Python's stderr: held with the rest
+            swapped["stderr"] = _NativeLogsAside(swapped["stderr"], hidden)
         for fd in streams:
             os.dup2(hidden.fileno(), fd)
         for name, stream in swapped.items():
