@@ -62,10 +62,11 @@ if [ -n "$GLSLANG" ]; then
   GL_OUT="$CACHE/glslang"
   if [ ! -x "$GL_OUT/install/bin/glslangValidator" ]; then
     echo "== glslang from $GLSLANG -> $GL_OUT"
+    mkdir -p "$GL_OUT"  # its log lies beside it: a fresh machine has no cache folder yet
     cmake -S "$GLSLANG" -B "$GL_OUT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENABLE_OPT=OFF \
       -DGLSLANG_TESTS=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_INSTALL_PREFIX="$GL_OUT/install" > "$GL_OUT.log" 2>&1 \
       && cmake --build "$GL_OUT/build" -j "$JOBS" --target install >> "$GL_OUT.log" 2>&1 \
-      || { tail -20 "$GL_OUT.log" >&2; die "glslang build failed (log: $GL_OUT.log)"; }
+      || { tail -20 "$GL_OUT.log" >&2 || true; die "glslang build failed (log: $GL_OUT.log)"; }
   fi
   export EDGEPLUG_GLSLANG_VALIDATOR="$GL_OUT/install/bin/glslangValidator"
   mkdir -p "$probe/bin" && cp "$HERE/glslc" "$probe/bin/glslc"
