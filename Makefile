@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PLUGINS := vulkan_delegate vulkan webgpu qnn samsung xnnpack coreml
 STAMP := $(VENV)/.edgeplug-installed
 
-.PHONY: setup demo test test-fast bench zoo vulkan-runtime clean
+.PHONY: setup demo lint test test-fast bench zoo vulkan-runtime clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,9 +32,14 @@ demo: setup
 	$(BIN)/edgeplug backends
 	$(BIN)/edgeplug lower handwritten-llama-decoder --backend vulkan -o out/llama-vulkan.pte --report out/llama-vulkan.json
 
+# ruff and mypy with pyproject.toml's configuration (its [tool.ruff] and [tool.mypy] say what and why)
+lint: setup
+	$(BIN)/ruff check core plugins
+	$(BIN)/mypy
+
 # two worker processes (pytest-xdist), each taking whole files so a file's fixtures are built once
 TEST_WORKERS ?= 2
-test: setup
+test: setup lint
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
 	  --durations=25 tests plugins
 
