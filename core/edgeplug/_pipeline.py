@@ -31,7 +31,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
 
 import torch
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
@@ -232,7 +232,7 @@ def _program_reference(job: Lowering) -> None:
     _in_program_order(job)
 
 
-def _fusion_pass(job: Lowering, stage: str) -> PassSpec:
+def _fusion_pass(job: Lowering, stage: Literal["export", "edge"]) -> PassSpec:
     """The core's fusion as a pass of ``stage``: its records go to the report, and the ops it
     creates are remembered so that a later check refusing one names the fusion, not executorch."""
     def fusion(ep: ExportedProgram) -> ExportedProgram:
@@ -434,7 +434,8 @@ def _run_stage(job: Lowering, stage: Stage) -> None:
         stage.run(job)
     except EdgeplugError as exc:
         exc.lowering_stage = getattr(exc, "lowering_stage", None) or job.clock.current
-        raise name_the_plugin(exc, job.backend)
+        name_the_plugin(exc, job.backend)  # the same error, its plugin named
+        raise
     except Exception as exc:
         ours = edgeplug_cause(exc)
         if ours is not None:  # e.g. a PassError executorch's pass manager wrapped
