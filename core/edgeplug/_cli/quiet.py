@@ -106,7 +106,7 @@ def native_output_hidden() -> Iterator[None]:
     _flush_c_streams()
     saved = {fd: os.dup(fd) for fd in streams}
     hidden = tempfile.TemporaryFile()
-    swapped = {}
+    swapped: dict[str, Any] = {}  # a terminal stream, or the one that holds native logs aside
     try:
         for fd, name in streams.items():
             if _fd_of(originals[fd]) == fd:  # Python writes this descriptor: keep its writes on the terminal

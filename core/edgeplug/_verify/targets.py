@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 from edgeplug import _executorch
 from edgeplug._backend import Backend
 from edgeplug._eager import _tensors
-from edgeplug._errors import RuntimeNotFound, RuntimeRefusedError, VerificationError
+from edgeplug._errors import RuntimeRefusedError, VerificationError
 from edgeplug._inputs import ExampleInputs, runtime_inputs
 from edgeplug._result import LoweringResult
 from edgeplug._verify.host import HostProgram, run_lowered
