@@ -30,7 +30,6 @@ one writer's set, never one's .pte beside the other's .ptd.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import secrets
 import signal
@@ -43,6 +42,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Union
 
 from edgeplug._errors import OutputPathError
+
+try:  # POSIX: the folder lock of a rename set (elsewhere the set is renamed unlocked)
+    import fcntl
+except ImportError:  # pragma: no cover (Windows)
+    fcntl = None  # type: ignore[assignment]
 
 #: bytes, text, or what streams itself into a binary file (``write_to_file(f)``: a serialized program)
 Data = Union[bytes, str, Any]
@@ -365,7 +369,7 @@ def _folders_locked(paths: list[Path]) -> Iterator[None]:
     A file system without locks is written unlocked, as before."""
     fds: list[int] = []
     try:
-        for folder in sorted({os.path.realpath(p.parent) for p in paths}):
+        for folder in sorted({os.path.realpath(p.parent) for p in paths}) if fcntl is not None else ():
             try:
                 fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
             except OSError:
