@@ -22,10 +22,15 @@ What each release lacks, as seen (the probes decide, not this table):
 from __future__ import annotations
 
 import contextlib
+import copy as copy_module
 import functools
 import importlib
 import re
+from importlib import metadata
 from typing import Any, Callable, Iterator, Optional
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from edgeplug._errors import ExecutorchVersionError
 
@@ -38,8 +43,6 @@ TESTED_RANGE = ">=1.4,<1.6"
 
 def installed_version(dist: str) -> Optional[str]:
     """The installed version of a distribution, or None."""
-    from importlib import metadata
-
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -53,9 +56,6 @@ def versions() -> dict[str, Optional[str]]:
 
 def satisfies(version: Optional[str], specifier: str) -> bool:
     """Whether ``version`` is in ``specifier`` (a PEP 440 range); pre-releases count as their release."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     if version is None:
         return False
     try:
@@ -147,8 +147,8 @@ def lacks_executorch_feature(what: str, needed_for: str, since: Optional[str] = 
 # -- the edge dialect ---------------------------------------------------------------------------
 
 
-def edge_ops() -> Any:
-    """ExecuTorch's edge-dialect op namespace: ``edge_ops().aten.add.Tensor``."""
+def edge_dialect_ops() -> Any:
+    """ExecuTorch's edge-dialect op namespace: ``edge_dialect_ops().aten.add.Tensor``."""
     ops = require("executorch.exir.dialects._ops", "ops", needed_for="creating edge-dialect ops (fusion, rewrites)")
     return ops.edge
 
@@ -184,7 +184,7 @@ def deserialize(pte: bytes) -> Any:
     return fn(pte).program
 
 
-def delegate_ids(pte: bytes) -> set[str]:
+def pte_delegate_ids(pte: bytes) -> set[str]:
     """The delegate ids (``BackendDetails.id``, e.g. ``"XnnpackBackend"``) a serialized ``.pte`` names."""
     program = deserialize(pte)
     return {d.id for plan in program.execution_plan for d in plan.delegates}
@@ -256,8 +256,6 @@ def deepcopy_in_to_backend(deepcopy: Callable[[Any, Any], Any]) -> Iterator[int]
     """Inside: ExecuTorch's ``to_backend`` (and ``BackendDetails.copy_exported_program_for_preprocess``, where
     the release has it) copy programs with ``deepcopy``. Yields how many of those modules were reached (0: the
     release copies some other way, and the default copy stands)."""
-    import copy as copy_module
-
     class _Copy:
         def __getattr__(self, name: str) -> Any:
             return getattr(copy_module, name)

@@ -18,7 +18,7 @@ from edgeplug._runtime.process import gpu_device
 from edgeplug._registry.lookup import get_backend, manager
 from edgeplug._registry import PluginManager, TimeLimit, failure, summaries, time_limit
 from edgeplug._scaffold import unchecked_constructor, write
-from edgeplug import _api
+from edgeplug import _api, _executorch
 from edgeplug._api import model_renames
 from edgeplug._models import EXAMPLE_NAMES, MODELS
 
@@ -92,8 +92,6 @@ def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
 def _print_versions() -> None:
     """What edgeplug runs on, and whether the ExecuTorch release is one it is tested with (outside the range,
     one warning line: the user may still try)."""
-    from edgeplug import _executorch
-
     found = _executorch.versions()
     line = ", ".join(f"{name} {version or 'not installed'}" for name, version in found.items())
     inside = _executorch.in_tested_range(found["executorch"])

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from edgeplug._graph.ops import edge_ops
 from edgeplug._records import FusionPolicy
 
 if TYPE_CHECKING:
@@ -103,7 +102,9 @@ def resolve_target(policy: FusionPolicy, dialect: Optional[str] = None) -> Fused
     op = _overload(policy)
     weight_optional = _check_schema(policy, op)
     if dialect == "EDGE":
+        from edgeplug._executorch import edge_dialect_ops  # executorch: seconds; `import edgeplug` loads this module
+
         ns, name = op._schema.name.split("::")
-        op = getattr(getattr(edge_ops(), ns), name).default
+        op = getattr(getattr(edge_dialect_ops(), ns), name).default
     return FusedOp(policy, op, weight_optional)
 

@@ -17,7 +17,7 @@ def edge_ops() -> Any:
     # executorch: seconds to import, and only edge programs need it (transform and quantize work on aten)
     from edgeplug import _executorch
 
-    return _executorch.edge_ops()
+    return _executorch.edge_dialect_ops()
 
 
 def aten_overload(target: Any) -> Any:

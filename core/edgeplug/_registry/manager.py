@@ -31,7 +31,7 @@ from edgeplug._registry.info import (
     who,
 )
 from edgeplug._registry.loading import load
-from edgeplug._registry.ranges import declared_range, range_warning
+from edgeplug._registry.ranges import declared_range, outside_declared_range
 from edgeplug._registry.validation import check
 from edgeplug._user_code import Effects, contained, torch_defaults_lines
 
@@ -103,7 +103,7 @@ class PluginManager:
         for line in _effects_lines(effects):
             warnings.warn(line, PluginWarning, stacklevel=4)
         for info in state.plugins:
-            outside = range_warning(info)
+            outside = outside_declared_range(info)
             if outside:
                 warnings.warn(outside, PluginWarning, stacklevel=4)
         return state
@@ -229,7 +229,7 @@ def summaries(manager: PluginManager) -> list[PluginSummary]:
         api, old = state.api.get(info, (None, []))
         out.append(PluginSummary(
             info, "loaded", "", contributes, trouble, api, tuple(r.sentence() for r in old),
-            declared_range(info), range_warning(info) or "",
+            declared_range(info), outside_declared_range(info) or "",
         ))
     for problem in state.problems:
         out.append(PluginSummary(problem.plugin, "broken", f"failed at {problem.stage}: {problem.cause}"))

@@ -10,17 +10,17 @@ warns of a plugin's unmet requirement. A plugin registered in code has no metada
 from __future__ import annotations
 
 import functools
+from importlib import metadata
 from typing import Optional
 
+from packaging.requirements import InvalidRequirement, Requirement
+
+from edgeplug._executorch import installed_version, satisfies
 from edgeplug._registry.info import PluginInfo
 
 
 @functools.lru_cache(maxsize=256)
 def _declared(distribution: str) -> Optional[str]:
-    from importlib import metadata
-
-    from packaging.requirements import InvalidRequirement, Requirement
-
     try:
         requires = metadata.requires(distribution) or []
     except metadata.PackageNotFoundError:
@@ -43,10 +43,8 @@ def declared_range(info: PluginInfo) -> Optional[str]:
     return _declared(info.distribution)
 
 
-def range_warning(info: PluginInfo) -> Optional[str]:
+def outside_declared_range(info: PluginInfo) -> Optional[str]:
     """One line when the installed executorch is outside the range ``info`` declares, else None."""
-    from edgeplug._executorch import installed_version, satisfies
-
     declared = declared_range(info)
     if declared is None or declared == "any":
         return None

@@ -122,7 +122,7 @@ def delegate_ids(pte: bytes) -> set[str]:
     # executorch: pytest imports this package at startup (the pytest11 plugin lives in it): it stays light
     from edgeplug import _executorch
 
-    return _executorch.delegate_ids(pte)
+    return _executorch.pte_delegate_ids(pte)
 
 
 def program_cpu_ops(result: Any) -> list[str]:

@@ -58,6 +58,7 @@ from importlib.metadata import distribution
 
 import pytest
 import torch
+from packaging.requirements import Requirement
 from executorch.exir import EdgeCompileConfig, to_edge
 from executorch.exir.backend.partitioner import Partitioner
 
@@ -133,8 +134,6 @@ def test_distribution_declares_its_entry_point_and_needs_edgeplug(edgeplug_backe
 def test_distribution_declares_the_executorch_range_it_is_tested_with(edgeplug_backend):
     """The distribution requires ``executorch`` with a version range (its tested releases, e.g. ``>=1.4,<1.6``):
     ``edgeplug plugins`` shows it, and a user on a release outside it gets one warning naming the plugin."""
-    from packaging.requirements import Requirement
-
     info = edgeplug_backend.plugin
     if info.registered:
         pytest.skip(f"{edgeplug_backend.name!r} was registered in code, not installed")
@@ -324,7 +323,7 @@ def test_llama_lowers(edgeplug_backend, edgeplug_lowering):
         # a backend whose preprocess stands in for the compiler (a vendor's saver mode) says so, and is no dry run's
         assert report.dry_run == (report.stand_in is not None)
         assert report.stand_in is None or report.stand_in.kind == "backend"
-        ids = _executorch.delegate_ids(result.buffer)
+        ids = _executorch.pte_delegate_ids(result.buffer)
         assert edgeplug_backend.spec.backend_id in ids
     else:
         assert report.dry_run and result.program is None
