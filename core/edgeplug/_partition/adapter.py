@@ -26,7 +26,7 @@ from edgeplug._partition.phases import (
     partition_graph,
     rules_verdict,
 )
-from edgeplug._partition.standin import STAND_IN_ID
+from edgeplug._partition.standin import STAND_IN_ID, check_with
 from edgeplug._partition.support import SupportCheck, capture_why, support_check, unstated_reason
 from edgeplug._partition.verdict import TAKEN, FilterContext, Verdict
 
@@ -42,9 +42,11 @@ def _fused_ops(backend: Backend) -> dict[str, str]:
     return out
 
 
-def _stand_in_spec(spec: Any) -> Any:
-    """``spec`` with the dry run's stand-in backend id (its compile specs kept)."""
-    return DelegationSpec(STAND_IN_ID, list(spec.compile_specs))
+def _stand_in_spec(spec: Any, compiles_here: bool) -> Any:
+    """``spec`` with the dry run's stand-in backend id (its compile specs kept); where the backend's compile
+    step can run here, the stand-in runs it first (``check_with``)."""
+    extra = [check_with(spec.backend_id)] if compiles_here else []
+    return DelegationSpec(STAND_IN_ID, [*spec.compile_specs, *extra])
 
 
 def _is_edge(ep: Optional[ExportedProgram]) -> bool:
@@ -242,7 +244,8 @@ class CorePartitioner(Partitioner):
         if self.stranded:  # fail here, before serialization, naming each op (dry run or not)
             raise LoweringError(self.stranded_message())
         if self.dry_run:  # the same partitions, lowered to the stand-in: only preprocess is skipped
-            specs = {tag: _stand_in_spec(spec) for tag, spec in specs.items()}
+            compiles_here = self.backend.availability().ok
+            specs = {tag: _stand_in_spec(spec, compiles_here) for tag, spec in specs.items()}
         return PartitionResult(ep, specs)
 
     def _decide(self, ep: ExportedProgram, logged: dict[str, str], inner_specs: dict[str, Any]):
