@@ -81,3 +81,18 @@ def test_a_refusal_of_the_check_itself_is_edgeplugs_never_executorchs():
     assert "SpecViolationError" in msg and "aten.adaptive_max_pool2d" in msg
     assert "edgeplug's strict IR check" in msg and "report it to edgeplug" in msg
     assert "executorch's own" not in msg and "report it to ExecuTorch" not in msg
+
+
+class AdaptiveMaxPool1d(torch.nn.Module):
+    """``to_edge`` decomposes ``aten.adaptive_max_pool1d`` into ``aten.adaptive_max_pool2d``, not core ATen either."""
+
+    def forward(self, x):
+        return torch.nn.functional.adaptive_max_pool1d(x, 3)
+
+
+def test_an_op_a_decomposition_of_the_models_own_makes_goes_through_too():
+    """Before: 'SpecViolationError: ... adaptive_max_pool2d is not in Core ATen opset', a lowering failure."""
+    with pytest.raises(NoCpuKernelError, match=r"aten\.adaptive_max_pool2d\.default"):
+        edgeplug.lower(AdaptiveMaxPool1d(), (torch.randn(1, 4, 8),), "xnnpack", dry_run=True)
+    report = edgeplug.lower(AdaptiveMaxPool1d(), (torch.randn(1, 4, 8),), "coreml", dry_run=True).report
+    assert report.delegated_ops and not report.cpu_ops

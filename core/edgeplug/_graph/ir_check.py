@@ -21,6 +21,7 @@ is edgeplug's choice, so:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from importlib import resources
@@ -46,17 +47,64 @@ def _outside_core_aten(target: Any) -> bool:
 
 
 def ops_outside_core_aten(ep: Any, created: Optional[Mapping[str, str]] = None) -> list[Any]:
-    """The aten ops of ``ep`` that are not core ATen and that no transform created (``created``: op name ->
-    the transform that brought it in, as ``run_passes`` collects it): the check's exceptions. An op that
-    ``to_edge`` decomposes anyway is harmless in the list."""
+    """The aten ops outside core ATen that the model brings to the check, none a transform created
+    (``created``: op name -> the transform that brought it in, as ``run_passes`` collects it): the check's
+    exceptions. They are the program's own such ops and those ``to_edge``'s decompositions of its ops make
+    (``aten.adaptive_max_pool1d`` becomes ``aten.adaptive_max_pool2d``). An op decomposed anyway is harmless here."""
+    from edgeplug._executorch import default_decompositions
+
+    table = default_decompositions()
     made = set(created or ())
     found: dict[str, Any] = {}
+    traced: set[Any] = set()
     for node in ep.graph_module.graph.nodes:
-        if node.op == "call_function" and _outside_core_aten(node.target):
-            name = op_name(node.target)
-            if name not in made:
-                found.setdefault(name, aten_overload(node.target))
+        if node.op != "call_function" or op_name(node.target) in made:
+            continue
+        ops = [node.target]
+        if node.target in table and node.target not in traced:  # what its decomposition brings, once per op
+            traced.add(node.target)
+            ops += _decomposed_into(node, table)
+        for op in ops:
+            if _outside_core_aten(op):
+                found.setdefault(op_name(op), aten_overload(op))
     return list(found.values())
+
+
+class _Slot:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _decomposed_into(node: Any, table: Mapping[Any, Any]) -> list[Any]:
+    """The ops ``to_edge``'s decomposition table turns ``node`` into, traced on its example values (empty where it
+    cannot be traced: the check then judges what comes out)."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    values: list[Any] = []
+
+    def slot(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            values.append(a.meta.get("val"))
+            return _Slot(len(values) - 1)
+        return a
+
+    args, kwargs = torch.fx.node.map_aggregate(node.args, slot), torch.fx.node.map_aggregate(node.kwargs, slot)
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return []
+
+    def call(*tensors: Any) -> Any:
+        def put(a: Any) -> Any:
+            return tensors[a.index] if isinstance(a, _Slot) else a
+
+        return node.target(*torch.fx.node.map_aggregate(args, put), **torch.fx.node.map_aggregate(kwargs, put))
+
+    try:
+        with detect_fake_mode(values) or contextlib.nullcontext():
+            gm = make_fx(call, decomposition_table=table)(*values)
+    except Exception:
+        return []
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
 
 
 def edge_compile_config(allowed: Iterable[Any]) -> Any:
