@@ -64,6 +64,7 @@ def lower(
     external_weights: bool = False,
     profile_memory: bool = False,
     keep_stand_in: bool = False,
+    etrecord: Any = None,
 ) -> LoweringResult:
     """Lower a model (or aten-dialect ExportedProgram) for ``backend`` (a name, or a ``Backend``).
 
@@ -99,6 +100,12 @@ def lower(
     ``report.stand_in`` says why, ``report.dry_run`` is true, and ``save``
     writes it only with ``stand_in=True``, as ``STEM.stand-in.pte``. A dry
     run keeps its serialized program for that only with ``keep_stand_in``.
+
+    ``result.edge`` is the edge-dialect program as partitioned (serialization runs on a copy of its graph).
+    With ``etrecord=True`` ExecuTorch's ETRecord of the lowering is kept as ``result.etrecord``; with
+    ``etrecord=PATH`` it is also written there when the lowering ends (verification failed or not), for
+    ExecuTorch's ``Inspector(etdump_path=..., etrecord=PATH)`` and its ``calculate_numeric_gap``. A dry run
+    has none.
     """
     # torch, executorch: loaded with the first lowering (`import edgeplug` stays light)
     from edgeplug import _pipeline
@@ -116,7 +123,7 @@ def lower(
         model_or_ep, args, resolve(backend, "edgeplug.lower"), kwargs=kwargs, dynamic_shapes=dynamic_shapes,
         verify=verify, dry_run=dry_run, model_name=model_name, progress=progress, tolerance=tolerance,
         verify_steps=verify_steps, external_weights=external_weights, profile_memory=profile_memory,
-        keep_stand_in=keep_stand_in,
+        keep_stand_in=keep_stand_in, etrecord=etrecord,
     )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import os
 import sys
 import time
 from collections import Counter
@@ -52,7 +53,7 @@ from edgeplug._graph.cache_writes import values_at_indexed_shape
 from edgeplug._graph.constants import constant_placeholders
 from edgeplug._graph.fold import fold_constant_subgraphs
 from edgeplug._graph.ir_check import edge_compile_config, ops_outside_core_aten, refuse_without_cpu_kernel
-from edgeplug._graph.names import copy_exported_program
+from edgeplug._graph.names import copy_exported_program, copy_graph
 from edgeplug._graph.ops import op_name
 from edgeplug._graph.passes import core_pass
 from edgeplug._inputs import ExampleInputs, inputs_for, runtime_inputs
@@ -123,6 +124,8 @@ class Prepared:
     external_weights: bool = False
     #: what the report says of the flags (verification skipped by a dry run)
     notes: tuple[str, ...] = ()
+    #: ExecuTorch's ETRecord: None (none), True (kept in the result), or a path it is also written to
+    etrecord: Any = None
 
 
 @dataclass
@@ -145,6 +148,8 @@ class Lowering:
     external_weights: bool = False
     #: keep a dry run's serialized program (stand-in delegates), for ``save(path, stand_in=True)``
     keep_stand_in: bool = False
+    #: ``Prepared.etrecord``
+    etrecord: Any = None
     #: ``torch.export``'s dynamic_shapes for a module source
     dynamic_shapes: Any = None
     ep: Optional[ExportedProgram] = None
@@ -376,6 +381,9 @@ def _to_edge(job: Lowering) -> None:
                 partitioner=[job.partitioner],
                 # the edge IR check runs in a dry run too: it lowers to a stand-in backend
                 compile_config=edge_compile_config(allowed),
+                # ExecuTorch's ETRecord of this lowering, where asked: the aten and edge programs, then the
+                # executorch program to_executorch adds (Inspector and calculate_numeric_gap read it)
+                generate_etrecord=job.etrecord is not None,
             )
     except Exception as exc:
         if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
@@ -384,6 +392,13 @@ def _to_edge(job: Lowering) -> None:
     # one of those left on the CPU where no ExecuTorch kernel runs it: refused now, not at load on the device
     refuse_without_cpu_kernel(job.edge.exported_program(), allowed, b.name, job.partitioner.cpu_reasons)
     job.report = _report_of(job)
+
+
+class _GraphCopy(ExportedProgramPassBase):
+    """A copy of the program's graph and signature; its tensors and delegates are the program's own."""
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        return ExportedProgramPassResult(copy_graph(exported_program), True)
 
 
 def _serialize(job: Lowering) -> None:
@@ -397,7 +412,12 @@ def _serialize(job: Lowering) -> None:
         # kernel library loads (seconds) only for a program that has one
         import executorch.kernels.quantized  # noqa: F401
     with spilled_weights(job.external_weights):
-        program = job.edge.to_executorch(_executorch_config(ep, job.external_weights, in_place=in_place))
+        # to_executorch rewrites the programs it is given in place: it gets a copy of their graphs (tensors and
+        # delegates shared), so that the result's edge stays the edge-dialect program the report describes
+        serializing = job.edge.transform(ExportedProgramPassManager([_GraphCopy()]))
+        program = serializing.to_executorch(_executorch_config(ep, job.external_weights, in_place=in_place))
+    if job.etrecord is not None:
+        job.result.etrecord = program.get_etrecord()
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
         job.result.program, job.result.pte_bytes = program, serialized_size(program)
     elif job.keep_stand_in:  # unless asked: save(path, stand_in=True) writes it as STEM.stand-in.pte
@@ -545,13 +565,15 @@ def run_lowering(
     external_weights: bool = False,
     profile_memory: bool = False,
     keep_stand_in: bool = False,
+    etrecord: Any = None,
 ) -> LoweringResult:
     """What ``edgeplug.lower`` runs for the ``Backend`` the façade resolved (``edgeplug._facade.lower`` is
     the manual of every argument): the inputs checked, ``prepare``, then the stages."""
     b = given_backend(backend, "edgeplug._pipeline.run_lowering")
     source, given = _lowering_inputs(model_or_ep, args, kwargs, dynamic_shapes)
     prepared = prepare(
-        b, verify=verify, verify_steps=verify_steps, tolerance=tolerance, dry_run=dry_run, external_weights=external_weights
+        b, verify=verify, verify_steps=verify_steps, tolerance=tolerance, dry_run=dry_run, external_weights=external_weights,
+        etrecord=etrecord,
     )
     return _lower(prepared, source, given, dynamic_shapes, model_name, progress, profile_memory, keep_stand_in)
 
@@ -575,7 +597,7 @@ def lower_prepared(
 
 def prepare(
     backend: Backend, *, verify: bool = False, verify_steps: Optional[int] = None, tolerance: Optional[float] = None,
-    dry_run: bool = False, external_weights: bool = False,
+    dry_run: bool = False, external_weights: bool = False, etrecord: Any = None,
 ) -> Prepared:
     """The lowering's flags read and checked once, and what cannot work with this backend refused, before any work:
     verification without a runtime, a backend that cannot serialize here, external weights it does not store,
@@ -590,10 +612,27 @@ def prepare(
     b.require_available(dry_run=dry_run)
     if external_weights:
         check_external_weights(b)
+    etrecord = _etrecord_request(etrecord, dry_run)
     return Prepared(
         backend=b, partitioner=make_partitioner(b, dry_run=dry_run), dry_run=dry_run, verification=options,
-        external_weights=external_weights, notes=notes,
+        external_weights=external_weights, notes=notes, etrecord=etrecord,
     )
+
+
+def _etrecord_request(etrecord: Any, dry_run: bool) -> Any:
+    """``lower``'s ``etrecord``: None or False (none), True (kept in the result), or a path (also written there)."""
+    if etrecord is None or etrecord is False:
+        return None
+    if dry_run:
+        raise EdgeplugError(
+            "etrecord: a dry run compiles no delegate, so there is no program an ETRecord could describe; "
+            "lower without dry_run (--dry-run) to get one; nothing was done"
+        )
+    if etrecord is True:
+        return True
+    if not isinstance(etrecord, (str, os.PathLike)):
+        raise EdgeplugError(f"etrecord is True or a path to write ExecuTorch's ETRecord to, not {etrecord!r}; nothing was done")
+    return os.fspath(etrecord)
 
 
 def _lower(
@@ -617,6 +656,7 @@ def _lower(
         dry_run=prepared.dry_run,
         verification=prepared.verification,
         notes=prepared.notes,
+        etrecord=prepared.etrecord,
         label=model_name or type(source).__name__,
         quantization=quantization,
     )
@@ -634,6 +674,9 @@ def _run_stages(job: Lowering) -> None:
                 _run_stage(job, stage)
     job.report.notes.extend(job.notes)
     job.report.stages = job.clock.timings
+    if isinstance(job.etrecord, str) and job.result.etrecord is not None:
+        # written whether verification held or not: a divergence is what ExecuTorch's Inspector is for
+        job.result.etrecord.save(job.etrecord)
     describe_quantization(job.report, job.quantization, is_quantized(job.source), job.backend)  # scheme, norms, quantize timings
 
 

@@ -25,7 +25,7 @@ class LoweringResult:
 
     report: LoweringReport
     exported_program: ExportedProgram
-    edge: Any  # executorch EdgeProgramManager
+    edge: Any  # executorch EdgeProgramManager: the edge-dialect program as partitioned, before serialization
     program: Any = None  # executorch ExecutorchProgramManager (None on dry run)
     #: the example inputs the program was lowered (and is verified) with: ``model(*args, **kwargs)``
     args: tuple = ()
@@ -35,6 +35,19 @@ class LoweringResult:
     quantization: Optional[QuantizationInfo] = None
     #: the .pte's size in bytes (None on dry run)
     pte_bytes: Optional[int] = None
+    #: ExecuTorch's ETRecord of the lowering (``lower(..., etrecord=True or PATH)``; else None): the aten, edge and
+    #: executorch programs, which ``executorch.devtools.Inspector`` reads beside the .pte's ETDump
+    etrecord: Any = None
+
+    def lowered_program(self) -> ExportedProgram:
+        """The program as ExecuTorch's runtime runs it: the executorch-dialect program ``to_executorch`` made
+        (``program``'s; its cache writes in place, buffers written back), or the edge program where there is none
+        (a dry run). Verification runs this one; ``edge`` is the program as partitioned, before serialization."""
+        if self.program is not None:
+            return self.program.exported_program()
+        if self.edge is None:
+            raise EdgeplugError("the lowering result holds no program")
+        return self.edge.exported_program()
 
     def runtime_inputs(self) -> list[Any]:
         """The example inputs as the ``.pte``'s method takes them: one flat list in the program's input order

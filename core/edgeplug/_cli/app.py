@@ -170,6 +170,12 @@ def _add_lower_outputs(lo: argparse.ArgumentParser) -> None:
     lo.add_argument(
         "--profile-memory", action="store_true", help="each stage's peak resident memory in the stage table (Linux)"
     )
+    lo.add_argument(
+        "--etrecord", metavar="PATH",
+        help="write ExecuTorch's ETRecord of the lowering to PATH (the aten, edge and executorch programs), for "
+        "ExecuTorch's Inspector beside the .pte's ETDump (calculate_numeric_gap names the first op that diverges); "
+        "written when the lowering ends, --verify failing or not",
+    )
 
 
 def _add_lower_quantization(lo: argparse.ArgumentParser) -> None:

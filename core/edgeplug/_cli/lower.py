@@ -101,7 +101,7 @@ def _check_before_work(args: argparse.Namespace, backend: Backend) -> tuple[Path
 
     prepared = prepare(
         backend, verify=args.verify, verify_steps=args.verify_steps, tolerance=args.tolerance, dry_run=args.dry_run,
-        external_weights=args.external_weights,
+        external_weights=args.external_weights, etrecord=args.etrecord,
     )
     if args.calibration and not args.quantize:
         raise EdgeplugError("--calibration needs --quantize SCHEME (calibration data is for quantizing)")
@@ -126,6 +126,8 @@ def _check_before_work(args: argparse.Namespace, backend: Backend) -> tuple[Path
         from edgeplug._weights import check_weights_target  # torch: as _pipeline above
 
         targets["the weights (.ptd)"] = check_weights_target(out)
+    if args.etrecord:
+        targets["the ETRecord"] = args.etrecord
     check_output_paths(targets, inputs=_input_files(args))
     return out, prepared
 

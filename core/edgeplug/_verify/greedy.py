@@ -122,7 +122,7 @@ def _prompt(result: LoweringResult, check: GreedyCheck) -> Optional[_Prompt]:
     if ref is None or ref.model is None or result.edge is None:
         check.reason = "no eager model to generate with (the lowering holds no eager reference)"
         return None
-    if not keeps_state(result.edge.exported_program()):
+    if not keeps_state(result.lowered_program()):
         check.reason = (
             "the program keeps no state (no buffer it writes, such as a KV cache): greedy generation needs a "
             "decoder with a cache, whose decode steps take one token each"

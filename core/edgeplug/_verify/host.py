@@ -432,7 +432,7 @@ def run_lowered(result: Any, backend: Any, calls: Sequence[ExampleInputs] = ()) 
     backend = given_backend(backend, "edgeplug._verify.host.run_lowered")
     if result.edge is None:
         raise VerificationError("the lowering result holds no edge program to run")
-    ep = result.edge.exported_program()
+    ep = result.lowered_program()
     state: dict[str, torch.Tensor] = {}
     session, outputs = _call(ep, backend, ExampleInputs(result.args, result.kwargs), state, "")
     first_writes = dict(session.mutated_buffers)
@@ -464,7 +464,7 @@ class HostProgram:
     def __init__(self, result: Any, backend: Any) -> None:
         if result.edge is None:
             raise VerificationError("the lowering result holds no edge program to run")
-        self._ep = result.edge.exported_program()
+        self._ep = result.lowered_program()
         self._backend = backend
         self._state: dict[str, torch.Tensor] = {}
         self.calls = 0

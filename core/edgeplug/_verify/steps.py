@@ -59,7 +59,7 @@ def unwritten_state(result: LoweringResult) -> list[OutputCheck]:
     ref = result.reference
     if ref is None or ref.model is None or result.edge is None:
         return []
-    written = written_buffers(result.edge.exported_program())
+    written = written_buffers(result.lowered_program())
     checks: list[OutputCheck] = []
     for name, after in sorted(ref.buffers_after.items()):
         before = ref.model.initial.get(name)
@@ -88,7 +88,7 @@ def decode_steps(result: LoweringResult, count: int = DECODE_STEPS) -> tuple[lis
     ref = result.reference
     if ref is None or ref.model is None or result.edge is None:
         return [], ""
-    ep = result.edge.exported_program()
+    ep = result.lowered_program()
     if not keeps_state(ep):
         return [], ""
     calls = decode_inputs(ep, ExampleInputs(result.args, result.kwargs), count, sizes_from=result.exported_program)
@@ -126,7 +126,7 @@ def buffers_the_pte_starts_at_zero(result: LoweringResult) -> list[str]:
     ref = result.reference
     if ref is None or ref.model is None or result.edge is None:
         return []
-    written = set(result.edge.exported_program().graph_signature.buffers_to_mutate.values())
+    written = set(result.lowered_program().graph_signature.buffers_to_mutate.values())
     return sorted(n for n, t in ref.model.initial.items() if n in written and bool(torch.count_nonzero(t)))
 
 

@@ -37,7 +37,7 @@ def _labelled_reference(result: LoweringResult, count: int) -> tuple[list[torch.
     names = [""] * len(outputs)
     if count == len(outputs) or result.edge is None:
         return outputs, names
-    ep = result.edge.exported_program()
+    ep = result.lowered_program()
     user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     mutated, values, labels = [], [], []
     for spec in ep.graph_signature.output_specs:

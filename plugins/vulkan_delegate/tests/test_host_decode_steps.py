@@ -46,7 +46,7 @@ def _lose_cache_write(result, buffer: str) -> None:
     value reaches this call's outputs but the buffer keeps its old one (a cache write that is lost)."""
     from executorch.exir.dialects._ops import ops
 
-    ep = result.edge.exported_program()
+    ep = result.lowered_program()  # the program verification runs (executorch's dialect: the write in place)
     name = next(s.arg.name for s in ep.graph_signature.input_specs if s.target == buffer)
     write = next(
         n for n in ep.graph_module.graph.nodes
@@ -64,7 +64,7 @@ def test_a_written_back_cache_is_carried_to_each_decode_step_and_a_lost_write_fa
     assert [o.name for o in v.outputs] == _NAMES
     assert all(o.max_abs_diff <= 1e-5 for o in v.outputs)
     assert "prefill and 3 decode steps ran on the host kernels" in v.note and "Tensor(1; int64)" in v.note
-    assert "k" in result.edge.exported_program().graph_signature.buffers_to_mutate.values()
+    assert "k" in result.lowered_program().graph_signature.buffers_to_mutate.values()
     _lose_cache_write(result, "k")
     lost = edgeplug.verify(result, "vulkan")
     failed = [o for o in lost.outputs if o.problems]
@@ -76,7 +76,7 @@ def test_a_buffer_the_delegate_owns_keeps_its_value_between_host_calls():
     pytest.importorskip("edgeplug_webgpu")
     torch.manual_seed(0)
     result = edgeplug.lower(_Counter().eval(), (torch.randn(1, 8),), "webgpu", verify=True)
-    assert not result.edge.exported_program().graph_signature.buffers_to_mutate  # the delegate owns it
+    assert not result.lowered_program().graph_signature.buffers_to_mutate  # the delegate owns it
     v = result.report.verification
     assert v.passed, v.failures()
     # decode steps double the state each call: a runner starting each call from zeros gives other values
