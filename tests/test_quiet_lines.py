@@ -52,3 +52,27 @@ def test_the_verify_column_says_pte_where_the_backends_own_runtime_is_found(edge
     monkeypatch.setenv("EDGEPLUG_VULKAN_RUNNER", "off")
     code, out, _ = edgeplug_cli("backends", "--no-adapter")
     assert backends_row(out, "vulkan").split()[3] == "kernels"
+
+
+NOISY_PLUGIN = (
+    "import logging, os, warnings\n"
+    "logging.getLogger('torchao').warning('Failed to load /x/_C_mxfp8.so: undefined symbol')\n"
+    "warnings.warn(\"a library's deprecation\", FutureWarning)\n"
+    "os.write(2, b'native chatter\\n')\n"
+    "from edgeplug.plugin import hookimpl\n"
+    "@hookimpl\n"
+    "def edgeplug_backends():\n"
+    "    return []\n"
+)
+
+
+def test_lower_help_prints_no_librarys_lines(tmp_path):
+    """--help loads the plugins to list their schemes, before main() quiets the libraries: what their imports
+    log, warn or print themselves (torchao's 'Failed to load ..._C_mxfp8', torch's pytree warning) stays off."""
+    (tmp_path / "noisy_plugin.py").write_text(NOISY_PLUGIN)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "EDGEPLUG_REGISTER_PLUGINS": "noisy_plugin"}
+    p = subprocess.run([sys.executable, "-m", "edgeplug._cli", "lower", "--help"], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=300)
+    assert p.returncode == 0 and "--quantize SCHEME" in p.stdout
+    assert p.stderr == "", p.stderr

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 
 from edgeplug._api import PluginApiDeprecationWarning
 from edgeplug._cli.common import DEBUG_ENV, DISK_FULL, DISK_FULL_CODE, STREAM_ERRORS, err, say
-from edgeplug._cli.quiet import silence_at_exit
+from edgeplug._cli.quiet import native_output_hidden, silence_at_exit
 from edgeplug._cli.lower import cmd_lower, cmd_report, installed_schemes, positive_int_arg, tolerance_arg
 from edgeplug._cli.plugins import cmd_backends, cmd_examples, cmd_new_backend, cmd_plugins
 from edgeplug._errors import EdgeplugError
@@ -41,7 +41,25 @@ class _LowerHelp(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> Optional[str]:
         text = action.help or ""
-        return text.replace("{schemes}", installed_schemes()) if "{schemes}" in text else text
+        if "{schemes}" not in text:
+            return text
+        with _libraries_quiet():  # --help exits before main() quiets them: the plugins' imports are quieted here
+            return text.replace("{schemes}", installed_schemes())
+
+
+@contextlib.contextmanager
+def _libraries_quiet():
+    """While ``--help`` loads the plugins to list their schemes: no library's warning or log line (torchao's
+    "Failed to load ..._C_mxfp8", torch's pytree deprecation) and nothing native libraries print themselves;
+    a plugin problem stays an edgeplug warning."""
+    with warnings.catch_warnings(), native_output_hidden():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("default", category=PluginWarning)
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
 
 
 def build_parser() -> argparse.ArgumentParser:
