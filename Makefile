@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PLUGINS := vulkan_delegate vulkan webgpu qnn samsung xnnpack coreml
 STAMP := $(VENV)/.edgeplug-installed
 
-.PHONY: setup demo lint test test-fast bench zoo vulkan-runtime clean
+.PHONY: setup demo lint test test-fast bench zoo vulkan-runtime webgpu-runtime clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -81,6 +81,17 @@ vulkan-runtime: setup
 	  plugins/vulkan/tests/test_real_runtime.py plugins/vulkan/tests/test_runtime_gaps.py \
 	  plugins/vulkan/tests/test_real_runtime_quantized.py plugins/vulkan/tests/test_backend.py
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/vulkan_runtime.py --json out/vulkan-runtime.json
+
+# ExecuTorch's own WebGPU runtime on wgpu-native (the wgpu wheel's library, in place of Dawn), built from the same
+# source tree (docs/webgpu-runtime.md); then naga over every WGSL shader it embeds, the tests that run programs in
+# it, and the real-runtime-against-emulation-against-stock table (docs/benchmarks.md)
+webgpu-runtime: setup
+	PYTHON=$(BIN)/python tools/webgpu-runtime/build.sh $(ET_SRC)
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python tools/webgpu-runtime/check_wgsl.py $(ET_SRC)
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  plugins/webgpu/tests/test_real_runtime.py plugins/webgpu/tests/test_backend.py
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python bench/vulkan_runtime.py --backend webgpu \
+	  --sets seed,rmsnorm,examples,zoo,quantized,optimum --json out/webgpu-runtime.json
 
 clean:
 	rm -rf .venv .venv-et* out

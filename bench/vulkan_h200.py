@@ -1,4 +1,5 @@
-"""edgeplug's .pte against stock ExecuTorch's .pte in ExecuTorch's Vulkan runtime, on a real GPU, in one run.
+"""edgeplug's .pte against stock ExecuTorch's .pte in ExecuTorch's Vulkan runtime (``--backend webgpu``: its WebGPU
+runtime on wgpu-native), on a real GPU, in one run.
 
 Two steps, because the GPU machine has no executorch (it has torch, and ExecuTorch's runtime built from
 source by tools/vulkan-runtime/build.sh):
@@ -81,9 +82,19 @@ def build(name: str, layers: int, hidden: int, seq: int, vocab: int) -> torch.nn
     return model
 
 
+def _stock_partitioner(backend: str, **options: Any) -> Any:
+    """Stock's partitioner for the backend: VulkanPartitioner, or WebGPUPartitioner (which wraps it)."""
+    if backend == "webgpu":
+        from executorch.backends.webgpu.partitioner import WebGPUPartitioner
+
+        return WebGPUPartitioner(**options)
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+    return VulkanPartitioner(**options)
+
+
 def prepare(a: argparse.Namespace) -> int:
     import edgeplug
-    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     out = Path(a.out)
@@ -96,14 +107,14 @@ def prepare(a: argparse.Namespace) -> int:
             ref = model(ids)
             ref = ref[0] if isinstance(ref, (tuple, list)) else ref
         sides = {}
-        result = edgeplug.lower(model, (ids,), backend="vulkan")
+        result = edgeplug.lower(model, (ids,), backend=a.backend)
         sides["edgeplug"] = (result.buffer, len(result.report.partitions), result.report.cpu_node_count)
         del result
         with torch.no_grad():
             ep = torch.export.export(model, (ids,))
         import copy
 
-        stock = to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[VulkanPartitioner()])
+        stock = to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[_stock_partitioner(a.backend)])
         from edgeplug._zoo._lowering import stock_graph_breaks
 
         parts, cpu = stock_graph_breaks(stock.exported_program())
@@ -113,11 +124,11 @@ def prepare(a: argparse.Namespace) -> int:
         from executorch.exir.dialects._ops import ops as exir_ops
 
         blocked = [exir_ops.edge.aten.logical_not.default, exir_ops.edge.aten.eq.Tensor, exir_ops.edge.aten.eq.Scalar]
-        stock = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner(operator_blocklist=blocked)])
+        stock = to_edge_transform_and_lower(ep, partitioner=[_stock_partitioner(a.backend, operator_blocklist=blocked)])
         parts, cpu = stock_graph_breaks(stock.exported_program())
         sides["stock-blocked"] = (stock.to_executorch().buffer, parts, sum(cpu.values()))
         del stock, ep
-        meta = {"model": name, "layers": a.layers, "hidden": a.hidden, "seq": a.seq, "vocab": a.vocab,
+        meta = {"model": name, "backend": a.backend, "layers": a.layers, "hidden": a.hidden, "seq": a.seq, "vocab": a.vocab,
                 "params": sum(p.numel() for p in model.parameters())}
         for side, (buf, parts, cpu) in sides.items():
             (out / f"{name}-{side}.pte.xz").write_bytes(lzma.compress(buf, preset=1))
@@ -131,9 +142,9 @@ def prepare(a: argparse.Namespace) -> int:
 
 def run(a: argparse.Namespace) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "vulkan_delegate"))
-    from edgeplug_vulkan_delegate.runtime import RunnerSession, find_runner
+    from edgeplug_vulkan_delegate.runtime import VULKAN, WEBGPU, RunnerSession, find_runner
 
-    build_ = find_runner()
+    build_ = find_runner(WEBGPU if a.backend == "webgpu" else VULKAN)
     folder = Path(a.dir)
     rows = []
     for ref_file in sorted(folder.glob("*-ref.pt")):
@@ -221,6 +232,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("prepare")
     pp.add_argument("--out", default=".h200")
+    pp.add_argument("--backend", default="vulkan", choices=("vulkan", "webgpu"))
     pp.add_argument("--models", default="et-llama,llama,qwen3")
     pp.add_argument("--layers", type=int, default=8)
     pp.add_argument("--hidden", type=int, default=2048)
@@ -228,6 +240,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     pp.add_argument("--vocab", type=int, default=512)
     pr = sub.add_parser("run")
     pr.add_argument("--dir", default=".h200")
+    pr.add_argument("--backend", default="vulkan", choices=("vulkan", "webgpu"),
+                    help="whose runtime runs the .pte files: ExecuTorch's Vulkan runtime or its WebGPU runtime")
     pr.add_argument("--rounds", type=int, default=20)
     pr.add_argument("--json", default="")
     pf = sub.add_parser("profile")

@@ -1,11 +1,13 @@
-"""ExecuTorch's own Vulkan runtime against edgeplug's host emulation, and against stock ExecuTorch.
+"""ExecuTorch's own Vulkan runtime (or, with ``--backend webgpu``, its WebGPU runtime on wgpu-native) against
+edgeplug's host emulation, and against stock ExecuTorch.
 
 For each case the model is lowered twice in one process, by edgeplug (``edgeplug.lower(...,
-"vulkan")``) and by stock ExecuTorch (``to_edge_transform_and_lower`` with ``VulkanPartitioner``),
-and then run:
+"vulkan")``) and by stock ExecuTorch (``to_edge_transform_and_lower`` with ``VulkanPartitioner``;
+``WebGPUPartitioner`` for webgpu), and then run:
 
 - **real**: edgeplug's ``.pte`` in ExecuTorch's Vulkan runtime (``edgeplug-vulkan-runner``, built by
-  ``tools/vulkan-runtime/build.sh``), on whatever Vulkan adapter it opens (llvmpipe here);
+  ``tools/vulkan-runtime/build.sh``), on whatever Vulkan adapter it opens (llvmpipe here), or in its WebGPU
+  runtime (``edgeplug-webgpu-runner``, ``tools/webgpu-runtime/build.sh``);
 - **emulation**: the same lowered program on edgeplug's host kernels (``verify_method="kernels"``);
 - **stock**: stock's ``.pte`` in the same real runtime;
 
@@ -14,10 +16,11 @@ each against eager (the quantized model's eager for a quantized case). A program
 Columns: max |real - eager|, max |emulation - eager|, max |real - emulation| (over every output of
 every step), and stock's max |real - eager| or the runtime's own error.
 
-    python bench/vulkan_runtime.py [--sets zoo,examples,optimum,quantized,rmsnorm,seed] [--models llama,qwen3]
-                                   [--json out.json]
+    python bench/vulkan_runtime.py [--backend vulkan|webgpu] [--sets zoo,examples,optimum,quantized,rmsnorm,seed]
+                                   [--models llama,qwen3] [--json out.json]
 
-Needs a built runner (``EDGEPLUG_VULKAN_RUNNER`` or the build cache; docs/vulkan-runtime.md).
+Needs a built runner (``EDGEPLUG_VULKAN_RUNNER``, ``EDGEPLUG_WEBGPU_RUNNER`` or the build cache;
+docs/vulkan-runtime.md, docs/webgpu-runtime.md).
 """
 
 from __future__ import annotations
@@ -79,26 +82,35 @@ def _max_diff(a: list, b: list) -> float:
     return worst
 
 
-def _stock_pte(model: Any, args: tuple, kwargs: dict) -> bytes:
+def _stock_partitioner(backend: str) -> Any:
+    if backend == "webgpu":
+        from executorch.backends.webgpu.partitioner import WebGPUPartitioner
+
+        return WebGPUPartitioner()
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+    return VulkanPartitioner()
+
+
+def _stock_pte(model: Any, args: tuple, kwargs: dict, backend: str = "vulkan") -> bytes:
     from executorch.exir import to_edge_transform_and_lower
 
     ep = model if isinstance(model, torch.export.ExportedProgram) else torch.export.export(model, args, kwargs or None)
-    return to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch().buffer
+    return to_edge_transform_and_lower(ep, partitioner=[_stock_partitioner(backend)]).to_executorch().buffer
 
 
 def run_case(set_name: str, name: str, model: Any, args: tuple, kwargs: Optional[dict] = None,
-             scheme: Optional[str] = None, stock: bool = True) -> Row:
+             scheme: Optional[str] = None, stock: bool = True, backend_name: str = "vulkan") -> Row:
     row = Row(set_name, name)
     t0 = time.perf_counter()
     kwargs = kwargs or {}
-    backend = edgeplug.get_backend("vulkan")
+    backend = edgeplug.get_backend(backend_name)
     runtime, why = find_device_runtime(backend)
     if runtime is None:
-        raise SystemExit(f"vulkan_runtime.py: {why}")
+        raise SystemExit(f"vulkan_runtime.py: {why or f'backend {backend_name!r} declares no runtime of its own'}")
     try:
-        subject = edgeplug.quantize(model, args, "vulkan", scheme, kwargs=kwargs) if scheme else model
-        result = edgeplug.lower(subject, args, backend="vulkan", kwargs=kwargs or None)
+        subject = edgeplug.quantize(model, args, backend_name, scheme, kwargs=kwargs) if scheme else model
+        result = edgeplug.lower(subject, args, backend=backend_name, kwargs=kwargs or None)
         steps, _ = decode_steps(result)
         calls = [s.inputs for s in steps]
         ref = [list(result.reference.outputs), *[s.outputs for s in steps]]
@@ -131,7 +143,7 @@ def run_case(set_name: str, name: str, model: Any, args: tuple, kwargs: Optional
             else:
                 flat = [_runtime_inputs(result), *(_runtime_inputs(result, c) for c in calls)]
             with torch.no_grad():
-                pte = _stock_pte(copy.deepcopy(model), args, kwargs)
+                pte = _stock_pte(copy.deepcopy(model), args, kwargs, backend_name)
             with RunnerSession(pte, build=runtime.build) as s:
                 outs = [s.run(f)[0] for f in flat]
             row.stock_vs_eager = max(_max_diff([o for o in out if isinstance(o, torch.Tensor)], e)
@@ -277,6 +289,8 @@ def markdown(rows: list[Row]) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="vulkan", choices=("vulkan", "webgpu"),
+                   help="whose runtime: ExecuTorch's Vulkan runtime, or its WebGPU runtime on wgpu-native")
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--models", default="", help="zoo models (default: the zoo's default set)")
     p.add_argument("--json", default="")
@@ -292,7 +306,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     _quiet()  # executorch's partitioners log every node at INFO
     for set_name, name, model, args, kwargs, scheme in gather(sets, models):
         print(f"[{len(rows) + 1}] {set_name}: {name} ...", file=sys.stderr, flush=True)
-        row = run_case(set_name, name, model, args, kwargs, scheme)
+        row = run_case(set_name, name, model, args, kwargs, scheme, backend_name=a.backend)
         rows.append(row)
         print(f"    real {_fmt(row.real_vs_eager)}  emulation {_fmt(row.emulation_vs_eager)}  "
               f"real-emulation {_fmt(row.real_vs_emulation)}  stock {_fmt(row.stock_vs_eager) if row.stock_vs_eager is not None else row.stock_note or '—'}"

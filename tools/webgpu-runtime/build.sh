@@ -69,13 +69,15 @@ mkdir -p "$OUT"
 
 # What stands in for Dawn, in the build folder: wgpu-native's library and headers, our
 # package config and compatibility header
+# (each copied only when it changed: a fresh header would rebuild every op of the backend)
 DAWN="$OUT/dawn"
-rm -rf "$DAWN"
 mkdir -p "$DAWN/lib" "$DAWN/include/webgpu" "$DAWN/include/wgpu-native"
-cp "$WGPU/libwgpu_native-release.so" "$DAWN/lib/libwgpu_native.so"
-cp "$WGPU/webgpu.h" "$WGPU/wgpu.h" "$DAWN/include/wgpu-native/"
-cp "$HERE/dawn/webgpu.h" "$DAWN/include/webgpu/webgpu.h"
-cp "$HERE/dawn/DawnConfig.cmake" "$DAWN/DawnConfig.cmake"
+put() { cmp -s "$1" "$2" || cp "$1" "$2"; }
+put "$WGPU/libwgpu_native-release.so" "$DAWN/lib/libwgpu_native.so"
+put "$WGPU/webgpu.h" "$DAWN/include/wgpu-native/webgpu.h"
+put "$WGPU/wgpu.h" "$DAWN/include/wgpu-native/wgpu.h"
+put "$HERE/dawn/webgpu.h" "$DAWN/include/webgpu/webgpu.h"
+put "$HERE/dawn/DawnConfig.cmake" "$DAWN/DawnConfig.cmake"
 
 echo "== ExecuTorch $SHORT from $SRC with WebGPU on wgpu-native from $WGPU -> $OUT ($JOBS jobs)"
 start=$(date +%s)

@@ -45,7 +45,8 @@ def backend_spec(
         # ExecuTorch's Vulkan runtime (cff6f4d) does not keep a buffer moved into its delegate: the graph
         # declares the buffer's new value as an output the delegate call does not pass ("Vulkan graph
         # declares 1 inputs and 2 outputs, but the delegate call supplied 2 arguments"), stock's .pte
-        # alike; so a KV cache stays a program input, its new value an output written back
+        # alike; its WebGPU runtime reads past the call's arguments and crashes (SIGSEGV); so a KV cache
+        # stays a program input, its new value an output written back
         delegate_buffers=device_runtime is None,
         # ... and builds an embedding's, a convolution's or a norm's weight from constant data only: a weight
         # two partitions share (a tied embedding and lm_head) would reach one as an input and the program

@@ -276,9 +276,10 @@ class RunnerSession:
             del self._log[:-200]
 
     def _with_log(self, message: str, died: bool = False) -> str:
-        # ExecuTorch's own log lines say which op or check refused (its 'E ...' lines); a runtime that died
-        # (an abort from a failed check) said why in its last lines
-        lines = [ln for ln in self._log if " E " in ln[:40] or "rror" in ln or (died and ln.strip())]
+        # ExecuTorch's own log lines say which op or check refused (its 'E 00:00:00.375 executorch:...]'
+        # lines); a runtime that died (an abort from a failed check) said why in its last lines
+        lines = [ln for ln in self._log
+                 if ln.startswith(("E ", "F ")) or " E " in ln[:40] or "rror" in ln or (died and ln.strip())]
         tail = "; ".join(x.split("] ", 1)[-1] for x in lines[-3:])
         return message + (f" (runtime log: {tail})" if tail else "")
 

@@ -221,3 +221,14 @@ def real_webgpu_runtime_env():
     """For a module that runs programs in ExecuTorch's WebGPU runtime: its variable back as the shell set it
     (or unset)."""
     yield from _as_the_shell_set_it("EDGEPLUG_WEBGPU_RUNNER")
+
+
+def owning_buffers(backend: Any) -> Any:
+    """``backend`` as it would be if its runtime kept a buffer moved into its delegate: ``delegate_buffers=True``,
+    no runtime of its own (so no constant copies for one). Neither of ExecuTorch's runtimes keeps such a buffer
+    (Vulkan's refuses the call, WebGPU's crashes), so vulkan and webgpu keep every written buffer a program
+    input; tests reach the core's other path, and the WebGPU runtime's gap, through this."""
+    import dataclasses
+
+    spec = backend.spec.model_copy(update={"delegate_buffers": True, "copy_shared_constants": False, "device_runtime": None})
+    return dataclasses.replace(backend, spec=spec)

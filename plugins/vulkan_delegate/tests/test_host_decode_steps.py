@@ -29,8 +29,9 @@ class _Cache(torch.nn.Module):
 
 
 class _Counter(torch.nn.Module):
-    """A buffer read and written in one partition: on webgpu the delegate owns it and keeps its value (on
-    vulkan it stays a program input: BackendSpec.delegate_buffers, test_mutated_buffers)."""
+    """A buffer read and written in one partition: on a backend whose runtime keeps a buffer moved into its
+    delegate (BackendSpec.delegate_buffers) the delegate owns it and keeps its value; vulkan and webgpu keep
+    it a program input, since neither of ExecuTorch's runtimes does (test_mutated_buffers)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,10 +73,10 @@ def test_a_written_back_cache_is_carried_to_each_decode_step_and_a_lost_write_fa
     assert lost.outputs[0].name == "prefill: output 0" and not lost.outputs[0].problems  # this call saw the write
 
 
-def test_a_buffer_the_delegate_owns_keeps_its_value_between_host_calls():
+def test_a_buffer_the_delegate_owns_keeps_its_value_between_host_calls(owning_delegate_backend):
     pytest.importorskip("edgeplug_webgpu")
     torch.manual_seed(0)
-    result = edgeplug.lower(_Counter().eval(), (torch.randn(1, 8),), "webgpu", verify=True)
+    result = edgeplug.lower(_Counter().eval(), (torch.randn(1, 8),), owning_delegate_backend, verify=True)
     assert not result.lowered_program().graph_signature.buffers_to_mutate  # the delegate owns it
     v = result.report.verification
     assert v.passed, v.failures()

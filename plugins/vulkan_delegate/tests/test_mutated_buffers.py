@@ -68,25 +68,27 @@ def test_a_buffer_written_by_another_partition_stays_a_program_input(backend):
     assert torch.count_nonzero(model.c) == 0  # the caller's buffer as it was
 
 
-def test_a_buffer_read_and_written_in_one_partition_goes_to_that_delegate():
-    """webgpu (BackendSpec.delegate_buffers left True): the delegate that reads and writes the buffer owns it."""
+def test_a_buffer_read_and_written_in_one_partition_goes_to_that_delegate(owning_delegate_backend):
+    """A backend with BackendSpec.delegate_buffers=True: the delegate that reads and writes the buffer owns it."""
     pytest.importorskip("edgeplug_webgpu")
     torch.manual_seed(0)
-    result = edgeplug.lower(_ReadAndWrittenInOne().eval(), (torch.randn(1, 8),), "webgpu", verify=True)
+    result = edgeplug.lower(_ReadAndWrittenInOne().eval(), (torch.randn(1, 8),), owning_delegate_backend, verify=True)
     assert len(result.report.partitions) == 1 and not result.report.cpu_ops
     assert result.report.verification.passed, result.report.verification.failures()
     assert _top_level_buffers(result) == set()  # the delegate owns it
 
 
-def test_vulkan_keeps_every_written_buffer_a_program_input():
-    """vulkan (delegate_buffers=False): ExecuTorch's Vulkan runtime does not keep a buffer moved into its
-    delegate (it declares the new value as an output the call does not pass), so even a buffer read and
-    written in one partition stays a program input, its new value a delegate output the program writes back."""
-    pytest.importorskip("edgeplug_vulkan")
+@pytest.mark.parametrize("backend", ["vulkan", "webgpu"])
+def test_every_written_buffer_stays_a_program_input(backend):
+    """vulkan and webgpu (delegate_buffers=False): ExecuTorch's Vulkan and WebGPU runtimes do not keep a buffer
+    moved into a delegate (the graph declares the new value as an output the call does not pass: Vulkan's
+    refuses, WebGPU's reads past the call's arguments and crashes), so even a buffer read and written in one
+    partition stays a program input, its new value a delegate output the program writes back."""
+    pytest.importorskip(f"edgeplug_{backend}")
     torch.manual_seed(0)
     model = _ReadAndWrittenInOne().eval()
-    result = edgeplug.lower(model, (torch.randn(1, 8),), "vulkan", verify=True)
+    result = edgeplug.lower(model, (torch.randn(1, 8),), backend, verify=True)
     assert len(result.report.partitions) == 1 and not result.report.cpu_ops
     assert result.report.verification.passed, result.report.verification.failures()
     assert _top_level_buffers(result) == {"c"}
-    assert edgeplug.get_backend("vulkan").spec.delegate_buffers is False
+    assert edgeplug.get_backend(backend).spec.delegate_buffers is False

@@ -10,6 +10,7 @@ from __future__ import annotations
 from edgeplug.plugin import Availability, Kernel, executorch_has, hookimpl
 
 from edgeplug_vulkan_delegate import fusion, records, rewrites
+from edgeplug_vulkan_delegate.runtime import webgpu_device_runtime
 from edgeplug_webgpu import runtime_ops
 
 BACKEND = "webgpu"
@@ -46,6 +47,7 @@ def edgeplug_backends():
     yield records.backend_spec(
         BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner,
         availability=_requires_webgpu_partitioner,
+        device_runtime=webgpu_device_runtime,  # ExecuTorch's own WebGPU runtime on wgpu-native, where it is built here
     ).model_copy(update={"support_check": runtime_ops.support_check})  # only what the WebGPU runtime implements
 
 
