@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,8 @@ def side(cell: dict, name: str) -> dict:
     return {
         "ok": bool(s.get("ok")), "verified": s.get("verify_passed"), "partitions": s.get("partitions"),
         "cpu_nodes": cpu if s.get("ok") else None, "max_abs_diff": s.get("max_abs_diff"),
-        "error": (s.get("error") or s.get("stage") or "")[:160],
+        # a path of this machine says nothing to a reader: each keeps its last part
+        "error": re.sub(r"(?:/[\w.+-]+)+/([\w.+-]+)", r"\1", s.get("error") or s.get("stage") or "")[:140],
     }
 
 
