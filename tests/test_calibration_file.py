@@ -32,10 +32,11 @@ def _calibration(tmp_path, value: str = "0.5"):
 
 
 def test_a_calibration_file_changing_folder_leaves_the_outputs_where_they_were_asked(cli, tmp_path):
+    name = f"rel-{tmp_path.name}.pte"  # a name no earlier run left in /
     code, stdout, stderr = cli("lower", "mlp", "-b", "xnnpack", "--quantize", "8a8w", "--calibration", _calibration(tmp_path),
-                               "-q", "-o", "rel.pte")
+                               "-q", "-o", name)
     assert code == 0, stderr
-    assert os.getcwd() == str(tmp_path) and (tmp_path / "rel.pte").is_file() and not os.path.exists("/rel.pte")
+    assert os.getcwd() == str(tmp_path) and (tmp_path / name).is_file() and not os.path.exists(f"/{name}")
     assert any(x.startswith("edgeplug: warning: the calibration file changed the working folder to /") for x in stderr.splitlines())
     assert "calibration file says hello" not in stdout + stderr  # held off the terminal without -v
 
