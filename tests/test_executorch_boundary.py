@@ -208,14 +208,14 @@ from executorch.exir._serialize._cord import FileBackedData
 from executorch.exir.tracer import _default_decomposition_table
 import executorch.exir.emit._emitter as em
 from executorch.exir.backend import backend_api
-from executorch.backends.vulkan.patterns import fusable_patterns
+from executorch.backends.somebackend.patterns import fusable_patterns
 from executorch.exir import EdgeCompileConfig
 
 backend_api.copy = None
 fusable_patterns.pop("rms_norm")
 em._Emitter
 info = lowered.meta.get("_delegate_info_meta")
-vk = getattr(partitioner, "_vulkan_partitioner", partitioner)
+inner = getattr(partitioner, "_wrapped_partitioner", partitioner)
 inner = node.target._op
 ok = EdgeCompileConfig(_check_ir_validity=False)
 setattr(backend_api, "x", 1)
@@ -227,14 +227,14 @@ def test_the_checker_finds_planted_reaches():
     lines = sorted({int(f.split(":")[1]) for f in found})
     # every planted line but the public imports and the public config's keyword
     assert lines == [2, 3, 4, 9, 10, 11, 12, 13, 14, 16], found
-    assert any("_vulkan_partitioner" in f for f in found)
+    assert any("_wrapped_partitioner" in f for f in found)
     assert any("._op" in f for f in found), "a private name of ExecuTorch's read on an edge op is a reach"
 
 
 def test_the_checker_leaves_public_use_alone():
     clean = '''
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.backends.somebackend.partition import SomePartitioner
 
 class Mine:
     def __init__(self):
@@ -242,7 +242,7 @@ class Mine:
     def run(self):
         return self._weights
 
-edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=EdgeCompileConfig())
+edge = to_edge_transform_and_lower(ep, partitioner=[SomePartitioner()], compile_config=EdgeCompileConfig())
 name = getattr(target, "_overloadname", "")
 '''
     assert reaches(clean) == []
