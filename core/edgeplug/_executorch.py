@@ -195,9 +195,9 @@ def serialized_pieces(program: Any) -> tuple[Any, Optional[dict]]:
     streaming weights from temporary files, and tag -> ``Cord``), without joining them into bytes; ``(None,
     None)`` where the manager keeps no such pieces (then use its public ``buffer`` / ``write_to_file``)."""
     getter = getattr(program, "_get_pte_data", None)
-    if getter is None:
-        return None, None
-    pte = getter()
+    # 1.5.1 keeps them as attributes, filled by to_executorch (no getter): a release that keeps neither
+    # answers (None, None)
+    pte = getter() if getter is not None else getattr(program, "_pte_data", None)
     return pte, getattr(program, "_tensor_data", None)
 
 
