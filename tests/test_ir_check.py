@@ -96,3 +96,13 @@ def test_an_op_a_decomposition_of_the_models_own_makes_goes_through_too():
         edgeplug.lower(AdaptiveMaxPool1d(), (torch.randn(1, 4, 8),), "xnnpack", dry_run=True)
     report = edgeplug.lower(AdaptiveMaxPool1d(), (torch.randn(1, 4, 8),), "coreml", dry_run=True).report
     assert report.delegated_ops and not report.cpu_ops
+
+
+def test_an_op_the_decomposition_makes_of_a_program_exported_with_grad_on_goes_through_too():
+    """ExecuTorch's suite exports with grad on: the program holds aten.embedding_bag, which to_edge (no grad)
+    makes aten._embedding_bag_forward_only. Before: edgeplug's strict IR check refused it."""
+    model = torch.nn.EmbeddingBag(10, 5, mode="mean")
+    args = (torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4]))
+    ep = torch.export.export(model, args)
+    with pytest.raises(NoCpuKernelError, match=r"aten\._embedding_bag_forward_only\.default"):
+        edgeplug.lower(ep, args, "xnnpack", dry_run=True)

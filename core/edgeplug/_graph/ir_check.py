@@ -101,7 +101,9 @@ def _decomposed_into(node: Any, table: Mapping[Any, Any]) -> list[Any]:
 
     try:
         with detect_fake_mode(values) or contextlib.nullcontext():
-            gm = make_fx(call, decomposition_table=table)(*values)
+            # detached, as to_edge's retrace sees them (a weight that requires grad picks other kernels:
+            # aten.embedding_bag becomes aten._embedding_bag there, _embedding_bag_forward_only in to_edge)
+            gm = make_fx(call, decomposition_table=table)(*[v.detach() for v in values])
     except Exception:
         return []
     return [n.target for n in gm.graph.nodes if n.op == "call_function"]
