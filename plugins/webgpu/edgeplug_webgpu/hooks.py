@@ -7,11 +7,11 @@ name, with its own partitioner and kernels.
 
 from __future__ import annotations
 
-from edgeplug.plugin import Availability, Kernel, executorch_has, hookimpl
+from edgeplug.plugin import Availability, Kernel, PartitionerFilter, executorch_has, hookimpl
 
 from edgeplug_vulkan_delegate import fusion, records, rewrites
 from edgeplug_vulkan_delegate.runtime import webgpu_device_runtime
-from edgeplug_webgpu import runtime_ops
+from edgeplug_webgpu import runtime_gaps, runtime_ops
 
 BACKEND = "webgpu"
 
@@ -49,6 +49,12 @@ def edgeplug_backends():
         availability=_requires_webgpu_partitioner,
         device_runtime=webgpu_device_runtime,  # ExecuTorch's own WebGPU runtime on wgpu-native, where it is built here
     ).model_copy(update={"support_check": runtime_ops.support_check})  # only what the WebGPU runtime implements
+
+
+@hookimpl
+def edgeplug_partitioner_filters():
+    # what ExecuTorch's WebGPU runtime refuses at load among the ops it lists (found running programs in it)
+    yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.NAME, fn=runtime_gaps.conversion_gaps)
 
 
 @hookimpl

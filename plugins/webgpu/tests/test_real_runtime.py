@@ -146,6 +146,35 @@ def test_gap_a_buffer_moved_into_the_delegate_crashes_the_runtime(runtime):
     assert set(kept.edge.exported_program().graph_signature.buffers_to_mutate.values()) == {"acc"}
 
 
+class HalfTrip(nn.Module):
+    """A float32 -> float16 -> float32 round trip between two delegated ops (a norm computed through half)."""
+
+    def forward(self, x):
+        return ((x * 2).half().float() + 1) * 3
+
+
+def _without_gap_filter():
+    import dataclasses
+
+    from edgeplug_webgpu.runtime_gaps import NAME
+
+    webgpu = edgeplug.get_backend("webgpu")
+    return dataclasses.replace(webgpu, filters=tuple(f for f in webgpu.filters if f.name != NAME))
+
+
+def test_gap_a_float_width_conversion_fails_to_load_and_stays_on_the_cpu(runtime):
+    """The runtime sends float32 <-> float16 to its int<->float converter, which takes 32-bit ends only: the
+    program does not load. The webgpu_runtime_gaps filter keeps the conversion on the CPU, and it runs."""
+    x = torch.randn(2, 16, generator=torch.Generator().manual_seed(3))
+    bare = edgeplug.lower(HalfTrip().eval(), (x,), backend=_without_gap_filter())
+    with pytest.raises(RuntimeRefusedError, match="only 32-bit int<->float convert supported"):
+        runtime.run(bare.buffer, bare.data_buffer, [[x]])
+    result = edgeplug.lower(HalfTrip().eval(), (x,), backend="webgpu", verify=True)
+    assert dict(result.report.cpu_ops) == {"dim_order_ops._to_dim_order_copy.default": 2}, result.report.to_table()
+    v = result.report.verification
+    assert v.adapter.startswith(runtime.name) and v.passed and v.max_abs_diff <= 1e-4, result.report.to_table()
+
+
 def test_a_broken_program_is_the_runtimes_refusal(runtime):
     from edgeplug.examples import load_model
 
@@ -195,6 +224,20 @@ def test_the_two_runtimes_are_looked_up_apart(monkeypatch, tmp_path):
     with pytest.raises(RunnerNotFound) as err:
         find_runner(WEBGPU)
     assert f"no edgeplug-webgpu-runner in {tmp_path / 'webgpu-runtime'}" in str(err.value)
+
+
+def test_the_gap_filter_keeps_float_width_conversions_on_the_cpu_and_no_other():
+    """No runtime needed: float32 <-> float16 stays on the CPU naming the runtime's words; float32 <-> int32
+    (which the runtime converts) is delegated."""
+    from edgeplug_webgpu.runtime_gaps import conversion_refused
+
+    x = torch.randn(2, 16, generator=torch.Generator().manual_seed(3))
+    report = edgeplug.lower(HalfTrip().eval(), (x,), backend="webgpu").report
+    reasons = [n.reason for n in report.cpu_nodes]
+    assert len(reasons) == 2 and all("webgpu_runtime_gaps" in r and "only 32-bit int<->float" in r for r in reasons)
+    assert conversion_refused(torch.float32, torch.int32) == "" == conversion_refused(torch.int64, torch.float32)
+    assert "bool and integer" in conversion_refused(torch.bool, torch.int32)
+    assert conversion_refused(torch.int8, torch.float32).startswith("to_copy_int_to_float")
 
 
 def test_backends_says_whether_the_runtime_is_found(monkeypatch, edgeplug_cli, tmp_path):
