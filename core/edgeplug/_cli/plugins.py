@@ -38,7 +38,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for r in rows if specs else ():  # no backend: the error below, not an empty table
         say("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4], file=sys.stdout)
     _print_device_runtimes(m, specs)
-    _print_versions()
+    if specs:  # no backend: the error below alone
+        _print_versions()
     if specs and args.adapter and not args.no_adapter:  # opening an adapter takes longer than the listing
         try:  # the driver's own lines (Mesa's "XDG_RUNTIME_DIR is invalid", once per probe) stay off the terminal
             with native_output_hidden():
