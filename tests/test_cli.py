@@ -135,7 +135,7 @@ def test_backends_with_a_conflict_lists_the_others_and_names_both_distributions(
     fixture_site("good", "conflict_backend")
     code, out, err = cli("backends")
     assert code == 0
-    listed = {line.split()[0] for line in out.splitlines()[1:] if line.strip() and not line.startswith("wgpu")}
+    listed = {line.split()[0] for line in out.splitlines()[1:] if line.strip() and not line.startswith(("wgpu", "runs on:"))}
     assert others and listed == others  # every backend but the contested one
     assert "unavailable backend: backend 'tinycpu' is unavailable: backend 'tinycpu' is registered twice" in err
     assert "edgeplug-fixture-good" in err and "edgeplug-fixture-tinycpu-clone" in err
