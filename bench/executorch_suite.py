@@ -7,7 +7,7 @@ process, the flows alternating test by test: stock's (the suite's own flow for t
 (``edgeplug.testing.executorch_suite.edgeplug_flow``: the suite's stages, edgeplug's lowering). A test is counted as
 the suite's pytest run counts it: it passes when every case does, it is skipped at its first case that fails for a
 reason other than the backend (or that edgeplug refuses up front), and it fails at its first backend failure.
-Cases are counted as run, and as delegated or not. Prints a Markdown table and, per test, where the flows differ.
+Cases are counted as the suite's runner classes them (a case with nothing delegated passes without being run). Prints a Markdown table and, per test, where the flows differ.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ import json
 import pkgutil
 import sys
 import time
+import unittest
 from collections import Counter
 
 import torch
 
-#: a representative set: the operators issues 45 and 49 name, and common ones of each kind
+#: a representative set: the operators issues 45 and 49 name, and common ones of each kind (lstm is left out for
+#: time: its 11 tests take about 30 minutes for both flows on a loaded 2-core machine; pass --ops lstm for it)
 DEFAULT_OPS = (
-    "adaptive_maxpool1d,adaptive_maxpool2d,adaptive_maxpool3d,embedding_bag,median,round,lstm,"
-    "linear,conv2d,add,upsample_bilinear2d,index_put"
+    "adaptive_maxpool1d,adaptive_maxpool2d,adaptive_maxpool3d,embedding_bag,median,round,"
+    "linear,conv2d,add,upsample_bilinear2d,index_put,masked_fill"
 )
 
 
@@ -92,6 +94,9 @@ def _run_one(fn, flow, name: str):
         fn(runner, **args)
     except _Stop as stop:
         outcome = stop.outcome
+    except unittest.SkipTest as exc:  # the test skips itself ("NaN and Inf are not enforced for backends")
+        outcome = "skipped"
+        runner.cases.append(("SKIPPED", f"the test skips itself: {exc}"[:300]))
     except Exception as exc:  # a test that breaks outside run_test: the suite's pytest run reports it failed
         outcome = "failed"
         runner.cases.append(("ERROR", f"{type(exc).__name__}: {exc}"[:300]))
@@ -139,7 +144,8 @@ def _print_table(rows, args) -> None:
     print("| tests passed / skipped / failed | " + " | ".join(
         f"{tests[s]['passed']} / {tests[s]['skipped']} / {tests[s]['failed']}" for s in sides) + " |")
     print("| cases run and matching eager, delegated | " + " | ".join(str(cases[s]["delegated"]) for s in sides) + " |")
-    print("| cases run and matching eager, not delegated | " + " | ".join(str(cases[s]["undelegated"]) for s in sides) + " |")
+    print("| cases passed with nothing delegated (the suite does not run them) | " + " | ".join(
+        str(cases[s]["undelegated"]) for s in sides) + " |")
     print("| cases the suite skips (an op no portable kernel runs left undelegated, ...) | " + " | ".join(
         str(cases[s]["SKIPPED"]) for s in sides) + " |")
     print("| cases refused up front (no CPU kernel) | " + " | ".join(str(cases[s]["refused"]) for s in sides) + " |")
