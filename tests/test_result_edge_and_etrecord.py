@@ -71,3 +71,19 @@ def test_the_command_line_writes_it(tmp_path, edgeplug_cli):
     )
     assert code == 0, err
     assert (tmp_path / "m.pte").stat().st_size > 0 and (tmp_path / "m.etrecord").stat().st_size > 0
+
+
+def test_executorchs_inspector_compares_the_pte_with_eager_from_edgeplugs_etrecord(lowered, tmp_path):
+    """The ETRecord carries the example call as its representative inputs, so calculate_numeric_gap runs on it as
+    written (ExecuTorch's Inspector, the .pte run with an ETDump and its debug buffer)."""
+    from executorch.devtools import Inspector
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    result, path = lowered
+    module = _load_for_executorch_from_buffer(result.buffer, enable_etdump=True, debug_buffer_size=1 << 20)
+    module.forward(tuple(result.args))
+    etdump, debug = tmp_path / "run.etdp", tmp_path / "run.bin"
+    module.write_etdump_result_to_file(str(etdump), str(debug))
+    gaps = Inspector(etdump_path=str(etdump), etrecord=str(path), debug_buffer_path=str(debug)).calculate_numeric_gap("MSE")
+    assert len(gaps) >= 1 and all(g[0] < 1e-10 for g in gaps["gap"])
+    assert "linear" in [op for ops in gaps["aot_ops"] for op in ops]

@@ -417,7 +417,9 @@ def _serialize(job: Lowering) -> None:
         serializing = job.edge.transform(ExportedProgramPassManager([_GraphCopy()]))
         program = serializing.to_executorch(_executorch_config(ep, job.external_weights, in_place=in_place))
     if job.etrecord is not None:
-        job.result.etrecord = program.get_etrecord()
+        job.result.etrecord = record = program.get_etrecord()
+        if not job.inputs.kwargs:  # the example call, which calculate_numeric_gap runs the aten program on
+            record.update_representative_inputs([tuple(job.inputs.args)])
     if not job.dry_run:  # a dry run serializes too (every check of the real flow), then keeps nothing
         job.result.program, job.result.pte_bytes = program, serialized_size(program)
     elif job.keep_stand_in:  # unless asked: save(path, stand_in=True) writes it as STEM.stand-in.pte
