@@ -30,6 +30,7 @@ PUBLIC_MODULES = ("edgeplug", "edgeplug.plugin")
 TESTING_MODULES = (
     "edgeplug.testing",
     "edgeplug.testing.conformance",
+    "edgeplug.testing.executorch_suite",
     "edgeplug.testing.faults",
     "edgeplug.testing.programs",
     "edgeplug.testing.rewrites",
