@@ -12,6 +12,12 @@ One difference is stated rather than hidden: where edgeplug refuses a program up
 core ATen would run on the CPU with no ExecuTorch kernel (``NoCpuKernelError``), the case is *skipped* with that
 reason, as the suite skips stock's case once its lowering shows such an op left undelegated.
 
+- ``edgeplug_flow``: ``edgeplug_flow(backend, *, name=None, skip_patterns=())``, the suite's ``TestFlow`` lowering
+  with edgeplug for ``backend`` (named ``edgeplug-BACKEND``).
+- ``edgeplug_tester``: ``edgeplug_tester(backend)``, that flow's ``tester_factory``: ExecuTorch's ``Tester`` with
+  edgeplug's lowering stage, for a flow of your own (quantized, other skip patterns).
+- ``stock_flow``: ``stock_flow(backend)``, the suite's own float flow for the backend (what stock ExecuTorch runs).
+
 ``bench/executorch_suite.py`` runs a set of the suite's operator files through edgeplug's flow and stock's flow
 of the same backend, side by side, and prints the table docs/benchmarks.md keeps.
 """
