@@ -41,9 +41,11 @@ def test_the_matrix_has_a_case_per_backend_with_schemes():
 @pytest.mark.slow
 @pytest.mark.parametrize("example,backend,scheme", list(_cases()))
 def test_examples_quantize_lower_and_verify(example, backend, scheme):
+    b = edgeplug.get_backend(backend)
+    if not b.availability().dry_run:  # refused before any work on this release: tests/test_executorch_versions.py
+        pytest.skip(f"backend {backend!r} cannot partition here: {b.availability().reason}")
     model, inputs, _, _ = load_model(example)
     quantized = edgeplug.quantize(model, inputs, backend, scheme)
-    b = edgeplug.get_backend(backend)
     dry_run = not b.availability().ok
     report = edgeplug.lower(quantized, inputs, backend, verify=not dry_run, dry_run=dry_run, model_name=example).report
     q = report.quantization
