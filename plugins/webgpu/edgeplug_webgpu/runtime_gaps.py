@@ -7,6 +7,10 @@ node on the CPU, with its reason in the report; the op list itself is ``runtime_
   and sends everything else to its int<->float converter, which takes 32-bit ends only; float32 <-> float16
   therefore fails at load ("to_copy_float_to_int: only 32-bit int<->float convert supported"). bool <-> int
   is refused outright ("bool and integer conversions are unsupported").
+- A per-channel int8 weight's dequantize feeding a matmul: the Vulkan delegate's serialization fuses the pair
+  into ``aten._weight_int8pack_mm``, which the WebGPU runtime does not implement ("WebGPU backend: unsupported
+  op: aten._weight_int8pack_mm.default"), so the program fails to load. The dequantize runs on the CPU and the
+  matmul, now of a float weight, on the GPU (correct; the weight crosses as float32 each call).
 """
 
 from __future__ import annotations
@@ -16,8 +20,29 @@ from typing import Any, Optional
 import torch
 
 NAME = "webgpu_runtime_gaps"
+INT8_NAME = "webgpu_int8_matmul_weight"
 
 _CONVERSIONS = ("aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default")
+_INT8_DEQUANTIZE = "quantized_decomposed.dequantize_per_channel.default"
+_MATMULS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten.bmm.default")
+_VIEWS = ("aten.permute_copy.default", "aten.t_copy.default", "aten.view_copy.default", "aten.transpose_copy.int",
+          "aten.unsqueeze_copy.default", "aten.squeeze_copy.dims", "aten.expand_copy.default")
+
+
+def _feeds_a_matmul(node: Any, op_name: Any) -> bool:
+    """Whether ``node``'s value reaches a matmul, directly or through views of it (a weight's transpose)."""
+    todo, seen = list(node.users), set()
+    while todo:
+        user = todo.pop()
+        if user in seen or user.op != "call_function":
+            continue
+        seen.add(user)
+        name = op_name(user.target)
+        if name in _MATMULS:
+            return True
+        if name in _VIEWS:
+            todo.extend(user.users)
+    return False
 
 
 def _stored(dtype: torch.dtype) -> tuple[str, int]:
@@ -57,3 +82,20 @@ def conversion_gaps(node: Any, ctx: Any) -> Optional[Any]:
         return None
     return refuse(f"ExecuTorch's WebGPU runtime cannot convert {str(source.dtype).replace('torch.', '')} to "
                   f"{str(value.dtype).replace('torch.', '')} (the delegate would fail at load: '{why}')")
+
+
+def int8_matmul_weight(node: Any, ctx: Any) -> Optional[Any]:
+    """The filter: refuse an int8 per-channel dequantize that feeds a matmul (the serialization would make the pair
+    aten._weight_int8pack_mm, which the runtime lacks)."""
+    from edgeplug.plugin import op_name, refuse
+
+    if getattr(node, "op", None) != "call_function" or op_name(node.target) != _INT8_DEQUANTIZE or not node.args:
+        return None
+    source = getattr(node.args[0], "meta", {}).get("val")
+    if not isinstance(source, torch.Tensor) or source.dtype != torch.int8:
+        return None
+    if not _feeds_a_matmul(node, op_name):
+        return None
+    return refuse("ExecuTorch's WebGPU runtime does not implement aten._weight_int8pack_mm, which the Vulkan "
+                  "serialization makes of an int8 per-channel dequantize and its matmul (the delegate would fail at "
+                  "load: 'unsupported op'); the weight is dequantized on the CPU")

@@ -175,6 +175,40 @@ def test_gap_a_float_width_conversion_fails_to_load_and_stays_on_the_cpu(runtime
     assert v.adapter.startswith(runtime.name) and v.passed and v.max_abs_diff <= 1e-4, result.report.to_table()
 
 
+class TwoLinears(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(32, 64), nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _w8(backend="webgpu"):
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(4))
+    return edgeplug.quantize(TwoLinears().eval(), (x,), backend, "w8"), x
+
+
+def test_gap_an_int8_weight_matmul_runs_with_its_dequantize_on_the_cpu(runtime):
+    """The Vulkan serialization fuses an int8 per-channel dequantize and its matmul into aten._weight_int8pack_mm,
+    which the runtime does not implement ('unsupported op'); with the dequantize on the CPU (the
+    webgpu_int8_matmul_weight filter) the w8 program loads and matches the quantized model."""
+    import dataclasses
+
+    from edgeplug_webgpu.runtime_gaps import INT8_NAME
+
+    quantized, x = _w8()
+    webgpu = edgeplug.get_backend("webgpu")
+    bare = edgeplug.lower(quantized, (x,), backend=dataclasses.replace(
+        webgpu, filters=tuple(f for f in webgpu.filters if f.name != INT8_NAME)))
+    with pytest.raises(RuntimeRefusedError, match="unsupported op: aten._weight_int8pack_mm"):
+        runtime.run(bare.buffer, bare.data_buffer, [[x]])
+    result = edgeplug.lower(quantized, (x,), backend="webgpu", verify=True)
+    v = result.report.verification
+    assert v.adapter.startswith(runtime.name) and v.passed and v.max_abs_diff <= 1e-4, result.report.to_table()
+
+
 def test_a_broken_program_is_the_runtimes_refusal(runtime):
     from edgeplug.examples import load_model
 
@@ -238,6 +272,14 @@ def test_the_gap_filter_keeps_float_width_conversions_on_the_cpu_and_no_other():
     assert conversion_refused(torch.float32, torch.int32) == "" == conversion_refused(torch.int64, torch.float32)
     assert "bool and integer" in conversion_refused(torch.bool, torch.int32)
     assert conversion_refused(torch.int8, torch.float32).startswith("to_copy_int_to_float")
+
+
+def test_the_int8_filter_keeps_a_matmuls_weight_dequantize_on_the_cpu():
+    quantized, x = _w8()
+    report = edgeplug.lower(quantized, (x,), backend="webgpu").report
+    kept = [n for n in report.cpu_nodes if n.op == "quantized_decomposed.dequantize_per_channel.default"]
+    assert len(kept) == 2 and all("webgpu_int8_matmul_weight" in n.reason for n in kept), report.to_table()
+    assert report.delegated_ops.get("aten.mm.default") or report.delegated_ops.get("aten.addmm.default"), report.to_table()
 
 
 def test_backends_says_whether_the_runtime_is_found(monkeypatch, edgeplug_cli, tmp_path):
