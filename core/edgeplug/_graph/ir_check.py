@@ -143,6 +143,13 @@ def out_variant(op: Any) -> Optional[str]:
     return f"{out._schema.name.split('::')[-1]}.{out._overloadname}"
 
 
+#: ops outside core ATen that ExecuTorch removes before its runtime sees the program (shape and value asserts of
+#: dynamic shapes, data-dependent sizes): never run on the CPU, so no kernel is missing for them
+REMOVED_BEFORE_RUNTIME = frozenset({
+    "_assert_scalar", "_assert_async", "_assert_tensor_metadata", "sym_constrain_range", "sym_constrain_range_for_size",
+})
+
+
 def without_cpu_kernel(ep: Any, allowed: Iterable[Any]) -> list[tuple[Any, str, str]]:
     """``(node, op name, out variant)`` for each node of the lowered ``ep`` (its top-level graph: what runs on
     the CPU) whose op is one of ``allowed`` and has no portable kernel; empty where the kernel list is unknown."""
@@ -154,6 +161,8 @@ def without_cpu_kernel(ep: Any, allowed: Iterable[Any]) -> list[tuple[Any, str, 
     for node in ep.graph_module.graph.nodes:
         if node.op != "call_function" or aten_overload(node.target) not in allowed:
             continue
+        if op_name(node.target).split(".")[1] in REMOVED_BEFORE_RUNTIME:
+            continue  # to_executorch drops it (ExecuTorch's RemoveGraphAssertsPass): no kernel needed
         out = out_variant(aten_overload(node.target))
         if out is None or out not in kernels:
             found.append((node, op_name(node.target), out or "an out variant"))
