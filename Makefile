@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PLUGINS := vulkan_delegate vulkan webgpu qnn samsung xnnpack coreml
 STAMP := $(VENV)/.edgeplug-installed
 
-.PHONY: setup demo lint test test-fast bench zoo vulkan-runtime webgpu-runtime clean
+.PHONY: setup demo lint test test-release test-fast bench zoo vulkan-runtime webgpu-runtime clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,14 @@ TEST_WORKERS ?= 2
 test: setup lint
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
 	  --durations=25 tests plugins
+
+# on the other end of the tested range (CI: make test-release EXECUTORCH=1.4.1): every plugin's conformance suite,
+# the core's conformance, lowering and verification tests, and the release checks (README: "ExecuTorch releases")
+RELEASE_TESTS = tests/test_conformance.py tests/test_lower.py tests/test_executorch_versions.py \
+  tests/test_executorch_boundary.py $(wildcard plugins/*/tests/test_backend.py) plugins/webgpu/tests/test_executorch_release.py
+test-release: setup
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+	  --durations=10 $(RELEASE_TESTS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" tests plugins

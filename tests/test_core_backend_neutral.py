@@ -18,7 +18,9 @@ import pytest
 
 CORE = Path(__file__).resolve().parent.parent / "core" / "edgeplug"
 VENDOR = re.compile(r"vulkan|webgpu|qnn|samsung|xnnpack|exynos|htp|qualcomm|et_vk|\benn\b", re.IGNORECASE)
-SHARED_BACKEND_PACKAGES = {"transforms"}
+# executorch.backends.transforms: passes every backend shares; executorch.backends.test: ExecuTorch's backend test
+# suite and its Tester harness, which edgeplug.testing.executorch_suite runs every backend through
+SHARED_BACKEND_PACKAGES = {"transforms", "test"}
 
 #: (module, word) -> why that module may name it in a string
 ALLOWED = {

@@ -12,7 +12,6 @@ import os
 import pytest
 
 import edgeplug
-from edgeplug import _executorch
 from edgeplug._quantize.quantize import schemes
 from edgeplug.examples import load_model
 
@@ -41,13 +40,7 @@ def test_the_matrix_has_a_case_per_backend_with_schemes():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example,backend,scheme", list(_cases()))
-def test_examples_quantize_lower_and_verify(example, backend, scheme, request):
-    if (example, backend, scheme) == ("llama", "xnnpack", "8a8w") and _executorch.satisfies(
-        _executorch.installed_version("executorch"), "<1.5"
-    ):
-        # seen on 1.4.1: ExecuTorch's XNNPACK runtime refuses the program ("XNNCompiler::compileModel failed: 0x1",
-        # Init failed for XnnpackBackend); not diagnosed yet (whether stock's 8a8w program fails the same way)
-        request.applymarker(pytest.mark.xfail(reason="executorch 1.4.1's XNNPACK runtime refuses the 8a8w llama program"))
+def test_examples_quantize_lower_and_verify(example, backend, scheme):
     b = edgeplug.get_backend(backend)
     if not b.availability().dry_run:  # refused before any work on this release: tests/test_executorch_versions.py
         pytest.skip(f"backend {backend!r} cannot partition here: {b.availability().reason}")

@@ -174,7 +174,7 @@ def _torch_defaults_kept(effects: Effects) -> Iterator[None]:
                 continue
 
             def watched(*a: Any, _what: str = what, _original: Any = original, **k: Any) -> Any:
-                where[_what] = where_in_user_code(sys._getframe(1)) or _caller(sys._getframe(1))
+                where[_what] = where_in_user_code(sys._getframe(1)) or _frame_location(sys._getframe(1))
                 return _original(*a, **k)
 
             originals[setter] = original
@@ -196,7 +196,7 @@ def _torch_defaults_kept(effects: Effects) -> Iterator[None]:
                     effects.torch_defaults.append((what, str(after[what]), str(start[what]), where.get(what, "")))
 
 
-def _caller(frame: Any) -> str:
+def _frame_location(frame: Any) -> str:
     """``FILE:LINE, in FUNC`` of ``frame`` (a plugin's own line, which ``where_in_user_code`` may not count
     as the user's: an installed plugin lives in site-packages)."""
     code = frame.f_code
