@@ -387,7 +387,9 @@ def _to_edge(job: Lowering) -> None:
             )
     except Exception as exc:
         if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
-            raise LoweringError(job.partitioner.stranded_message()) from exc
+            made = {s.op: job.created_ops[s.op] for s in job.partitioner.stranded if s.op in job.created_ops}
+            who = "".join(f" {op} was created by {creator}: that transform is at fault." for op, creator in made.items())
+            raise LoweringError(job.partitioner.stranded_message() + who) from exc
         raise
     # one of those left on the CPU where no ExecuTorch kernel runs it: refused now, not at load on the device
     refuse_without_cpu_kernel(job.edge.exported_program(), allowed, b.name, job.partitioner.cpu_reasons)
