@@ -11,6 +11,8 @@ The tests (``__all__``, what ``import *`` brings into a plugin's test module):
     No plugin of the backend's distribution was dropped while loading.
 ``test_distribution_declares_its_entry_point_and_needs_edgeplug``
     The distribution declares its ``edgeplug`` entry point and depends on edgeplug.
+``test_distribution_declares_the_executorch_range_it_is_tested_with``
+    The distribution requires ``executorch`` with the range of releases it is tested with.
 ``test_backend_spec``
     The spec has a description and a delegate id, builds an executorch ``Partitioner``, and its
     availability probe answers (with a reason and a hint when unavailable).
@@ -85,6 +87,7 @@ from edgeplug.testing.rms_norm_cases import ACCEPTED, Bundle
 __all__ = [
     "test_plugin_loaded_without_problems",
     "test_distribution_declares_its_entry_point_and_needs_edgeplug",
+    "test_distribution_declares_the_executorch_range_it_is_tested_with",
     "test_backend_spec",
     "test_records_validate_and_name_a_backend",
     "test_skip_table_holds_real_operator_overloads",
