@@ -298,9 +298,12 @@ def _edge_stage(job: Lowering) -> Any:
         constants = constant_placeholders(ep)
         if not any(n.op == "placeholder" and n.name in constants and len(n.users) > 1 for n in ep.graph.nodes):
             return PassResult(ep, ())
+        trial = CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner)
         try:
-            CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner).partition(ep)
-        except EdgeplugError:
+            trial.partition(ep)
+        except EdgeplugError as exc:
+            if trial.stranded:  # the real partitioning would strand the same ops: said as it would say it
+                raise _stranded_error(trial, job.created_ops) from exc
             raise
         except Exception as exc:  # the backend's partitioner raised: its fault, not this core pass's
             err = stage_failure(exc, "partition + delegate", job.backend, job.created_ops)
@@ -341,6 +344,17 @@ def _edge_stage(job: Lowering) -> Any:
             return ExportedProgramPassResult(ep, True)
 
     return EdgeplugEdgeStage()
+
+
+def _stranded_error(partitioner: CorePartitioner, created: dict[str, str]) -> LoweringError:
+    """The error for ops kept whole (or fused) for the backend and then left on the CPU: each op, why it was not
+    taken, and the transform that created it where one did (that transform is at fault)."""
+    made = {s.op: created[s.op] for s in partitioner.stranded if s.op in created}
+    who = "".join(f" {op} was created by {creator}: that transform is at fault." for op, creator in made.items())
+    err = LoweringError(partitioner.stranded_message() + who)
+    # the message names who is at fault (a pass, a fusion, or the backend's checks): no pass runner rewraps it
+    err.at_fault = "; ".join(sorted(set(made.values()))) or f"backend {partitioner.backend.name!r}'s checks"
+    return err
 
 
 def make_partitioner(backend: Backend, dry_run: bool = False) -> CorePartitioner:
@@ -387,9 +401,7 @@ def _to_edge(job: Lowering) -> None:
             )
     except Exception as exc:
         if job.partitioner.stranded:  # executorch's "was not decomposed or delegated", said fully
-            made = {s.op: job.created_ops[s.op] for s in job.partitioner.stranded if s.op in job.created_ops}
-            who = "".join(f" {op} was created by {creator}: that transform is at fault." for op, creator in made.items())
-            raise LoweringError(job.partitioner.stranded_message() + who) from exc
+            raise _stranded_error(job.partitioner, job.created_ops) from exc
         raise
     # one of those left on the CPU where no ExecuTorch kernel runs it: refused now, not at load on the device
     refuse_without_cpu_kernel(job.edge.exported_program(), allowed, b.name, job.partitioner.cpu_reasons)

@@ -28,6 +28,8 @@ from importlib import resources
 from typing import Any, Iterable, Mapping, Optional
 
 import torch
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from edgeplug._errors import LoweringError
 from edgeplug._graph.ops import aten_overload, op_name
@@ -51,7 +53,7 @@ def ops_outside_core_aten(ep: Any, created: Optional[Mapping[str, str]] = None) 
     (``created``: op name -> the transform that brought it in, as ``run_passes`` collects it): the check's
     exceptions. They are the program's own such ops and those ``to_edge``'s decompositions of its ops make
     (``aten.adaptive_max_pool1d`` becomes ``aten.adaptive_max_pool2d``). An op decomposed anyway is harmless here."""
-    from edgeplug._executorch import default_decompositions
+    from edgeplug._executorch import default_decompositions  # loads executorch: only a lowering does (import edgeplug stays light)
 
     table = default_decompositions()
     made = set(created or ())
@@ -78,9 +80,6 @@ class _Slot:
 def _decomposed_into(node: Any, table: Mapping[Any, Any]) -> list[Any]:
     """The ops ``to_edge``'s decomposition table turns ``node`` into, traced on its example values (empty where it
     cannot be traced: the check then judges what comes out)."""
-    from torch._guards import detect_fake_mode
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     values: list[Any] = []
 
     def slot(a: Any) -> Any:
@@ -112,7 +111,7 @@ def _decomposed_into(node: Any, table: Mapping[Any, Any]) -> list[Any]:
 def edge_compile_config(allowed: Iterable[Any]) -> Any:
     """``to_edge``'s config: the strict IR check, with the model's own ops outside core ATen (``allowed``) let
     through (``_core_aten_ops_exception_list``, the field ExecuTorch's verifier names for exactly this)."""
-    from executorch.exir import EdgeCompileConfig
+    from executorch.exir import EdgeCompileConfig  # executorch: only a lowering loads it (import edgeplug stays light)
 
     return EdgeCompileConfig(_check_ir_validity=True, _core_aten_ops_exception_list=list(allowed))
 
@@ -134,7 +133,7 @@ def portable_kernels() -> Optional[frozenset[str]]:
 def out_variant(op: Any) -> Optional[str]:
     """The out variant a CPU kernel of ``op`` must implement, as the kernel list names it (``"round.decimals_out"``),
     or None where ExecuTorch finds none."""
-    from executorch.exir.operator.convert import to_out_variant
+    from executorch.exir.operator.convert import to_out_variant  # executorch: only a lowering loads it
 
     try:
         out, _args = to_out_variant(op)

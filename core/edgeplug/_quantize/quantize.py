@@ -564,7 +564,7 @@ def _refuse_non_finite(inputs: Any, what: str) -> None:
     each activation's range from the calibration data, and a non-finite value leaves none (the quantizer's
     annotation would be blamed, where the data is at fault)."""
     import torch  # loaded when quantizing, as in _calibrate
-    import torch.utils._pytree as pytree
+    import torch.utils._pytree as pytree  # with torch, as above
 
     for i, leaf in enumerate(pytree.tree_leaves(inputs)):
         if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()):

@@ -31,10 +31,11 @@ from edgeplug._errors import EdgeplugError
 
 def _stage(backend: str, example_inputs: tuple) -> Any:
     """The suite's lowering stage, as edgeplug lowers for ``backend``."""
+    # executorch's test harness and the façade: loaded when a flow runs (pytest imports edgeplug.testing at startup)
     from executorch.backends.test.harness.stages import Stage, StageType
 
-    from edgeplug._facade import lower
-    from edgeplug._graph.ir_check import NoCpuKernelError
+    from edgeplug._facade import lower  # as above
+    from edgeplug._graph.ir_check import NoCpuKernelError  # as above
 
     class EdgeplugLowering(Stage):
         def __init__(self) -> None:
@@ -48,7 +49,7 @@ def _stage(backend: str, example_inputs: tuple) -> Any:
                 # the ETRecord always: the suite's runner counts delegated ops from it
                 self.result = lower(artifact, tuple(example_inputs), backend, etrecord=True, model_name="suite case")
             except NoCpuKernelError as exc:
-                import pytest
+                import pytest  # only inside a pytest run, where the suite's cases skip
 
                 pytest.skip(f"edgeplug refused it up front: {exc}")
 
@@ -65,8 +66,9 @@ def _stage(backend: str, example_inputs: tuple) -> Any:
 
 def edgeplug_tester(backend: str) -> Callable[..., Any]:
     """A ``tester_factory`` for a ``TestFlow``: ExecuTorch's ``Tester`` with edgeplug's lowering stage."""
+    # executorch's test harness: loaded when a flow is built (pytest imports edgeplug.testing at startup)
     from executorch.backends.test.harness import Tester
-    from executorch.backends.test.harness.stages import StageType
+    from executorch.backends.test.harness.stages import StageType  # as above
 
     def factory(module: Any, example_inputs: tuple, dynamic_shapes: Optional[Any] = None) -> Any:
         stages = Tester.default_stage_classes() | {
@@ -80,9 +82,10 @@ def edgeplug_tester(backend: str) -> Callable[..., Any]:
 def edgeplug_flow(backend: str, *, name: Optional[str] = None, skip_patterns: tuple[str, ...] = ()) -> Any:
     """A ``TestFlow`` of ExecuTorch's backend test suite that lowers with edgeplug for ``backend`` (float, not
     quantized). ``name`` defaults to ``edgeplug-BACKEND``; ``skip_patterns`` as the suite's flows take them."""
+    # executorch's test suite and the façade: loaded when a flow is built (pytest imports edgeplug.testing at startup)
     from executorch.backends.test.suite.flow import TestFlow
 
-    from edgeplug._facade import resolve
+    from edgeplug._facade import resolve  # as above
 
     resolve(backend, "edgeplug.testing.executorch_suite.edgeplug_flow")  # an unknown backend is refused here, naming the installed ones
     return TestFlow(
@@ -93,7 +96,7 @@ def edgeplug_flow(backend: str, *, name: Optional[str] = None, skip_patterns: tu
 
 def stock_flow(backend: str) -> Any:
     """The suite's own float flow for ``backend`` (what stock ExecuTorch runs), or an error naming the flows it has."""
-    from executorch.backends.test.suite.flow import all_flows
+    from executorch.backends.test.suite.flow import all_flows  # executorch's test suite: only when asked for
 
     flows = all_flows()
     if backend not in flows:

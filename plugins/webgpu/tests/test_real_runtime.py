@@ -138,12 +138,12 @@ def test_gap_a_buffer_moved_into_the_delegate_crashes_the_runtime(runtime):
 
     x = torch.randn(4, 16, generator=torch.Generator().manual_seed(2))
     owned = edgeplug.lower(Accumulate().eval(), (x,), backend=owning_buffers(edgeplug.get_backend("webgpu")))
-    assert not owned.edge.exported_program().graph_signature.buffers_to_mutate  # the delegate owns it
+    assert not owned.lowered_program().graph_signature.buffers_to_mutate  # the delegate owns it
     with RunnerSession(owned.buffer, owned.data_buffer, build=runtime.build) as s:
         with pytest.raises(RunnerError, match="exited with status -11"):
             s.run([x])
     kept = edgeplug.lower(Accumulate().eval(), (x,), backend="webgpu")
-    assert set(kept.edge.exported_program().graph_signature.buffers_to_mutate.values()) == {"acc"}
+    assert set(kept.lowered_program().graph_signature.buffers_to_mutate.values()) == {"acc"}
 
 
 class HalfTrip(nn.Module):
