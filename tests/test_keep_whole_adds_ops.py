@@ -1,6 +1,6 @@
 """A ``KeepWhole`` record adds ops beyond the partitioner's own ``ops_to_not_decompose`` list.
 
-An executorch partitioner (XNNPACK's, among others) names the ops it keeps whole with a check for those ops; a
+An executorch partitioner (most of its config-based ones) names the ops it keeps whole with a check for those ops; a
 plugin's ``KeepWhole`` record adds others the partitioner delegates. Before, the partitioner's check was asked
 about the added ops too, answered no (they are not its), and each node was decomposed "refused by the <Partitioner>
 check", which read as the backend's verdict. Now the partitioner's check answers for its own ops only.

@@ -22,8 +22,11 @@ def _plain(edgeplug_plain_env, monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """A real report (an xnnpack dry run of a tiny model), as `--report X.json` writes it."""
-    result = edgeplug.lower(torch.nn.Linear(4, 4).eval(), (torch.randn(2, 4),), "xnnpack", dry_run=True)
+    """A real report (a fixture backend's dry run of a tiny model), as `--report X.json` writes it."""
+    import edgeplug_fixture_backends as fb  # tests/fixtures/backends (put on the path by conftest)
+
+    with fb.registered():
+        result = edgeplug.lower(torch.nn.Linear(4, 4).eval(), (torch.randn(2, 4),), fb.TABLE, dry_run=True)
     path = tmp_path_factory.mktemp("report") / "r.json"
     path.write_text(result.report.to_json())
     return path

@@ -1,7 +1,7 @@
 """By default no delegate is handed a weight as a runtime input: a constant several partitions read (a tied
 embedding table and ``lm_head``) is copied into each, as stock ExecuTorch does.
 
-Before, a backend had to know to set ``BackendSpec.copy_shared_constants=True`` (the guide named it for Vulkan
+Before, a backend had to know to set ``BackendSpec.copy_shared_constants=True`` (the guide named it for one GPU
 only): otherwise the tied weight reached each delegate as an input, which a delegate building weights from constant
 data refuses in its preprocess ("unsupported param type"), while stock ExecuTorch lowered the same model.
 ``copy_shared_constants=False`` keeps the one input, for a runtime that takes shared weights.

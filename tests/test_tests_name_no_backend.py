@@ -42,18 +42,6 @@ ALLOWED: dict[str, str] = {
 
 #: file -> where its backend-specific part belongs (strict xfail until it is clean)
 PENDING: dict[str, str] = {
-    # added this session (issues 46, 47): each lowers the xnnpack (or vulkan) backend end to end through the CLI;
-    # the backend-specific part belongs in that plugin's tests, the rest against the fixture backends
-    "test_calibration_file.py": "plugins/xnnpack/tests (calibration through a real quantizer)",
-    "test_outputs_signals.py": "plugins/xnnpack/tests (a real .pte/.ptd pair under signals)",
-    "test_plugin_side_effects.py": "fixture backends (the plugin's side effects, not xnnpack's lowering)",
-    "test_quiet_lines.py": "plugins/vulkan/tests (the runtime and adapter lines)",
-    "test_report_reading.py": "fixture backends (a saved report's reading does not depend on the backend)",
-    "test_terminal_lines.py": "fixture backends (the error line's escaping)",
-    "test_verify_state.py": "plugins/xnnpack/tests (the .pte run in ExecuTorch's runtime)",
-    "test_keep_whole_adds_ops.py": "plugins/xnnpack/tests (its partitioner's own keep-whole list)",
-    "test_plugin_battery.py": "fixture backends (the conflict cases clone the xnnpack plugin's name)",
-    "test_shared_weights_default.py": "plugins/vulkan/tests (a tied weight in the Vulkan delegate)",
     # issues 45, 49: ExecuTorch's backend suite and the strict IR check, run through the xnnpack and coreml plugins
     "test_executorch_suite_flow.py": "plugins/xnnpack/tests (ExecuTorch's suite through the xnnpack flow)",
     "test_ir_check.py": "plugins/xnnpack/tests and plugins/coreml/tests (what each delegates of the non-core ops)",

@@ -26,3 +26,9 @@ def pytest_collection_modifyitems(items):
             "test_examples_quantize_lower_and_verify[xnnpack-8a8w-llama]"
         ):
             item.add_marker(pytest.mark.xfail(reason="executorch 1.4.1's XNNPACK runtime refuses the 8a8w llama program"))
+
+
+@pytest.fixture
+def cli(edgeplug_cli):
+    """``edgeplug.testing``'s ``edgeplug_cli`` (run ``edgeplug ARGS...`` in this process: exit code, stdout, stderr)."""
+    return edgeplug_cli
