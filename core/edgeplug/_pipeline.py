@@ -484,6 +484,20 @@ def _run_stage(job: Lowering, stage: Stage) -> None:
 # -- the report ----------------------------------------------------------------------
 
 
+def _support_note(b: Backend, partitioner: Any) -> list[str]:
+    """The backend's sentence on what decided its support in this lowering (``BackendSpec.support_note``)."""
+    if b.spec.support_note is None:
+        return []
+    try:
+        note = b.spec.support_note(partitioner)
+    except Exception as exc:
+        raise LoweringError(
+            f"the support note of backend {b.name!r} (BackendSpec.support_note, from {b.plugin.describe()}) raised "
+            f"{type(exc).__name__}: {exc}; the plugin's author can fix it"
+        ) from exc
+    return [note] if isinstance(note, str) and note else []
+
+
 def _report_of(job: Lowering) -> LoweringReport:
     b, p = job.backend, job.partitioner
     parts, delegated, cpu = partitions(job.partitioner, job.edge.exported_program(), b.name)
@@ -505,7 +519,7 @@ def _report_of(job: Lowering) -> LoweringReport:
         ),
         kept_whole_on_cpu=[CpuNode(node=k.node, op=k.op, reason=k.reason) for k in p.stranded],
         decomposed_instead=[CpuNode(node=n, op=op, reason=why) for n, (op, why) in p.decomposed.items()],
-        notes=foreign_passes(b),
+        notes=foreign_passes(b) + _support_note(b, p.inner),
     )
     report.stand_in = _stand_in_record(job)
     if report.stand_in is not None:

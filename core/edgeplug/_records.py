@@ -165,6 +165,12 @@ class BackendSpec(_Record):
     #: user of ExecuTorch would. None: the backend's partitioner itself where it
     #: is an ExecuTorch class (its module under ``executorch.``), else no stock flow.
     stock_partitioner: Optional[Callable[[], Any]] = None
+    #: A sentence saying what decides which ops the backend takes, where that depends on the machine (e.g. the
+    #: op list of the runtime the program targets, found here, or a release's list when none is):
+    #: ``support_note(partitioner)`` is given the partitioner a lowering made, and the report carries its answer
+    #: as a note; given None, it says what a lowering would use now (``edgeplug backends`` prints it, and must
+    #: stay fast: do not import executorch for it). None: the backend has nothing to say.
+    support_note: Optional[Callable[[Any], str]] = None
 
     @model_validator(mode="before")
     @classmethod

@@ -13,6 +13,8 @@
 #   webgpu.h, wgpu.h); by default the `wgpu` wheel's resources folder in $PYTHON.
 # --profile: a second build (<commit>-profile) with the backend's GPU timestamp
 #   queries (EXECUTORCH_BUILD_WEBGPU_PROFILING).
+# Beside the runner: runtime.json (the commit built) and registered_ops.json (the
+# ops the runtime registers, which the webgpu backend then delegates: registered_ops.py).
 # Prints the runner's path last; point EDGEPLUG_WEBGPU_RUNNER at it, or leave it
 # in the default cache folder, where edgeplug finds it on its own.
 set -euo pipefail
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     --wgpu) WGPU="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
     --profile) PROFILE=1; shift ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [ -z "$SRC" ] || die "one SRC_DIR, got '$SRC' and '$1'"; SRC="$1"; shift ;;
   esac
@@ -95,5 +97,7 @@ end=$(date +%s)
 cat > "$OUT/bin/runtime.json" <<JSON
 {"executorch_commit": "$COMMIT", "built_seconds": $((end - start)), "jobs": $JOBS, "wgpu_native": "$WGPU", "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "profile": $([ "$PROFILE" = 1 ] && echo true || echo false)}
 JSON
+# the ops this runtime registers, read from the sources it compiled, for edgeplug's webgpu support check
+"$PY" "$HERE/registered_ops.py" "$OUT" --commit "$COMMIT" || die "could not record the ops the runtime registers"
 echo "== built in $((end - start)) s with $JOBS jobs"
 echo "$OUT/bin/edgeplug-webgpu-runner"

@@ -38,6 +38,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for r in rows if specs else ():  # no backend: the error below, not an empty table
         say("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4], file=sys.stdout)
     _print_device_runtimes(m, specs)
+    _print_support_notes(m, specs)
     if specs:  # no backend: the error below alone
         _print_versions()
     if specs and args.adapter and not args.no_adapter:  # opening an adapter takes longer than the listing
@@ -88,6 +89,22 @@ def _print_device_runtimes(m: PluginManager, specs: dict) -> None:
         else:
             line = f"none, --verify is refused: {unrunnable(backend, target)}"
         say(f"\n{name} runtime: {line}", file=sys.stdout)
+
+
+def _print_support_notes(m: PluginManager, specs: dict) -> None:
+    """For each backend whose support depends on the machine (``BackendSpec.support_note``): what a lowering
+    would use now, as its report will say."""
+    for name in sorted(specs):
+        note = specs[name][1].support_note
+        if note is None:
+            continue
+        backend = get_backend(name, registry=m)
+        try:
+            line = note(None)
+        except Exception as exc:  # the listing goes on; the plugin is named
+            line = f"its support note (BackendSpec.support_note) raised {failure(exc, backend.plugin)}"
+        if line:
+            say(f"{name} support: {line}", file=sys.stdout)
 
 
 def _print_versions() -> None:

@@ -23,32 +23,39 @@ _NEEDS = "the webgpu backend (ExecuTorch's WebGPU partitioner)"
 def _partitioner():
     from edgeplug.plugin import executorch_feature
 
-    from edgeplug_webgpu.runtime_ops import partitioner_options
+    # as ExecuTorch's own WebGPU flow builds it: only the ops the targeted runtime implements, the list decided
+    # here once for the lowering (the support check and the report's note read it: edgeplug_webgpu.runtime_ops)
+    ops = runtime_ops.targeted_list()
+    options, allowlist = runtime_ops.partitioner_options(ops)
+    made = executorch_feature(*_PARTITIONER, needed_for=_NEEDS, since="1.5")(options, operator_allowlist=allowlist)
+    return runtime_ops.remember(made, ops)
 
-    # as ExecuTorch's own WebGPU flow builds it: only the ops its runtime implements (edgeplug_webgpu.runtime_ops)
-    options, allowlist = partitioner_options()
-    return executorch_feature(*_PARTITIONER, needed_for=_NEEDS, since="1.5")(options, operator_allowlist=allowlist)
 
+def _availability() -> Availability:
+    """WebGPUPartitioner is new in ExecuTorch 1.5: on 1.4 nothing of this backend can run, dry runs included; nor
+    where the found runtime build's op list cannot be read (which ops to delegate is unknown)."""
+    if not executorch_has(*_PARTITIONER):
+        from edgeplug.plugin import lacks_executorch_feature
 
-def _requires_webgpu_partitioner() -> Availability:
-    """WebGPUPartitioner is new in ExecuTorch 1.5: on 1.4 nothing of this backend can run, dry runs included."""
-    if executorch_has(*_PARTITIONER):
-        return Availability(ok=True)
-    from edgeplug.plugin import lacks_executorch_feature
-
-    return Availability(
-        ok=False, reason=str(lacks_executorch_feature("WebGPUPartitioner", _NEEDS, since="1.5")),
-        hint="pip install 'executorch>=1.5,<1.6'", dry_run=False,
-    )
+        return Availability(
+            ok=False, reason=str(lacks_executorch_feature("WebGPUPartitioner", _NEEDS, since="1.5")),
+            hint="pip install 'executorch>=1.5,<1.6'", dry_run=False,
+        )
+    problem = runtime_ops.list_file_problem()
+    if problem:
+        return Availability(ok=False, reason=problem, dry_run=False)
+    return Availability(ok=True)
 
 
 @hookimpl
 def edgeplug_backends():
     yield records.backend_spec(
         BACKEND, description="ExecuTorch WebGPU delegate (shares the Vulkan serialization)", partitioner=_partitioner,
-        availability=_requires_webgpu_partitioner,
+        availability=_availability,
         device_runtime=webgpu_device_runtime,  # ExecuTorch's own WebGPU runtime on wgpu-native, where it is built here
-    ).model_copy(update={"support_check": runtime_ops.support_check})  # only what the WebGPU runtime implements
+    ).model_copy(update={  # only what the WebGPU runtime implements, and the report says whose list that is
+        "support_check": runtime_ops.support_check, "support_note": runtime_ops.support_note,
+    })
 
 
 @hookimpl
