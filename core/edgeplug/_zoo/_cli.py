@@ -9,6 +9,7 @@ import sys
 import time
 from edgeplug._errors import EdgeplugError
 from edgeplug._outputs import check_output_paths, is_stream, write_file
+from edgeplug._terminal import terminal_safe
 
 
 def _positive(kind):
@@ -151,6 +152,7 @@ def _printers(quiet: bool, interactive: bool):
     def progress(line: str) -> None:
         if quiet:
             return
+        line = terminal_safe(line)  # a cell's line quotes model and backend text: shown, never acted on
         if interactive and line.startswith("["):
             print("\r\033[K" + line[: os.get_terminal_size(sys.stderr.fileno()).columns - 1], end="", file=sys.stderr, flush=True)
         else:
@@ -159,7 +161,7 @@ def _printers(quiet: bool, interactive: bool):
     def warn(line: str) -> None:
         if interactive and not quiet:
             print(file=sys.stderr)
-        print(f"edgeplug zoo: warning: {line}", file=sys.stderr, flush=True)
+        print(f"edgeplug zoo: warning: {terminal_safe(line)}", file=sys.stderr, flush=True)
 
     return progress, warn
 
