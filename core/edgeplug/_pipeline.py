@@ -47,6 +47,7 @@ from edgeplug._eager import Reference, eager_model, run_eager
 from edgeplug._errors import EdgeplugError, ExecutorchVersionError, LoweringError
 from edgeplug._failures import edgeplug_cause, first_line, name_the_plugin, root_cause, stage_failure, train_mode_dropout
 from edgeplug._fusion.program import fuse_for_backend, fusion_stage
+from edgeplug._fusion.rms_norm import find_rms_norms
 from edgeplug._fusion.target import resolve_target
 from edgeplug._graph import PassResult, run_passes
 from edgeplug._graph.cache_writes import values_at_indexed_shape
@@ -241,6 +242,11 @@ def _fusion_pass(job: Lowering, stage: Literal["export", "edge"]) -> PassSpec:
     """The core's fusion as a pass of ``stage``: its records go to the report, and the ops it
     creates are remembered so that a later check refusing one names the fusion, not executorch."""
     def fusion(ep: ExportedProgram) -> ExportedProgram:
+        if job.backend.fusion_policy("rms_norm") is not None and not find_rms_norms(ep):
+            # no norm, so nothing to fuse and no record: the program stays as it is (the fusion would
+            # copy and revalidate it first)
+            job.fusions = []
+            return ep
         # the veto asks the lowering's own partitioner's support check: the factory is not called again
         out, job.fusions = fuse_for_backend(ep, job.backend, delegation(job.backend, lambda: job.partitioner.support))
         if any(r.outcome != "rejected" for r in job.fusions):
