@@ -2,7 +2,7 @@
 
     python bench/vulkan_lowering_time.py [--backend vulkan] [--ops add,conv2d,...] [--repeat 3] [--profile 5] [--json out.json]
 
-The programs: the first case of the first test (by name) of each operator file of ExecuTorch's backend test suite
+The programs: the first case (``--all-cases``: every case) of the first test (by name) of each operator file of ExecuTorch's backend test suite
 (``executorch.backends.test.suite.operators``, shipped in the executorch wheel), float32, built as the suite builds
 them (its per-test seed) and exported once as the suite exports them (``torch.export.export(strict=True)``). A test
 that skips itself or whose model does not run in eager is left out (the suite skips it too), and said.
@@ -48,23 +48,27 @@ from typing import Any
 
 
 class _Captured(Exception):
-    """Raised by the capturing runner once the test has handed over its first case."""
+    """Raised by the capturing runner once the test has handed over the cases asked for."""
 
 
 class _Capture:
-    """Stands in for the suite's test runner: keeps the first case's model and inputs, then stops the test."""
+    """Stands in for the suite's test runner: keeps the model and inputs of the test's first case (or of every
+    case, ``all_cases``), then stops the test."""
 
-    def __init__(self, flow: Any) -> None:
+    def __init__(self, flow: Any, all_cases: bool = False) -> None:
         self._flow = flow  # the suite's tests read the flow from their runner
-        self.case: Any = None
+        self.all_cases = all_cases
+        self.cases: list = []
 
     def lower_and_run_model(self, model, inputs, generate_random_test_inputs=True, dynamic_shapes=None):
-        self.case = (model, inputs, dynamic_shapes)
-        raise _Captured()
+        self.cases.append((model, inputs, dynamic_shapes))
+        if not self.all_cases:
+            raise _Captured()
 
 
-def _programs(ops: list[str], backend: str) -> tuple[list[dict], list[str]]:
-    """(program records, what was left out and why) for the first test of each operator file."""
+def _programs(ops: list[str], backend: str, all_cases: bool = False) -> tuple[list[dict], list[str]]:
+    """(program records, what was left out and why) for the first test of each operator file: its first case,
+    or each of its cases (``all_cases``)."""
     import torch
 
     import executorch.backends.test.suite.operators as package
@@ -90,7 +94,7 @@ def _programs(ops: list[str], backend: str) -> tuple[list[dict], list[str]]:
             left.append(f"{mod_name}: no test taking a test_runner")
             continue
         name, fn = tests[0]
-        capture = _Capture(flow)
+        capture = _Capture(flow, all_cases)
         kwargs = {"dtype": torch.float32} if "dtype" in inspect.signature(fn).parameters else {}
         torch.manual_seed(_get_test_seed(name))  # as the suite's run_test seeds it (here before the model is built)
         try:
@@ -100,17 +104,18 @@ def _programs(ops: list[str], backend: str) -> tuple[list[dict], list[str]]:
         except unittest.SkipTest as exc:
             left.append(f"{mod_name}.{name}: the test skips itself ({exc})")
             continue
-        if capture.case is None:
+        if not capture.cases:
             left.append(f"{mod_name}.{name}: handed over no case")
             continue
-        model, inputs, dynamic_shapes = capture.case
-        try:
-            model(*inputs)
-            ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=True)
-        except Exception as exc:  # the suite skips a case whose eager run or export fails
-            left.append(f"{mod_name}.{name}: {type(exc).__name__} in eager or export ({str(exc).splitlines()[0][:120]})")
-            continue
-        programs.append({"file": mod_name, "test": name, "ep": ep, "inputs": tuple(inputs)})
+        for k, (model, inputs, dynamic_shapes) in enumerate(capture.cases):
+            label = mod_name if not all_cases else f"{mod_name}#{k}"
+            try:
+                model(*inputs)
+                ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=True)
+            except Exception as exc:  # the suite skips a case whose eager run or export fails
+                left.append(f"{label} ({name}): {type(exc).__name__} in eager or export ({str(exc).splitlines()[0][:120]})")
+                continue
+            programs.append({"file": label, "test": name, "ep": ep, "inputs": tuple(inputs)})
     return programs, left
 
 
@@ -198,6 +203,7 @@ def main() -> None:
     parser.add_argument("--stock-patterns-cached", action="store_true", help=(
         "a third side: stock's flow with executorch's Vulkan pattern graphs traced once per process, as edgeplug's "
         "lowering traces them (edgeplug_vulkan_delegate._executorch.pattern_graphs_traced_once)"))
+    parser.add_argument("--all-cases", action="store_true", help="every case of each first test, not its first case only")
     parser.add_argument("--etrecord", action="store_true", help="both sides generate ExecuTorch's ETRecord, as the suite asks")
     parser.add_argument("--json", help="every run of every program, written after each program")
     args = parser.parse_args()
@@ -208,7 +214,7 @@ def main() -> None:
     from executorch.exir import to_edge_transform_and_lower  # noqa: F401
 
     started = time.perf_counter()
-    programs, left = _programs([o for o in args.ops.split(",") if o], args.backend)
+    programs, left = _programs([o for o in args.ops.split(",") if o], args.backend, args.all_cases)
     print(f"{len(programs)} programs ({len(left)} left out) in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     for why in left:
         print(f"  left out: {why}", file=sys.stderr)
