@@ -32,8 +32,10 @@ from typing import Any, Optional
 
 import torch
 
-#: edgeplug's .pte; stock's; stock's with the ops the runtime has no kernel for blocked (VulkanPartitioner's
-#: operator_blocklist: aten.logical_not, aten.eq), which is what a stock user does after the runtime refuses it
+#: edgeplug's .pte; stock's; stock's with the ops the runtime refuses blocked (the partitioner's operator_blocklist),
+#: which is what a stock user does after the runtime refuses the .pte: for Vulkan aten.logical_not and aten.eq (no
+#: kernel); for WebGPU every op the runtime built here does not register (it refuses aten.arange.start_step first),
+#: from the list its build recorded (tools/webgpu-runtime/registered_ops.py)
 SIDES = ("edgeplug", "stock", "stock-blocked")
 P = 8191  # the table's length (a prime, so every stride a < P walks all of it)
 
@@ -56,6 +58,10 @@ def structured_(model: torch.nn.Module, seed: int = 0) -> None:
 
 
 def build(name: str, layers: int, hidden: int, seq: int, vocab: int) -> torch.nn.Module:
+    if name.startswith("handwritten-"):  # a model of edgeplug's table at its own size and weights (llvmpipe's row)
+        from edgeplug.examples import load_model
+
+        return load_model(name)[0].eval()
     heads = hidden // 128
     if name == "et-llama":  # executorch's own Llama (examples/models/llama), no KV cache
         from executorch.examples.models.llama.llama_transformer import construct_transformer
@@ -93,6 +99,17 @@ def _stock_partitioner(backend: str, **options: Any) -> Any:
     return VulkanPartitioner(**options)
 
 
+def _unregistered_webgpu_ops() -> list[Any]:
+    """The ops VulkanPartitioner knows that the WebGPU runtime built here does not register (its build's list)."""
+    from edgeplug_webgpu._executorch import vulkan_registry_ops
+    from edgeplug_webgpu.runtime_ops import runtime_key, targeted_list
+
+    ops = targeted_list()
+    if ops.file is None:
+        raise SystemExit(f"prepare --backend webgpu needs a WebGPU runtime built here (its op list): {ops.note}")
+    return [op for op in vulkan_registry_ops() if runtime_key(op) not in ops.names]
+
+
 def prepare(a: argparse.Namespace) -> int:
     import edgeplug
     from executorch.exir import to_edge_transform_and_lower
@@ -102,13 +119,22 @@ def prepare(a: argparse.Namespace) -> int:
     for name in a.models.split(","):
         t0 = time.perf_counter()
         model = build(name, a.layers, a.hidden, a.seq, a.vocab)
-        ids = torch.randint(0, a.vocab, (1, a.seq), generator=torch.Generator().manual_seed(1))
+        sizes = {"layers": a.layers, "hidden": a.hidden, "seq": a.seq, "vocab": a.vocab}
+        if name.startswith("handwritten-"):
+            from edgeplug.examples import load_model
+
+            (ids,) = load_model(name)[1]
+            sizes = {"layers": len(model.blocks), "hidden": model.embed.embedding_dim, "seq": ids.shape[1],
+                     "vocab": model.embed.num_embeddings}
+        else:
+            ids = torch.randint(0, a.vocab, (1, a.seq), generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
             ref = model(ids)
             ref = ref[0] if isinstance(ref, (tuple, list)) else ref
         sides = {}
         result = edgeplug.lower(model, (ids,), backend=a.backend)
         sides["edgeplug"] = (result.buffer, len(result.report.partitions), result.report.cpu_node_count)
+        notes = list(result.report.notes)  # webgpu: which op list decided (the runtime built here, or the release's)
         del result
         with torch.no_grad():
             ep = torch.export.export(model, (ids,))
@@ -124,19 +150,21 @@ def prepare(a: argparse.Namespace) -> int:
         from executorch.exir.dialects._ops import ops as exir_ops
 
         blocked = [exir_ops.edge.aten.logical_not.default, exir_ops.edge.aten.eq.Tensor, exir_ops.edge.aten.eq.Scalar]
+        if a.backend == "webgpu":
+            blocked = _unregistered_webgpu_ops()
         stock = to_edge_transform_and_lower(ep, partitioner=[_stock_partitioner(a.backend, operator_blocklist=blocked)])
         parts, cpu = stock_graph_breaks(stock.exported_program())
         sides["stock-blocked"] = (stock.to_executorch().buffer, parts, sum(cpu.values()))
         del stock, ep
-        meta = {"model": name, "backend": a.backend, "layers": a.layers, "hidden": a.hidden, "seq": a.seq, "vocab": a.vocab,
-                "params": sum(p.numel() for p in model.parameters())}
+        meta = {"model": name, "backend": a.backend, **sizes, "params": sum(p.numel() for p in model.parameters()),
+                "edgeplug_note": next((n for n in notes if "delegates only" in n), "")}
         for side, (buf, parts, cpu) in sides.items():
             (out / f"{name}-{side}.pte.xz").write_bytes(lzma.compress(buf, preset=1))
             meta[side] = {"pte_bytes": len(buf), "partitions": parts, "cpu_nodes": cpu}
         torch.save({"ids": ids, "logits": ref, "meta": meta}, out / f"{name}-ref.pt")
-        sizes = {s: f"{(out / f'{name}-{s}.pte.xz').stat().st_size / 2**20:.1f}" for s in sides}
+        xz = {s: f"{(out / f'{name}-{s}.pte.xz').stat().st_size / 2**20:.1f}" for s in sides}
         print(f"{name}: {meta['params'] / 1e6:.0f}M params, .pte {len(sides['edgeplug'][0]) / 2**20:.0f} MiB "
-              f"(xz MiB: {sizes}), {time.perf_counter() - t0:.0f} s", flush=True)
+              f"(xz MiB: {xz}), {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
 
 
@@ -180,7 +208,10 @@ def run(a: argparse.Namespace) -> int:
                 s.close()
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print(f"\nruntime: {build_.name} on {rows[0].get('adapter', '?') if rows else '?'}\n")
+    print(f"\nruntime: {build_.name} on {rows[0].get('adapter', '?') if rows else '?'}")
+    for note in sorted({r.get("edgeplug_note", "") for r in rows} - {""}):
+        print(f"edgeplug's lowering (prepared elsewhere): {note}")
+    print()
     print("| model | params | side | partitions / CPU nodes | loads and runs | median ms | edgeplug / this | max abs diff vs eager |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:

@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(body + "\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as any file the build writes (mkstemp makes it private)
         os.replace(tmp, out)
     except BaseException:
         os.unlink(tmp)
