@@ -206,7 +206,10 @@ def main() -> None:
     parser.add_argument("--all-cases", action="store_true", help="every case of each first test, not its first case only")
     parser.add_argument("--etrecord", action="store_true", help="both sides generate ExecuTorch's ETRecord, as the suite asks")
     parser.add_argument("--json", help="every run of every program, written after each program")
+    parser.add_argument("--report", metavar="JSON", help="only print the summary of a --json file (a run's so far)")
     args = parser.parse_args()
+    if args.report:
+        return _report(args.report)
 
     logging.disable(logging.WARNING)  # the partitioners log every op they skip
     warnings.filterwarnings("ignore")
@@ -242,25 +245,42 @@ def main() -> None:
                 f"{k} {v:.2f}" for k, v in last["stages"].items()) + ")", file=sys.stderr, flush=True)
             if args.json:
                 with open(args.json, "w") as f:
-                    json.dump({"runs": {f"{a}|{b}": v for (a, b), v in runs.items()}, "left_out": left}, f, default=str)
+                    json.dump({"runs": {f"{a}|{b}": v for (a, b), v in runs.items()}, "left_out": left,
+                               "tests": {p["file"]: p["test"] for p in programs}}, f, default=str)
     load_after = os.getloadavg()
 
+    rows = _rows(runs, [(p["file"], p["test"]) for p in programs], sides)
+    print(f"\n{args.backend}: {len(rows)} programs, median of {args.repeat} interleaved runs each; "
+          f"load average {load[0]:.1f} before, {load_after[0]:.1f} after ({os.cpu_count()} cores), "
+          f"torch {_version('torch')}, executorch {_version('executorch')}, Python {platform.python_version()}")
+    _summary(rows, sides)
+    excess = sorted(rows, key=lambda r: r["stock"]["seconds"] - r["edgeplug"]["seconds"])
+    by_file = {p["file"]: p for p in programs}
+    for r in excess[:args.profile]:
+        print(f"\n== cProfile of edgeplug's lowering of {r['file']} ==")
+        print(_profile(by_file[r["file"]], args.backend, args.profile_top))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "left_out": left, "load": [load, load_after], "repeat": args.repeat}, f, indent=1, default=str)
+
+
+def _rows(runs: dict, programs: list[tuple[str, str]], sides: list[str]) -> list[dict]:
+    """One row per program that every side ran: each side's median run."""
     rows = []
-    for p in programs:
-        row = {"file": p["file"], "test": p["test"]}
-        for side in sides:
-            row[side] = _median_run(runs[(p["file"], side)])
-        rows.append(row)
+    for file, test in programs:
+        if all(runs.get((file, side)) for side in sides):
+            rows.append({"file": file, "test": test, **{side: _median_run(runs[(file, side)]) for side in sides}})
+    return rows
+
+
+def _summary(rows: list[dict], sides: list[str]) -> None:
+    """The totals table, each side's stages summed, the failures, and where edgeplug exceeds stock most."""
     both = [r for r in rows if not any("error" in r[s] for s in sides)]
     stages: dict[str, dict[str, float]] = {s: defaultdict(float) for s in sides}
     for r in rows:
         for side in sides:
             for stage, seconds in r[side]["stages"].items():
                 stages[side][stage] += seconds
-
-    print(f"\n{args.backend}: {len(rows)} programs, median of {args.repeat} interleaved runs each; "
-          f"load average {load[0]:.1f} before, {load_after[0]:.1f} after ({os.cpu_count()} cores), "
-          f"torch {_version('torch')}, executorch {_version('executorch')}, Python {platform.python_version()}")
     print("\n| programs | " + " | ".join(f"{s} (s)" for s in sides) + " | edgeplug / stock |"
           + (" edgeplug / stock with patterns cached |" if len(sides) > 2 else ""))
     print("| --- " * (len(sides) + 2 + (len(sides) > 2)) + "|")
@@ -282,13 +302,26 @@ def main() -> None:
         top = sorted(r["edgeplug"]["stages"].items(), key=lambda kv: -kv[1])[:3]
         print(f"- {r['file']}: {r['stock']['seconds']:.2f}, {r['edgeplug']['seconds']:.2f} "
               f"({', '.join(f'{k} {v:.2f}' for k, v in top)})")
-    by_file = {p["file"]: p for p in programs}
-    for r in excess[:args.profile]:
-        print(f"\n== cProfile of edgeplug's lowering of {r['file']} ==")
-        print(_profile(by_file[r["file"]], args.backend, args.profile_top))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "left_out": left, "load": [load, load_after], "repeat": args.repeat}, f, indent=1, default=str)
+
+
+def _report(path: str) -> None:
+    """The summary of a ``--json`` file, also one a run is still writing (each program's runs so far)."""
+    with open(path) as f:
+        data = json.load(f)
+    if "rows" in data:
+        rows = data["rows"]
+        sides = [k for k in rows[0] if k not in ("file", "test")] if rows else []
+    else:
+        runs: dict[tuple[str, str], list[dict]] = {}
+        for key, value in data["runs"].items():
+            file, side = key.split("|", 1)
+            runs[(file, side)] = value
+        sides = list(dict.fromkeys(side for _file, side in runs))
+        files = list(dict.fromkeys(file for file, _side in runs))
+        rows = _rows(runs, [(f, data.get("tests", {}).get(f, "")) for f in files], sides)
+        counts = sorted({len(v) for v in runs.values()})
+        print(f"{path}: {len(rows)} programs, {'-'.join(map(str, counts[::max(len(counts) - 1, 1)]))} runs each so far")
+    _summary(rows, sides)
 
 
 def _version(dist: str) -> str:
