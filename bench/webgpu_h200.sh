@@ -3,7 +3,7 @@
 # (WebGPUPartitioner) in ExecuTorch's WebGPU runtime on wgpu-native, on the NVIDIA Vulkan driver, in one run.
 # Carried in .h200/: what `bench/vulkan_h200.py prepare --backend webgpu --out .h200` wrote, plus
 # webgpu-runner.xz (edgeplug-webgpu-runner built here by tools/webgpu-runtime/build.sh), its runtime.json and
-# libwgpu_native.so.xz (the wgpu-native it was built on, from the build folder's dawn/lib); and .gl/ (the
+# registered_ops.json, and libwgpu_native.so.xz (the wgpu-native it was built on, from the build folder's dawn/lib); and .gl/ (the
 # Vulkan loader's .debs, docs/benchmarks.md). Nothing is built there.
 #   device: run(command="bash bench/webgpu_h200.sh", carry=[".gl", ".h200"])
 set -uo pipefail
@@ -19,6 +19,7 @@ mkdir -p "$RUN" /tmp/webgpu-runtime/lib
 xz -dc .h200/webgpu-runner.xz > "$RUN/edgeplug-webgpu-runner" && chmod +x "$RUN/edgeplug-webgpu-runner"
 xz -dc .h200/libwgpu_native.so.xz > /tmp/webgpu-runtime/lib/libwgpu_native.so
 cp .h200/runtime.json "$RUN/"
+[ -f .h200/registered_ops.json ] && cp .h200/registered_ops.json "$RUN/"  # the build's op list, as build.sh left it
 export LD_LIBRARY_PATH="/tmp/webgpu-runtime/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export EDGEPLUG_WEBGPU_RUNNER="$RUN/edgeplug-webgpu-runner"
 PYTHONUNBUFFERED=1 python3 bench/vulkan_h200.py run --backend webgpu --dir .h200 --rounds "${ROUNDS:-15}" \
