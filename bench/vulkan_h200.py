@@ -32,10 +32,7 @@ from typing import Any, Optional
 
 import torch
 
-#: edgeplug's .pte; stock's; stock's with the ops the runtime refuses blocked (the partitioner's operator_blocklist),
-#: which is what a stock user does after the runtime refuses the .pte: for Vulkan aten.logical_not and aten.eq (no
-#: kernel); for WebGPU every op the runtime built here does not register (it refuses aten.arange.start_step first),
-#: from the list its build recorded (tools/webgpu-runtime/registered_ops.py)
+#: edgeplug's .pte; stock's; stock's as a stock user fixes it after the runtime refuses the .pte (``_stock_fixes``)
 SIDES = ("edgeplug", "stock", "stock-blocked")
 P = 8191  # the table's length (a prime, so every stride a < P walks all of it)
 
@@ -99,6 +96,22 @@ def _stock_partitioner(backend: str, **options: Any) -> Any:
     return VulkanPartitioner(**options)
 
 
+def _stock_fixes(backend: str) -> dict[str, Any]:
+    """Stock's partitioner options after a stock user has fixed what the runtime refused at load, one refusal at a
+    time. Vulkan: aten.logical_not and aten.eq blocked (no kernel). WebGPU, on a transformers Llama: every op the
+    runtime built here does not register ("unsupported op: aten.arange.start_step"), then aten.full ("full: fill
+    value is not a scalar"), the comparisons ("compare: fp32 inputs only") and bool tensors left on the CPU
+    ("logical_and: a/b/out numel mismatch"; ExecuTorch's own WebGPU flow sets skip_bool_tensors)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    aten = exir_ops.edge.aten
+    if backend != "webgpu":
+        return {"operator_blocklist": [aten.logical_not.default, aten.eq.Tensor, aten.eq.Scalar]}
+    compare = [getattr(getattr(aten, c), v) for c in ("eq", "ne", "lt", "le", "gt", "ge") for v in ("Tensor", "Scalar")]
+    return {"operator_blocklist": _unregistered_webgpu_ops() + [aten.full.default] + compare,
+            "compile_options": {"skip_bool_tensors": True}}
+
+
 def _unregistered_webgpu_ops() -> list[Any]:
     """The ops VulkanPartitioner knows that the WebGPU runtime built here does not register (its build's list)."""
     from edgeplug_webgpu._executorch import vulkan_registry_ops
@@ -132,38 +145,39 @@ def prepare(a: argparse.Namespace) -> int:
             ref = model(ids)
             ref = ref[0] if isinstance(ref, (tuple, list)) else ref
         sides = {}
-        result = edgeplug.lower(model, (ids,), backend=a.backend)
-        sides["edgeplug"] = (result.buffer, len(result.report.partitions), result.report.cpu_node_count)
-        notes = list(result.report.notes)  # webgpu: which op list decided (the runtime built here, or the release's)
-        del result
+        want = a.sides.split(",")
+        old = torch.load(out / f"{name}-ref.pt")["meta"] if want != list(SIDES) else {}  # the sides kept as they are
+        notes = [old.get("edgeplug_note", "")]
+        if "edgeplug" in want:
+            result = edgeplug.lower(model, (ids,), backend=a.backend)
+            sides["edgeplug"] = (result.buffer, len(result.report.partitions), result.report.cpu_node_count)
+            notes = list(result.report.notes)  # webgpu: which op list decided (the runtime built here, or the release's)
+            del result
         with torch.no_grad():
             ep = torch.export.export(model, (ids,))
         import copy
 
-        stock = to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[_stock_partitioner(a.backend)])
         from edgeplug._zoo._lowering import stock_graph_breaks
 
-        parts, cpu = stock_graph_breaks(stock.exported_program())
-        sides["stock"] = (stock.to_executorch().buffer, parts, sum(cpu.values()))
-        del stock
-        # what a stock user does once the runtime refuses the .pte: block the two ops it has no kernel for
-        from executorch.exir.dialects._ops import ops as exir_ops
-
-        blocked = [exir_ops.edge.aten.logical_not.default, exir_ops.edge.aten.eq.Tensor, exir_ops.edge.aten.eq.Scalar]
-        if a.backend == "webgpu":
-            blocked = _unregistered_webgpu_ops()
-        stock = to_edge_transform_and_lower(ep, partitioner=[_stock_partitioner(a.backend, operator_blocklist=blocked)])
-        parts, cpu = stock_graph_breaks(stock.exported_program())
-        sides["stock-blocked"] = (stock.to_executorch().buffer, parts, sum(cpu.values()))
-        del stock, ep
-        meta = {"model": name, "backend": a.backend, **sizes, "params": sum(p.numel() for p in model.parameters()),
+        if "stock" in want:
+            stock = to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[_stock_partitioner(a.backend)])
+            parts, cpu = stock_graph_breaks(stock.exported_program())
+            sides["stock"] = (stock.to_executorch().buffer, parts, sum(cpu.values()))
+            del stock
+        if "stock-blocked" in want:
+            stock = to_edge_transform_and_lower(ep, partitioner=[_stock_partitioner(a.backend, **_stock_fixes(a.backend))])
+            parts, cpu = stock_graph_breaks(stock.exported_program())
+            sides["stock-blocked"] = (stock.to_executorch().buffer, parts, sum(cpu.values()))
+            del stock
+        del ep
+        meta = {**old, "model": name, "backend": a.backend, **sizes, "params": sum(p.numel() for p in model.parameters()),
                 "edgeplug_note": next((n for n in notes if "delegates only" in n), "")}
         for side, (buf, parts, cpu) in sides.items():
             (out / f"{name}-{side}.pte.xz").write_bytes(lzma.compress(buf, preset=1))
             meta[side] = {"pte_bytes": len(buf), "partitions": parts, "cpu_nodes": cpu}
         torch.save({"ids": ids, "logits": ref, "meta": meta}, out / f"{name}-ref.pt")
         xz = {s: f"{(out / f'{name}-{s}.pte.xz').stat().st_size / 2**20:.1f}" for s in sides}
-        print(f"{name}: {meta['params'] / 1e6:.0f}M params, .pte {len(sides['edgeplug'][0]) / 2**20:.0f} MiB "
+        print(f"{name}: {meta['params'] / 1e6:.0f}M params, .pte {meta['edgeplug']['pte_bytes'] / 2**20:.0f} MiB "
               f"(xz MiB: {xz}), {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
 
@@ -269,6 +283,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     pp.add_argument("--hidden", type=int, default=2048)
     pp.add_argument("--seq", type=int, default=128)
     pp.add_argument("--vocab", type=int, default=512)
+    pp.add_argument("--sides", default=",".join(SIDES),
+                    help="the sides to lower again (the others' files and records kept from an earlier prepare)")
     pr = sub.add_parser("run")
     pr.add_argument("--dir", default=".h200")
     pr.add_argument("--backend", default="vulkan", choices=("vulkan", "webgpu"),
