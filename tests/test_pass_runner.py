@@ -206,11 +206,27 @@ def test_the_cores_fusion_runs_through_the_runner(monkeypatch, fixture_backends)
         return ep, []
 
     monkeypatch.setattr(pipeline, "fuse_for_backend", corrupting_fuse)
-    with pytest.raises(PassError) as info:
-        edgeplug.lower(Small(), (torch.randn(2, 4),), KEEP, dry_run=True)
+    with pytest.raises(PassError) as info:  # a program with a norm: the fusion runs only where one is
+        edgeplug.lower(_Norm(), (torch.randn(2, 8),), KEEP, dry_run=True)
     message = str(info.value)
     assert f"export-stage pass 'fuse' of the edgeplug core (lowering for backend '{KEEP}')" in message
     assert "redefined name" in message
+
+
+def test_a_program_without_a_norm_skips_the_fusion(monkeypatch, fixture_backends):
+    # the fusion copies and revalidates the whole program: where no norm is, it is not run, and nothing is recorded
+    import importlib
+
+    pipeline = importlib.import_module("edgeplug._pipeline")
+
+    def no_fusion_here(ep, backend, delegation):
+        raise AssertionError("the fusion ran on a program without a norm")
+
+    monkeypatch.setattr(pipeline, "fuse_for_backend", no_fusion_here)
+    result = edgeplug.lower(Small(), (torch.randn(2, 4),), KEEP, dry_run=True)
+    assert result.report.fusions == []
+    with pytest.raises(PassError, match="the fusion ran"):  # a norm: it runs
+        edgeplug.lower(_Norm(), (torch.randn(2, 8),), KEEP, dry_run=True)
 
 
 class _Norm(nn.Module):
