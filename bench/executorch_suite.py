@@ -21,7 +21,7 @@ DEFAULT_OPS = (
 
 
 def main(argv: list[str]) -> int:
-    from edgeplug.testing.executorch_suite import main as suite
+    from edgeplug.testing.executorch_suite import run_command as suite
 
     if not any(a == "--ops" or a.startswith("--ops=") for a in argv):
         argv = [*argv, "--ops", DEFAULT_OPS]

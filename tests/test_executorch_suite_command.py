@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from edgeplug.testing.executorch_suite import FlowOutcome, SuiteRow, SuiteRun, main
+from edgeplug.testing.executorch_suite import FlowOutcome, SuiteRow, SuiteRun, run_command
 
 pytest.importorskip("executorch.backends.test.suite")
 
@@ -52,7 +52,7 @@ def test_nothing_lost_when_every_difference_is_a_refusal():
     (["--backend", "fixture-table", "--ops", "no_such_op"], "no operator file test_no_such_op"),
 ])
 def test_what_cannot_run_is_said_in_one_line_and_nothing_runs(fixture_backends, capsys, args, message):
-    assert main(args) == 2
+    assert run_command(args) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 

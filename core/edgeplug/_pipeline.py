@@ -304,22 +304,7 @@ def _edge_stage(job: Lowering) -> Any:
         constants = constant_placeholders(ep)
         if not any(n.op == "placeholder" and n.name in constants and len(n.users) > 1 for n in ep.graph.nodes):
             return PassResult(ep, ())
-        trial = CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner)
-        try:
-            trial.partition(ep)
-        except EdgeplugError as exc:
-            if trial.stranded:  # the real partitioning would strand the same ops: said as it would say it
-                raise _stranded_error(trial, job.created_ops) from exc
-            raise
-        except Exception as exc:  # the backend's partitioner raised: its fault, not this core pass's
-            err = stage_failure(exc, "partition + delegate", job.backend, job.created_ops)
-            err.args = (
-                f"{err.args[0]} (raised while edgeplug ran the backend's partitioner on the edge program to find "
-                "the constants several partitions read, BackendSpec.copy_shared_constants; the real partitioning "
-                "would raise the same)",
-            )
-            raise err from exc
-        tags = {n: n.meta.pop("delegation_tag") for n in ep.graph_module.graph.nodes if "delegation_tag" in n.meta}
+        tags = _trial_partition(job, ep)
         _, copied = copy_shared_constants(ep, tags)
         return PassResult(ep, tuple(
             TransformRecord(
@@ -350,6 +335,28 @@ def _edge_stage(job: Lowering) -> Any:
             return ExportedProgramPassResult(ep, True)
 
     return EdgeplugEdgeStage()
+
+
+def _trial_partition(job: Lowering, ep: ExportedProgram) -> dict[Any, str]:
+    """The delegation tag each node of ``ep`` would get (``copy_shared_constants``' trial partition, a dry run of the
+    backend's partitioner), the tags taken off again; ops it would strand, or a partitioner that raises, fail as the
+    real partitioning would."""
+    trial = CorePartitioner(job.backend, dry_run=True, inner=job.partitioner.inner)
+    try:
+        trial.partition(ep)
+    except EdgeplugError as exc:
+        if trial.stranded:  # the real partitioning would strand the same ops: said as it would say it
+            raise _stranded_error(trial, job.created_ops) from exc
+        raise
+    except Exception as exc:  # the backend's partitioner raised: its fault, not this core pass's
+        err = stage_failure(exc, "partition + delegate", job.backend, job.created_ops)
+        err.args = (
+            f"{err.args[0]} (raised while edgeplug ran the backend's partitioner on the edge program to find "
+            "the constants several partitions read, BackendSpec.copy_shared_constants; the real partitioning "
+            "would raise the same)",
+        )
+        raise err from exc
+    return {n: n.meta.pop("delegation_tag") for n in ep.graph_module.graph.nodes if "delegation_tag" in n.meta}
 
 
 def _stranded_error(partitioner: CorePartitioner, created: dict[str, str]) -> LoweringError:

@@ -38,7 +38,7 @@ A backend whose delegates ExecuTorch's runtime here cannot run (``BackendSpec.ve
   ``"edgeplug"``).
 - ``FlowOutcome``: one test through one flow: ``outcome`` (passed / refused / skipped / failed), its ``cases``
   (kind, detail) and ``seconds``.
-- ``main``: the command above (``python -m edgeplug.testing.executorch_suite --help``).
+- ``run_command``: the command above (``python -m edgeplug.testing.executorch_suite --help``).
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def _lower_case(flow: Any, model: Any, inputs: Any, base_name: str, dynamic_shap
     """One case, lowering only, classed as the suite's runner classes it up to its lowering: the model must run in
     eager and export (else skipped), then lower; an op the suite knows no portable kernel runs, left undelegated,
     is skipped as the runner skips it."""
-    import torch
+    import torch  # with the suite's modules below, loaded when a run asks (pytest imports edgeplug.testing at startup)
     from executorch.backends.test.suite.reporting import count_ops  # executorch's test suite: only when a run asks
     from executorch.backends.test.suite.runner import UNSUPPORTED_PORTABLE_OPS  # as above
 
@@ -354,7 +354,7 @@ def _operator_tests(ops: Optional[Sequence[str]], tests: Optional[Sequence[str]]
 
 
 def _run_test(fn: Callable[..., Any], flow: Any, name: str, lower_only: bool) -> FlowOutcome:
-    import torch
+    import torch  # loaded when a run asks (pytest imports edgeplug.testing at startup)
 
     if flow.should_skip_test(name)[0]:
         return FlowOutcome("skipped", [("skip_patterns", f"{flow.name}'s skip_patterns")])
@@ -393,6 +393,7 @@ def run_operator_tests(
     process. ``lower_only`` (default: where ExecuTorch's runtime here does not run the backend's delegates) stops
     each case after lowering; ``dry_run`` (default: where the backend cannot serialize here) lowers as a dry run.
     ``progress`` is called with each row as it is done."""
+    # executorch's test suite: only when a run asks
     from executorch.backends.test.suite.reporting import begin_test_session, complete_test_session
 
     from edgeplug._facade import resolve  # the façade: loaded when a run is asked for
@@ -434,7 +435,7 @@ def run_operator_tests(
     return SuiteRun(backend, rows, lower_only, dry_run, stock_name, notes)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def run_command(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m edgeplug.testing.executorch_suite --backend NAME``: prints the table; returns 1 where ``lost()``
     is not empty (a test stock's flow passes that edgeplug neither passes nor refuses up front), 2 where nothing ran
     (an unknown backend, operator file or test, said in one line), else 0."""
@@ -478,9 +479,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 __all__ = [
-    "FlowOutcome", "SuiteRow", "SuiteRun", "edgeplug_flow", "edgeplug_tester", "main", "run_operator_tests",
+    "FlowOutcome", "SuiteRow", "SuiteRun", "edgeplug_flow", "edgeplug_tester", "run_command", "run_operator_tests",
     "stock_flow",
 ]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command())
