@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PLUGINS := vulkan_delegate vulkan webgpu qnn samsung xnnpack coreml
 STAMP := $(VENV)/.edgeplug-installed
 
-.PHONY: setup demo lint test test-release test-fast bench zoo executorch-suite vulkan-runtime webgpu-runtime clean
+.PHONY: setup demo lint test test-slow test-release bench zoo executorch-suite vulkan-runtime webgpu-runtime clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,11 +37,16 @@ lint: setup
 	$(BIN)/ruff check core plugins
 	$(BIN)/mypy
 
-# two worker processes (pytest-xdist), each taking whole files so a file's fixtures are built once
+# two worker processes (pytest-xdist), each taking whole files so a file's fixtures are built once.
+# make test: every test but the slow end-to-end ones (marked slow: exported LLM programs, generated packages installed,
+# ExecuTorch's suite slice); make test-slow runs those; CI runs both (.ci/run)
 TEST_WORKERS ?= 2
+PYTEST := XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 test: setup lint
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
-	  --durations=25 tests plugins
+	$(PYTEST) --durations=25 -m "not slow" tests plugins
+
+test-slow: setup
+	$(PYTEST) --durations=25 -m slow tests plugins
 
 # on the other end of the tested range (CI: make test-release EXECUTORCH=1.4.1): every plugin's conformance suite,
 # the core's conformance, lowering and verification tests, and the release checks (README: "ExecuTorch releases")
@@ -50,9 +55,6 @@ RELEASE_TESTS = tests/test_conformance.py tests/test_lower.py tests/test_executo
 test-release: setup
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
 	  --durations=10 $(RELEASE_TESTS)
-
-test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow" tests plugins
 
 # ExecuTorch's backend test suite (the float32 operator tests the executorch wheel ships) through edgeplug's xnnpack
 # flow and stock's, test by test in one process (docs/benchmarks.md keeps its table): fails on any test stock's flow

@@ -131,6 +131,7 @@ def test_suite_fails_a_kernel_for_an_op_that_does_not_exist(edgeplug_register):
         conformance.test_kernels_name_registered_ops(edgeplug.get_backend("sloppy"))
 
 
+@pytest.mark.slow
 def test_plugin_author_runs_the_suite_with_pyargs(tmp_path):
     """`pytest --pyargs edgeplug.testing.conformance --edgeplug-backend B` in the author's project."""
     env = dict(os.environ, PYTHONPATH=str(FIXTURES / "good"))

@@ -152,6 +152,7 @@ def generated_with_spec(tmp_path_factory, spec_partitioner_site):
     return project, env
 
 
+@pytest.mark.slow
 def test_a_generated_backend_over_a_partitioner_that_needs_a_compile_spec_passes_its_quick_tests(generated_with_spec):
     project, env = generated_with_spec
     hooks = (project / "edgeplug_specnpu" / "hooks.py").read_text()
@@ -187,6 +188,7 @@ def test_refuses_to_overwrite(tmp_path):
         write("npu", tmp_path)
 
 
+@pytest.mark.slow
 def test_installed_package_is_a_loaded_plugin_and_passes_the_quick_conformance_tests(generated):
     project, env = generated
     proc = _run([sys.executable, "-m", "edgeplug._cli", "plugins", "--json"], project, env)

@@ -18,7 +18,8 @@ import torch
 import edgeplug
 from edgeplug.plugin import RuntimeNotFound
 
-pytestmark = pytest.mark.usefixtures("real_vulkan_runtime_env")
+# slow: optimum-executorch exports the program once for the module (minutes on 2 cores): make test-slow runs it
+pytestmark = [pytest.mark.usefixtures("real_vulkan_runtime_env"), pytest.mark.slow]
 
 SEQ, MAX_LEN, TOKENS = 8, 48, 8
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import pytest
 
+# slow: the slice runs each test through both flows (minutes on 2 cores): make test-slow runs it, as CI does
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("executorch.backends.test.suite")
 
 SLICE = (

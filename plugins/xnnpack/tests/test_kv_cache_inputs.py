@@ -67,6 +67,7 @@ def _flat(result, args, kwargs=None):
     return leaves
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shapes", ["static", "dynamic"])
 def test_the_kv_cache_llama_verifies_on_its_pte_over_prefill_and_decode_steps(lowered, shapes):
     report = lowered[shapes].report

@@ -157,6 +157,7 @@ def optimum_8da4w():
     return edgeplug.lower(ep, kwargs=kwargs, backend="xnnpack", verify=True, verify_steps=24)
 
 
+@pytest.mark.slow
 def test_optimums_8da4w_program_is_checked_against_the_quantized_model(optimum_8da4w):
     """Its activations are quantized per call (torchao's choose_qparams): the logits are held to a fraction
     of their magnitude, not fp32's 1e-4, and greedy generation compares with the quantized model."""
