@@ -98,11 +98,11 @@ def _print_support_notes(m: PluginManager, specs: dict) -> None:
         note = specs[name][1].support_note
         if note is None:
             continue
-        backend = get_backend(name, registry=m)
         try:
             line = note(None)
         except Exception as exc:  # the listing goes on; the plugin is named
-            line = f"its support note (BackendSpec.support_note) raised {failure(exc, backend.plugin)}"
+            plugin = get_backend(name, registry=m).plugin
+            line = f"its support note (BackendSpec.support_note) raised {failure(exc, plugin)}"
         if line:
             say(f"{name} support: {line}", file=sys.stdout)
 
