@@ -8,7 +8,10 @@ plugin package, tests aside) a reach fails this test, with its file, line and wh
 - ``getattr``/``hasattr``/``setattr`` with an underscored literal name, or a ``meta["_..."]`` key, unless the name
   is one of the few torch attributes listed below (torch's, not ExecuTorch's);
 - reading an attribute by an underscored name that ExecuTorch's own sources define (``x._op``,
-  ``program._tensor_data``), on anything but ``self``/``cls``, unless the project defines that name itself.
+  ``program._tensor_data``), on anything but ``self``/``cls``, unless the project defines that name itself;
+- passing an underscored keyword to something imported from ExecuTorch (``EdgeCompileConfig(_core_aten_ops_...=)``),
+  except the IR check's switch ``_check_ir_validity``, which ExecuTorch's own documentation tells users to set;
+- reading a data file of the executorch package (``importlib.resources.files("executorch")``): its layout is no API.
 
 ``python tests/test_executorch_boundary.py`` prints every reach found.
 """
@@ -26,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCH_PRIVATE = frozenset({
     "_opname", "_overloadname", "_schema", "_erased", "_graph_namespace", "_used_names", "_nondeterministic_seeded",
 })
+#: underscored keywords of ExecuTorch's that its documentation hands users (not a reach)
+DOCUMENTED_KEYWORDS = frozenset({"_check_ir_validity"})
 MUTATORS = frozenset({"pop", "popitem", "update", "clear", "setdefault", "__setitem__", "__delitem__", "append", "remove"})
 
 
@@ -168,6 +173,13 @@ class _Reaches(ast.NodeVisitor):
                 self._say(node, f"{fn.id}(..., {name.value!r}): a private attribute")
             if fn.id in ("setattr", "delattr") and self._is_bound(node.args[0]):
                 self._say(node, f"{fn.id} on something of ExecuTorch's")
+        if self._is_bound(fn):
+            for kw in node.keywords:
+                if kw.arg and _private(kw.arg) and kw.arg not in DOCUMENTED_KEYWORDS:
+                    self._say(node, f"passes ExecuTorch's private keyword {kw.arg}= to {ast.unparse(fn)}")
+        if isinstance(fn, ast.Attribute) and fn.attr in ("files", "read_text", "read_binary", "path", "open_text") \
+                and node.args and isinstance(node.args[0], ast.Constant) and _from_executorch(str(node.args[0].value)):
+            self._say(node, f"reads the executorch package's data files ({ast.unparse(fn)}({node.args[0].value!r}))")
         if isinstance(fn, ast.Attribute) and fn.attr in MUTATORS and self._is_bound(fn.value):
             self._say(node, f"mutates something of ExecuTorch's (.{fn.attr}())")
         if isinstance(fn, ast.Attribute) and fn.attr == "get" and node.args:
@@ -219,6 +231,8 @@ inner = getattr(partitioner, "_wrapped_partitioner", partitioner)
 inner = node.target._op
 ok = EdgeCompileConfig(_check_ir_validity=False)
 setattr(backend_api, "x", 1)
+strict = EdgeCompileConfig(_check_ir_validity=True, _core_aten_ops_exception_list=[])
+text = resources.files("executorch.kernels").joinpath("functions.yaml").read_text()
 '''
 
 
@@ -226,7 +240,8 @@ def test_the_checker_finds_planted_reaches():
     found = reaches(PLANTED)
     lines = sorted({int(f.split(":")[1]) for f in found})
     # every planted line but the public imports and the public config's keyword
-    assert lines == [2, 3, 4, 9, 10, 11, 12, 13, 14, 16], found
+    assert lines == [2, 3, 4, 9, 10, 11, 12, 13, 14, 16, 17, 18], found
+    assert not any("_check_ir_validity" in f for f in found), "the documented switch is public use"
     assert any("_wrapped_partitioner" in f for f in found)
     assert any("._op" in f for f in found), "a private name of ExecuTorch's read on an edge op is a reach"
 

@@ -168,6 +168,39 @@ def default_decompositions() -> dict:
     return table()
 
 
+def strict_edge_compile_config(allowed: list[Any]) -> Any:
+    """``to_edge``'s config with ExecuTorch's strict IR check on, the aten ops in ``allowed`` let through
+    (``EdgeCompileConfig._core_aten_ops_exception_list``: underscored, though the verifier's own message names it)."""
+    from executorch.exir import EdgeCompileConfig
+
+    fields = getattr(EdgeCompileConfig, "__dataclass_fields__", {})
+    if "_core_aten_ops_exception_list" not in fields:
+        raise lacks("EdgeCompileConfig._core_aten_ops_exception_list",
+                    "letting a model's own ops outside core ATen through edgeplug's strict IR check")
+    return EdgeCompileConfig(_check_ir_validity=True, _core_aten_ops_exception_list=list(allowed))
+
+
+#: where ExecuTorch lists its portable kernels (the op names of their out variants), inside the executorch package
+PORTABLE_KERNELS = ("kernels", "portable", "functions.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def portable_kernel_ops() -> Optional[frozenset[str]]:
+    """The ops ExecuTorch's portable kernel library implements, as ``"name.overload"`` of each out variant
+    (``"round.out"``), from the ``kernels/portable/functions.yaml`` the executorch wheel ships (a data file,
+    not an API); None where the installed release ships none (the caller then refuses nothing)."""
+    from importlib import resources
+
+    try:
+        path = resources.files("executorch")
+        for part in PORTABLE_KERNELS:  # one part at a time: executorch is a namespace package
+            path = path / part
+        text = path.read_text()
+    except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError, OSError):
+        return None
+    return frozenset(re.findall(r"^- op: (\S+)", text, re.M))
+
+
 def delegate_info(lowered: Any) -> Any:
     """What a delegate's preprocess returned as delegate info (``PreprocessResult._delegate_info_meta``)."""
     return lowered.meta.get("_delegate_info_meta") if isinstance(getattr(lowered, "meta", None), dict) else None

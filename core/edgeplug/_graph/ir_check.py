@@ -22,9 +22,6 @@ is edgeplug's choice, so:
 from __future__ import annotations
 
 import contextlib
-import functools
-import re
-from importlib import resources
 from typing import Any, Iterable, Mapping, Optional
 
 import torch
@@ -33,9 +30,6 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from edgeplug._errors import LoweringError
 from edgeplug._graph.ops import aten_overload, op_name
-
-#: where ExecuTorch lists its portable kernels (the op names of their out variants), inside the executorch package
-PORTABLE_KERNELS = ("kernels", "portable", "functions.yaml")
 
 
 class NoCpuKernelError(LoweringError):
@@ -111,23 +105,17 @@ def _decomposed_into(node: Any, table: Mapping[Any, Any]) -> list[Any]:
 def edge_compile_config(allowed: Iterable[Any]) -> Any:
     """``to_edge``'s config: the strict IR check, with the model's own ops outside core ATen (``allowed``) let
     through (``_core_aten_ops_exception_list``, the field ExecuTorch's verifier names for exactly this)."""
-    from executorch.exir import EdgeCompileConfig  # executorch: only a lowering loads it (import edgeplug stays light)
+    from edgeplug._executorch import strict_edge_compile_config  # executorch: only a lowering loads it
 
-    return EdgeCompileConfig(_check_ir_validity=True, _core_aten_ops_exception_list=list(allowed))
+    return strict_edge_compile_config(list(allowed))
 
 
-@functools.lru_cache(maxsize=1)
 def portable_kernels() -> Optional[frozenset[str]]:
     """The ops ExecuTorch's portable kernel library implements, as ``"name.overload"`` of each out variant
-    (``"round.out"``), from the list the executorch wheel ships; None where it ships none."""
-    try:
-        path = resources.files("executorch")
-        for part in PORTABLE_KERNELS:  # one part at a time: executorch is a namespace package
-            path = path / part
-        text = path.read_text()
-    except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError, OSError):
-        return None
-    return frozenset(re.findall(r"^- op: (\S+)", text, re.M))
+    (``"round.out"``); None where the executorch wheel ships no list of them."""
+    from edgeplug._executorch import portable_kernel_ops  # reads executorch's package data: only a lowering does
+
+    return portable_kernel_ops()
 
 
 def out_variant(op: Any) -> Optional[str]:

@@ -32,6 +32,22 @@ def preprocess_multimethod_replaced(replacement: Callable[[Any, dict, dict], dic
         QnnBackend.preprocess_multimethod = original
 
 
+def preprocess_result(payload: bytes, delegate_info: dict) -> Any:
+    """executorch's ``PreprocessResult`` for one recorded partition, with ``delegate_info`` as its delegate info
+    (the underscored ``_delegate_info_meta`` field, which the lowered module hands on to the core's report)."""
+    import dataclasses
+
+    from executorch.exir.backend.backend_details import PreprocessResult
+
+    if "_delegate_info_meta" not in {f.name for f in dataclasses.fields(PreprocessResult)}:
+        from edgeplug.plugin import lacks_executorch_feature
+
+        raise lacks_executorch_feature(
+            "PreprocessResult._delegate_info_meta", "reporting what the QNN saver recorded for each partition"
+        )
+    return PreprocessResult(processed_bytes=payload, debug_handle_map={}, _delegate_info_meta=delegate_info)
+
+
 def ensure_qualcomm_importable() -> None:
     """Import ``executorch.backends.qualcomm`` once without its import-time SDK download.
 

@@ -296,9 +296,8 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
     ensure_qualcomm_importable()  # 1.4 downloads the QNN SDK at import: not here
     from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
     from executorch.backends.qualcomm.utils.qnn_manager_lifecycle import QnnManagerContext, get_current_qnn_manager
-    from executorch.exir.backend.backend_details import PreprocessResult
 
-    from edgeplug_qnn._executorch import preprocess_multimethod_replaced
+    from edgeplug_qnn._executorch import preprocess_multimethod_replaced, preprocess_result
 
     records: list[SaverRecord] = []
 
@@ -329,9 +328,8 @@ def per_partition_saver(specs: list) -> Iterator[list[SaverRecord]]:
         count = sum(len(v) for v in results.values())
         return {
             method: [
-                PreprocessResult(
-                    processed_bytes=r.payload(), debug_handle_map={},
-                    _delegate_info_meta={**asdict(r), STAND_IN_KEY: _stand_in_note(Path(r.calls_file).parent, count)},
+                preprocess_result(
+                    r.payload(), {**asdict(r), STAND_IN_KEY: _stand_in_note(Path(r.calls_file).parent, count)}
                 )
                 for r in recorded
             ]
