@@ -21,8 +21,10 @@ runs the suite's float32 operator tests through edgeplug's flow and, where the s
 through stock's, test by test in one process, prints a Markdown table (per test: passed / lowered but mismatched /
 lowering failed / skipped / refused up front, delegated cases, edgeplug and stock side by side) and exits 1 when a
 test stock's flow passes does not pass through edgeplug (or is not refused up front with edgeplug's reason).
-A backend whose delegates ExecuTorch's runtime here cannot run (``BackendSpec.verify_method`` other than
-``"pte"``) stops after lowering and says so; one that cannot serialize here lowers as a dry run.
+Cases run where ``edgeplug lower --verify`` runs a program: in the backend's own runtime where one is found here
+(``BackendSpec.device_runtime``: ExecuTorch's Vulkan or WebGPU runtime built from source), stock's ``.pte`` and
+edgeplug's alike, else in ExecuTorch's Python runtime (``verify_method="pte"``). A backend that nothing here runs
+stops after lowering and says so; one that cannot serialize here lowers as a dry run.
 
 - ``edgeplug_flow``: ``edgeplug_flow(backend, *, name=None, skip_patterns=(), dry_run=False)``, the suite's
   ``TestFlow`` lowering with edgeplug for ``backend`` (named ``edgeplug-BACKEND``).
@@ -33,7 +35,8 @@ A backend whose delegates ExecuTorch's runtime here cannot run (``BackendSpec.ve
   stock=True, lower_only=None, dry_run=None, seed=0, progress=None)``, the suite's float32 operator tests through
   both flows, as a ``SuiteRun``.
 - ``SuiteRun``: what such a run found: its ``rows``, ``table()`` (Markdown), ``lost()`` (the tests stock's flow
-  passes and edgeplug neither passes nor refuses up front), ``refused()`` and ``notes``.
+  passes and edgeplug neither passes nor refuses up front), ``refused()``, ``notes`` and ``runtime`` (what ran
+  the cases; empty when lowering only).
 - ``SuiteRow``: one test: its operator ``file``, ``test`` name and a ``FlowOutcome`` per flow (``"stock"``,
   ``"edgeplug"``).
 - ``FlowOutcome``: one test through one flow: ``outcome`` (passed / refused / skipped / failed), its ``cases``
@@ -187,6 +190,9 @@ class SuiteRun:
     dry_run: bool
     stock: Optional[str]
     notes: list[str] = field(default_factory=list)
+    #: what ran the cases (both flows' ``.pte``): the backend's own runtime where found (``BackendSpec.device_runtime``,
+    #: e.g. ExecuTorch's Vulkan runtime built here), else ExecuTorch's Python runtime; empty when lowering only
+    runtime: str = ""
 
     def lost(self) -> list[SuiteRow]:
         """The tests stock's flow passes and edgeplug neither passes nor refuses up front (none is the goal)."""
@@ -208,7 +214,7 @@ class SuiteRun:
         delegated = {s: sum(1 for r in self.rows if s in r.flows and _delegated(r.flows[s])) for s in sides}
         secs = {s: sum(r.flows[s].seconds for r in self.rows if s in r.flows) for s in sides}
         heads = {"stock": f"stock's flow ({self.stock})", "edgeplug": "through edgeplug" + (" (dry run)" if self.dry_run else "")}
-        mode = "lowering only" if self.lower_only else "lowered, run and compared with eager"
+        mode = "lowering only" if self.lower_only else f"lowered, run in {self.runtime or 'ExecuTorch' + chr(39) + 's runtime'} and compared with eager"
         out = [f"| {self.backend}, {len(self.rows)} float32 operator tests, {mode} | " + " | ".join(heads[s] for s in sides) + " |",
                "| --- |" + " --- |" * len(sides)]
 
@@ -323,6 +329,31 @@ def _lower_case(flow: Any, model: Any, inputs: Any, base_name: str, dynamic_shap
     return ("lowered" if delegated else "undelegated"), ""
 
 
+def _in_runtime(flow: Any, runtime: Any) -> Any:
+    """``flow`` with each case's ``.pte`` run in ``runtime`` (a ``BackendSpec.device_runtime()``: the backend's own
+    runtime built here) instead of ExecuTorch's Python runtime, which does not link the backend's delegate: the
+    suite's Serialize stage with its ``run_artifact`` replaced, everything else (lowering, inputs, comparison with
+    eager, tolerances) the flow's own. Stock's flow and edgeplug's are given the same runtime."""
+    # executorch's test harness: loaded when a run asks (pytest imports edgeplug.testing at startup)
+    from executorch.backends.test.harness.stages import Serialize, StageType
+    from torch.utils._pytree import tree_flatten  # as the suite's Serialize stage flattens its inputs
+
+    class InBackendRuntime(Serialize):
+        def run_artifact(self, inputs: Any) -> Any:
+            flat, _ = tree_flatten(inputs)
+            outputs, _adapter = runtime.run(self.buffer, None, [list(flat)])
+            return list(outputs[0])
+
+    make = flow.tester_factory
+
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        tester = make(*args, **kwargs)
+        tester.stage_classes = {**tester.stage_classes, StageType.SERIALIZE: InBackendRuntime}
+        return tester
+
+    return dataclasses.replace(flow, tester_factory=factory)
+
+
 def _operator_tests(ops: Optional[Sequence[str]], tests: Optional[Sequence[str]],
                     first_of_each_file: bool) -> list[tuple[str, str, Callable[..., Any]]]:
     """(file, test name, function) for the float32 tests of the suite's operator files named (all where None)."""
@@ -375,6 +406,30 @@ def _run_test(fn: Callable[..., Any], flow: Any, name: str, lower_only: bool) ->
     return FlowOutcome(outcome, runner.cases, time.perf_counter() - start)
 
 
+def _where_cases_run(b: Any, dry_run: bool, lower_only: Optional[bool], notes: list[str]) -> tuple[bool, Any]:
+    """Whether the cases stop after lowering (``lower_only`` as asked, else where nothing here runs the backend's
+    delegates), and the backend's own runtime that runs them where one is found (else None: ExecuTorch's Python
+    runtime, or nothing), saying why in ``notes``: the same choice ``edgeplug lower --verify`` makes."""
+    from edgeplug._verify.where import choose_target  # the façade's verification: loaded when a run asks
+
+    target = None if dry_run else choose_target(b)
+    if lower_only is None:
+        lower_only = dry_run or target is None or target.method != "pte"
+        if lower_only and not dry_run:
+            notes.append(
+                f"lowering only: nothing here runs backend {b.name!r}'s delegates (its verify_method is "
+                f"{b.spec.verify_method!r}{'; ' + target.why_not if target and target.why_not else ''}), so no case "
+                "is run or compared with eager"
+            )
+    if lower_only or target is None or target.runtime is None:
+        return lower_only, None
+    notes.append(
+        f"each case's .pte, stock's and edgeplug's alike, runs in {target.runtime.name} (backend {b.name!r}'s "
+        "own runtime, found here), not ExecuTorch's Python runtime, which does not link its delegate"
+    )
+    return lower_only, target.runtime
+
+
 def run_operator_tests(
     backend: str,
     ops: Optional[Iterable[str]] = None,
@@ -390,8 +445,10 @@ def run_operator_tests(
     """The suite's float32 operator tests (``ops``: operator files, ``add`` or ``test_add``; all 80-odd where
     None; ``tests``: only these test names; ``first_of_each_file``: one test a file) through edgeplug's flow for
     ``backend`` and, with ``stock`` and where the suite has one, stock's flow, alternating test by test in this
-    process. ``lower_only`` (default: where ExecuTorch's runtime here does not run the backend's delegates) stops
-    each case after lowering; ``dry_run`` (default: where the backend cannot serialize here) lowers as a dry run.
+    process. ``lower_only`` (default: where nothing here runs the backend's delegates) stops each case after
+    lowering; ``dry_run`` (default: where the backend cannot serialize here) lowers as a dry run. Cases run where
+    ``edgeplug lower --verify`` would run them: in the backend's own runtime where one is found here
+    (``BackendSpec.device_runtime``; stock's ``.pte`` too), else in ExecuTorch's Python runtime.
     ``progress`` is called with each row as it is done."""
     # executorch's test suite: only when a run asks
     from executorch.backends.test.suite.reporting import begin_test_session, complete_test_session
@@ -405,13 +462,7 @@ def run_operator_tests(
         dry_run = not available.ok
         if dry_run:
             notes.append(f"edgeplug lowers as a dry run: backend {backend!r} cannot serialize here ({available.reason})")
-    if lower_only is None:
-        lower_only = dry_run or b.spec.verify_method != "pte"
-        if lower_only and not dry_run:
-            notes.append(
-                f"lowering only: ExecuTorch's runtime here does not run backend {backend!r}'s delegates "
-                f"(its verify_method is {b.spec.verify_method!r}, not 'pte'), so no case is run or compared with eager"
-            )
+    lower_only, runtime = _where_cases_run(b, dry_run, lower_only, notes)
     flows = {"edgeplug": edgeplug_flow(backend, dry_run=dry_run)}
     stock_name = None
     if stock:
@@ -420,6 +471,8 @@ def run_operator_tests(
             stock_name = flows["stock"].name
         except EdgeplugError as exc:
             notes.append(f"edgeplug's flow only: {exc}")
+    if runtime is not None:
+        flows = {side: _in_runtime(flow, runtime) for side, flow in flows.items()}
     chosen = _operator_tests(list(ops) if ops is not None else None, list(tests) if tests is not None else None,
                              first_of_each_file)
     rows = []
@@ -432,7 +485,8 @@ def run_operator_tests(
                 progress(row)
     finally:
         complete_test_session()
-    return SuiteRun(backend, rows, lower_only, dry_run, stock_name, notes)
+    ran_in = "" if lower_only else (runtime.name if runtime is not None else "ExecuTorch's Python runtime")
+    return SuiteRun(backend, rows, lower_only, dry_run, stock_name, notes, ran_in)
 
 
 def run_command(argv: Optional[Sequence[str]] = None) -> int:

@@ -63,6 +63,7 @@ def edgeplug_partitioner_filters():
     # what ExecuTorch's WebGPU runtime refuses at load among the ops it lists (found running programs in it)
     yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.NAME, fn=runtime_gaps.conversion_gaps)
     yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.INT8_NAME, fn=runtime_gaps.int8_matmul_weight)
+    yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.REDUCE_NAME, fn=runtime_gaps.reduction_gaps)
 
 
 @hookimpl

@@ -11,6 +11,13 @@ node on the CPU, with its reason in the report; the op list itself is ``runtime_
   into ``aten._weight_int8pack_mm``, which the WebGPU runtime does not implement ("WebGPU backend: unsupported
   op: aten._weight_int8pack_mm.default"), so the program fails to load. The dequantize runs on the CPU and the
   matmul, now of a float weight, on the GPU (correct; the weight crosses as float32 each call).
+- A reduction the runtime's kernels do not cover (``reduction_refused``; found by ExecuTorch's backend test suite
+  run in the runtime, docs/benchmarks.md): ``amax``/``amin`` and ``argmax``/``argmin`` reduce the last dim only
+  (``ops/amax``, ``ops/argmax``: "only last-dim reduction is supported"), ``sum.dim_IntList``/``mean.dim`` a run of
+  adjacent dims ("only contiguous reduced dims supported"), all of float32 only (they size their buffers by
+  ``sizeof(float)``). ``VulkanPartitioner`` takes a reduction over another dim with ``keepdim`` (the Vulkan
+  runtime has a general reduce), and the Vulkan family's ``reduce_with_keepdim`` rewrite gives it one: without
+  this filter a webgpu ``amax(x, dim=0)`` is delegated and its program fails to load.
 """
 
 from __future__ import annotations
@@ -21,10 +28,15 @@ import torch
 
 NAME = "webgpu_runtime_gaps"
 INT8_NAME = "webgpu_int8_matmul_weight"
+REDUCE_NAME = "webgpu_reduction_gaps"
 
 _CONVERSIONS = ("aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default")
 _INT8_DEQUANTIZE = "quantized_decomposed.dequantize_per_channel.default"
 _MATMULS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten.bmm.default")
+#: reductions the runtime registers, and where their reduced dims are (the argument index; None: every dim)
+_LAST_DIM_ONLY = {"aten.amax.default": "amax", "aten.amin.default": "amin",
+                  "aten.argmax.default": "arg_reduce", "aten.argmin.default": "arg_reduce"}
+_CONTIGUOUS_DIMS = ("aten.sum.dim_IntList", "aten.mean.dim")
 _VIEWS = ("aten.permute_copy.default", "aten.t_copy.default", "aten.view_copy.default", "aten.transpose_copy.int",
           "aten.unsqueeze_copy.default", "aten.squeeze_copy.dims", "aten.expand_copy.default")
 
@@ -99,3 +111,49 @@ def int8_matmul_weight(node: Any, ctx: Any) -> Optional[Any]:
     return refuse("ExecuTorch's WebGPU runtime does not implement aten._weight_int8pack_mm, which the Vulkan "
                   "serialization makes of an int8 per-channel dequantize and its matmul (the delegate would fail at "
                   "load: 'unsupported op'); the weight is dequantized on the CPU")
+
+
+def _reduced_dims(node: Any, ndim: int) -> Optional[list[int]]:
+    """The dims ``node`` reduces, made non-negative and sorted; None where it reduces every dim (no dim given)."""
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if dim is None or dim == []:
+        return None
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted(d + ndim if d < 0 else d for d in dims if isinstance(d, int))
+
+
+def reduction_refused(name: str, dtype: torch.dtype, ndim: int, dims: Optional[list[int]]) -> str:
+    """Why the runtime cannot run the reduction ``name`` (``aten.amax.default``...) of a ``dtype`` tensor of
+    ``ndim`` dims over ``dims`` (None: all), in its own words, or '' when it can."""
+    if name not in _LAST_DIM_ONLY and name not in _CONTIGUOUS_DIMS:
+        return ""
+    short = _LAST_DIM_ONLY.get(name, "WebGPU reduce")
+    if dtype != torch.float32:
+        return f"{short}: fp32-only"
+    if name in _LAST_DIM_ONLY:
+        if ndim > 1 and dims != [ndim - 1]:
+            return f"{short}: only last-dim reduction is supported"
+        return ""
+    if dims and dims != list(range(dims[0], dims[0] + len(dims))):
+        return "WebGPU reduce: only contiguous reduced dims supported"
+    return ""
+
+
+def reduction_gaps(node: Any, ctx: Any) -> Optional[Any]:
+    """The filter: refuse a reduction the runtime's kernels do not cover (``reduction_refused``), naming its dims,
+    dtype and the runtime's words."""
+    from edgeplug.plugin import op_name, refuse
+
+    if getattr(node, "op", None) != "call_function" or not node.args:
+        return None
+    name = op_name(node.target)
+    source = getattr(node.args[0], "meta", {}).get("val")
+    if (name not in _LAST_DIM_ONLY and name not in _CONTIGUOUS_DIMS) or not isinstance(source, torch.Tensor):
+        return None
+    dims = _reduced_dims(node, source.dim())
+    why = reduction_refused(name, source.dtype, source.dim(), dims)
+    if not why:
+        return None
+    over = "every dim" if dims is None else f"dim {dims[0]}" if len(dims) == 1 else f"dims {dims}"
+    return refuse(f"ExecuTorch's WebGPU runtime cannot reduce this {str(source.dtype).replace('torch.', '')} "
+                  f"tensor of {source.dim()} dims over {over} (the delegate would fail at load: '{why}')")

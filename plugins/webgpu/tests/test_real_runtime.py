@@ -154,13 +154,13 @@ class HalfTrip(nn.Module):
         return ((x * 2).half().float() + 1) * 3
 
 
-def _without_gap_filter():
+def _without_gap_filter(name=None):
     import dataclasses
 
     from edgeplug_webgpu.runtime_gaps import NAME
 
     webgpu = edgeplug.get_backend("webgpu")
-    return dataclasses.replace(webgpu, filters=tuple(f for f in webgpu.filters if f.name != NAME))
+    return dataclasses.replace(webgpu, filters=tuple(f for f in webgpu.filters if f.name != (name or NAME)))
 
 
 def test_gap_a_float_width_conversion_fails_to_load_and_stays_on_the_cpu(runtime):
@@ -174,6 +174,34 @@ def test_gap_a_float_width_conversion_fails_to_load_and_stays_on_the_cpu(runtime
     assert dict(result.report.cpu_ops) == {"dim_order_ops._to_dim_order_copy.default": 2}, result.report.to_table()
     v = result.report.verification
     assert v.adapter.startswith(runtime.name) and v.passed and v.max_abs_diff <= 1e-4, result.report.to_table()
+
+
+class Reduce(nn.Module):
+    """One reduction, as the backend test suite's amax/sum tests write them."""
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def test_gap_a_reduction_over_another_dim_fails_to_load_and_stays_on_the_cpu(runtime):
+    """The runtime's amax reduces the last dim only; VulkanPartitioner takes amax over dim 0 once the Vulkan
+    family's reduce_with_keepdim rewrite gives it keepdim, so the program does not load (ExecuTorch's backend test
+    suite, test_amax_dim, run in the runtime). The webgpu_reduction_gaps filter keeps it on the CPU, and it runs."""
+    from edgeplug_webgpu.runtime_gaps import REDUCE_NAME
+
+    x = torch.randn(5, 10, generator=torch.Generator().manual_seed(5))
+    model = Reduce(lambda t: torch.amax(t, dim=0)).eval()
+    bare = edgeplug.lower(model, (x,), backend=_without_gap_filter(REDUCE_NAME))
+    with pytest.raises(RuntimeRefusedError, match="amax: only last-dim reduction is supported"):
+        runtime.run(bare.buffer, bare.data_buffer, [[x]])
+    result = edgeplug.lower(model, (x,), backend="webgpu", verify=True)
+    assert dict(result.report.cpu_ops) == {"aten.amax.default": 1}, result.report.to_table()
+    v = result.report.verification
+    assert v.adapter.startswith(runtime.name) and v.passed, result.report.to_table()
 
 
 class TwoLinears(nn.Module):
@@ -309,6 +337,33 @@ def test_the_gap_filter_keeps_float_width_conversions_on_the_cpu_and_no_other():
     assert conversion_refused(torch.float32, torch.int32) == "" == conversion_refused(torch.int64, torch.float32)
     assert "bool and integer" in conversion_refused(torch.bool, torch.int32)
     assert conversion_refused(torch.int8, torch.float32).startswith("to_copy_int_to_float")
+
+
+@pytest.mark.parametrize("fn, shape, kept", [
+    (lambda t: torch.amax(t, dim=0), (5, 10), "aten.amax.default"),
+    (lambda t: torch.amin(t, dim=1), (3, 4, 5), "aten.amin.default"),
+    (lambda t: torch.argmax(t), (5, 10), "aten.argmax.default"),
+    (lambda t: t.sum(dim=(0, 2)), (3, 4, 5), "aten.sum.dim_IntList"),
+    (lambda t: torch.amax(t, dim=-1), (5, 10), None),
+    (lambda t: t.sum(dim=(1, 2)), (3, 4, 5), None),
+    (lambda t: t.mean(dim=0), (3, 4, 5), None),
+])
+def test_the_reduction_filter_keeps_on_the_cpu_what_the_runtime_cannot_reduce_and_no_other(fn, shape, kept):
+    """No runtime needed: a reduction the runtime's kernels do not cover stays on the CPU naming the dims and the
+    runtime's words; the ones they cover (the last dim; adjacent dims for sum and mean) are delegated."""
+    from edgeplug_webgpu.runtime_gaps import REDUCE_NAME, reduction_refused
+
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(6))
+    report = edgeplug.lower(Reduce(fn).eval(), (x,), backend="webgpu").report
+    if kept is None:
+        assert not report.cpu_ops and report.delegated_ops, report.to_table()
+        return
+    assert dict(report.cpu_ops) == {kept: 1}, report.to_table()
+    (node,) = report.cpu_nodes
+    assert REDUCE_NAME in node.reason and "(the delegate would fail at load: '" in node.reason, node.reason
+    assert "last-dim" in node.reason or "contiguous" in node.reason, node.reason
+    assert reduction_refused("aten.amax.default", torch.float16, 2, [1]) == "amax: fp32-only"
+    assert reduction_refused("aten.add.Tensor", torch.float32, 2, [0]) == ""
 
 
 def test_the_int8_filter_keeps_a_matmuls_weight_dequantize_on_the_cpu():

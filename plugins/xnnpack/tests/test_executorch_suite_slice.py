@@ -67,3 +67,4 @@ def test_the_slice_delegates_and_runs_what_it_delegates(run):
         row = _row(run, test)
         assert row.flows["edgeplug"].outcome == "refused" and "adaptive_max_pool" in row.flows["edgeplug"].cases[-1][1]
     assert not run.lost()
+    assert not run.lower_only and run.runtime == "ExecuTorch's Python runtime", (run.runtime, run.notes)
