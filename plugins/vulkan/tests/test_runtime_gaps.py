@@ -56,7 +56,24 @@ class IntEq(nn.Module):
         return (a == b).float() + 1
 
 
+class ChannelMean(nn.Module):
+    """A mean over the channels of a batch of 2 (ExecuTorch's backend test suite's test_amax_dim, as keepdim)."""
+
+    def forward(self, x):
+        return x.mean(dim=1, keepdim=True)
+
+
+class Reduce(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
 X = 2 * torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0))
+X4 = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(3))
 A = torch.randint(0, 3, (2, 8), dtype=torch.int32, generator=torch.Generator().manual_seed(1))
 B = torch.randint(0, 3, (2, 8), dtype=torch.int32, generator=torch.Generator().manual_seed(2))
 
@@ -67,7 +84,30 @@ CASES = {
     "int32 eq": (IntEq, (A, B), "aten.eq.Tensor", "binary_eq_texture3d_int32"),
     "int32 floor division": (FloorDiv, (torch.tensor([[-7, -8, -1, 7, 9]], dtype=torch.int32),), "aten.div.Tensor_mode", "toward zero"),
     "int64 eq": (IntEq, (A.long(), B.long()), "aten.eq.Tensor", "binary_eq_texture3d_int32"),
+    "batched channel mean": (ChannelMean, (X4,), "aten.mean.dim", "stacks batches along the channel axis"),
 }
+
+
+@pytest.mark.parametrize("fn, shape, kept", [
+    (lambda t: torch.amax(t, dim=1), (2, 3, 4, 5), "aten.amax.default"),
+    (lambda t: torch.amin(t, dim=0), (2, 3, 4, 5), "aten.amin.default"),
+    (lambda t: t.sum(dim=(1, 3)), (2, 3, 4, 5), "aten.sum.dim_IntList"),
+    (lambda t: torch.amax(t, dim=2), (2, 3, 4, 5), None),
+    (lambda t: t.sum(dim=(2, 3)), (2, 3, 4, 5), None),
+    (lambda t: torch.amax(t, dim=1), (1, 3, 4, 5), None),
+    (lambda t: t.sum(dim=(0, 1)), (3, 4, 5), None),
+])
+def test_a_reduction_over_the_batch_or_channels_of_a_batch_stays_on_the_cpu_and_no_other(fn, shape, kept):
+    """Over dim 0 or 1 of a 4-d tensor of batch > 1 the runtime refuses the delegate; over the other dims, of a
+    batch of 1, or of a 3-d tensor it runs them (tests above and docs/benchmarks.md), so they stay delegated."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(4))
+    report = edgeplug.lower(Reduce(fn).eval(), (x,), backend="vulkan").report
+    if kept is None:
+        assert not report.cpu_ops and report.delegated_ops, report.to_table()
+        return
+    assert dict(report.cpu_ops) == {kept: 1}, report.to_table()
+    (node,) = report.cpu_nodes
+    assert "'runtime_gaps'" in node.reason and "concat_dim_of(in) != reduce_dim" in node.reason, node.reason
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))

@@ -20,6 +20,10 @@ An integer floor division (``aten.div.Tensor_mode``, ``rounding_mode="floor"``) 
 (-7 // 4 gives -1; eager -2; the emulation floors, as eager does). Likewise ``aten.index.Tensor`` of an integer tensor (no ``index_tensor_buffer_int32``; olmoe's expert routing).
 They stay on the CPU. Stock ExecuTorch's ``.pte`` of executorch's own Llama example and of transformers' decoders
 fails to load on both.
+A reduction (``amax``, ``amin``, ``sum``, ``mean``) over dim 0 or 1 of a 4-d tensor of batch > 1 fails at load
+(``batched_reduction_refused``; found by ExecuTorch's backend test suite run in that runtime, ``test_amax_dim``):
+stock's partitioner takes it with ``keepdim=True`` (its ``.pte`` fails alike), and the Vulkan family's
+``reduce_with_keepdim`` rewrite gives it ``keepdim``.
 torchao's ``dequantize_affine`` has no kernel of its own in that runtime either ("Missing operator:
 torchao.dequantize_affine.default", an abort): only ExecuTorch's fused quantized linears absorb it (a weight's
 dequantize into ``linear_q4gsw`` / ``linear_dq8ca_q4gsw``). The dequantized table of a quantized embedding
@@ -90,6 +94,28 @@ _QUANTIZED_EMBEDDING_REASON = (
 )
 
 
+#: the reductions ExecuTorch's Vulkan runtime builds with add_reduce_node / add_reduce2d_node (Reduce.cpp)
+_REDUCTIONS = ("aten.amax.default", "aten.amin.default", "aten.sum.dim_IntList", "aten.mean.dim")
+
+
+def batched_reduction_refused(node: Any) -> str:
+    """Why the Vulkan runtime cannot load this reduction, or '': over the batch or channel dim of a 4-d tensor of
+    batch > 1 it refuses the delegate (its texture stacks the batches along the channel axis; Reduce.cpp checks
+    ``concat_dim_of(in) != reduce_dim``, and a reduction over the batch fails reading its sizes)."""
+    value = tensor_of(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
+    if value is None or value.dim() != 4 or (isinstance(value.shape[0], int) and value.shape[0] == 1):
+        return ""
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    dims = list(range(4)) if dim in (None, []) else [dim] if isinstance(dim, int) else list(dim)
+    reduced = sorted({d % 4 for d in dims if isinstance(d, int)} & {0, 1})
+    if not reduced:
+        return ""
+    over = " and ".join(("the batch dim (0)", "the channel dim (1)")[d] for d in reduced)
+    return (f"ExecuTorch's Vulkan runtime cannot load a reduction over {over} of a 4-d tensor of batch "
+            f"{value.shape[0]} (its texture stacks batches along the channel axis; the delegate would fail at load: "
+            "'(graph.concat_dim_of(in) != reduce_dim) is false'), so it runs on the CPU")
+
+
 def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
     """Refuse an op ExecuTorch's Vulkan runtime has no kernel for, though its partitioner takes it."""
     if getattr(node, "op", None) != "call_function":
@@ -115,6 +141,10 @@ def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
     if name == "aten.embedding.default" and node.args and hasattr(node.args[0], "op") \
             and node.args[0].op == "call_function" and op_name(node.args[0].target) == "torchao.dequantize_affine.default":
         return refuse(_QUANTIZED_EMBEDDING_REASON)
+    if name in _REDUCTIONS:
+        why = batched_reduction_refused(node)
+        if why:
+            return refuse(why)
     if name == "aten.index.Tensor":
         value = tensor_of(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
         if value is not None and str(value.dtype) in ("torch.int32", "torch.int64"):
