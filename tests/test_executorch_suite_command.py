@@ -86,7 +86,7 @@ def test_a_third_partys_backend_runs_the_suite_with_the_one_command(third_party)
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert "| suitecheck, 2 float32 operator tests, lowered, run and compared with eager | through edgeplug |" in out
+    assert "| suitecheck, 2 float32 operator tests, lowered, run in ExecuTorch's Python runtime and compared with eager | through edgeplug |" in out
     assert "| tests passed / refused up front / skipped / failed | 1 / 1 / 0 / 0 |" in out
     assert "| cases run and matching eager, delegated | 1 |" in out
     assert "edgeplug's flow only: ExecuTorch's backend test suite has no flow named 'suitecheck'" in out

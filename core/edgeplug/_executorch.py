@@ -26,7 +26,7 @@ import copy as copy_module
 import functools
 import importlib
 import re
-from importlib import metadata
+from importlib import metadata, resources
 from typing import Any, Callable, Iterator, Optional
 
 from packaging.specifiers import SpecifierSet
@@ -171,7 +171,7 @@ def default_decompositions() -> dict:
 def strict_edge_compile_config(allowed: list[Any]) -> Any:
     """``to_edge``'s config with ExecuTorch's strict IR check on, the aten ops in ``allowed`` let through
     (``EdgeCompileConfig._core_aten_ops_exception_list``: underscored, though the verifier's own message names it)."""
-    from executorch.exir import EdgeCompileConfig
+    from executorch.exir import EdgeCompileConfig  # executorch: loaded by a lowering, not by import edgeplug
 
     fields = getattr(EdgeCompileConfig, "__dataclass_fields__", {})
     if "_core_aten_ops_exception_list" not in fields:
@@ -189,8 +189,6 @@ def portable_kernel_ops() -> Optional[frozenset[str]]:
     """The ops ExecuTorch's portable kernel library implements, as ``"name.overload"`` of each out variant
     (``"round.out"``), from the ``kernels/portable/functions.yaml`` the executorch wheel ships (a data file,
     not an API); None where the installed release ships none (the caller then refuses nothing)."""
-    from importlib import resources
-
     try:
         path = resources.files("executorch")
         for part in PORTABLE_KERNELS:  # one part at a time: executorch is a namespace package

@@ -307,6 +307,7 @@ def _lower_case(flow: Any, model: Any, inputs: Any, base_name: str, dynamic_shap
     is skipped as the runner skips it."""
     import torch  # with the suite's modules below, loaded when a run asks (pytest imports edgeplug.testing at startup)
     from executorch.backends.test.suite.reporting import count_ops  # executorch's test suite: only when a run asks
+    from executorch.backends.test.harness.stages import StageType  # as above
     from executorch.backends.test.suite.runner import UNSUPPORTED_PORTABLE_OPS  # as above
 
     torch.manual_seed(int.from_bytes(hashlib.md5(base_name.encode()).digest()[:4], "little"))
@@ -326,7 +327,20 @@ def _lower_case(flow: Any, model: Any, inputs: Any, base_name: str, dynamic_shap
     missing = sorted(op for op in left if op in UNSUPPORTED_PORTABLE_OPS)
     if missing:
         return "SKIPPED", f"left on the CPU where no portable kernel runs it: {', '.join(missing)}"
+    if _has_3d_convolution(tester.stages[StageType.EXPORT].artifact):
+        return "SKIPPED", "a 3-d convolution: the suite's runner skips it (ExecuTorch's portable kernels run none)"
     return ("lowered" if delegated else "undelegated"), ""
+
+
+def _has_3d_convolution(ep: Any) -> bool:
+    """Whether the exported program convolves an input of rank 5 (the suite's runner skips such a case after
+    lowering, delegated or not, as the portable kernels cannot run it)."""
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and "conv" in str(node.target) and node.args:
+            value = getattr(node.args[0], "meta", {}).get("val")
+            if value is not None and hasattr(value, "dim") and value.dim() > 4:
+                return True
+    return False
 
 
 def _in_runtime(flow: Any, runtime: Any) -> Any:
