@@ -431,14 +431,14 @@ def _where_cases_run(b: Any, dry_run: bool, lower_only: Optional[bool], notes: l
         lower_only = dry_run or target is None or target.method != "pte"
         if lower_only and not dry_run:
             notes.append(
-                f"lowering only: nothing here runs backend {b.name!r}'s delegates (its verify_method is "
+                f"lowering only: nothing here runs the {b.name} backend's delegates (its verify_method is "
                 f"{b.spec.verify_method!r}{'; ' + target.why_not if target and target.why_not else ''}), so no case "
                 "is run or compared with eager"
             )
     if lower_only or target is None or target.runtime is None:
         return lower_only, None
     notes.append(
-        f"each case's .pte, stock's and edgeplug's alike, runs in {target.runtime.name} (backend {b.name!r}'s "
+        f"each case's .pte, stock's and edgeplug's alike, runs in {target.runtime.name} (the {b.name} backend's "
         "own runtime, found here), not ExecuTorch's Python runtime, which does not link its delegate"
     )
     return lower_only, target.runtime
