@@ -14,7 +14,8 @@ node on the CPU, with its reason in the report; the op list itself is ``runtime_
 - A reduction the runtime's kernels do not cover (``reduction_refused``; found by ExecuTorch's backend test suite
   run in the runtime, docs/benchmarks.md): ``amax``/``amin`` and ``argmax``/``argmin`` reduce the last dim only
   (``ops/amax``, ``ops/argmax``: "only last-dim reduction is supported"), ``sum.dim_IntList``/``mean.dim`` a run of
-  adjacent dims ("only contiguous reduced dims supported"), all of float32 only (they size their buffers by
+  adjacent dims ("only contiguous reduced dims supported"; a dim list must be given: ``x.mean()`` fails with "dim
+  arg is not an IntList"), all of float32 only (they size their buffers by
   ``sizeof(float)``). ``VulkanPartitioner`` takes a reduction over another dim with ``keepdim`` (the Vulkan
   runtime has a general reduce), and the Vulkan family's ``reduce_with_keepdim`` rewrite gives it one: without
   this filter a webgpu ``amax(x, dim=0)`` is delegated and its program fails to load.
@@ -130,11 +131,15 @@ def reduction_refused(name: str, dtype: torch.dtype, ndim: int, dims: Optional[l
     short = _LAST_DIM_ONLY.get(name, "WebGPU reduce")
     if dtype != torch.float32:
         return f"{short}: fp32-only"
+    if ndim == 0:
+        return f"{short}: input must have at least one dim"
     if name in _LAST_DIM_ONLY:
-        if ndim > 1 and dims != [ndim - 1]:
+        if dims != [ndim - 1]:  # every dim (no dim given) included: the kernels read exactly one
             return f"{short}: only last-dim reduction is supported"
         return ""
-    if dims and dims != list(range(dims[0], dims[0] + len(dims))):
+    if dims is None:  # x.mean(), x.sum(): the dim argument is None or empty
+        return "WebGPU reduce: dim arg is not an IntList"
+    if dims != list(range(dims[0], dims[0] + len(dims))):
         return "WebGPU reduce: only contiguous reduced dims supported"
     return ""
 

@@ -344,6 +344,7 @@ def test_the_gap_filter_keeps_float_width_conversions_on_the_cpu_and_no_other():
     (lambda t: torch.amin(t, dim=1), (3, 4, 5), "aten.amin.default", True),
     (lambda t: torch.argmax(t), (5, 10), "aten.argmax.default", True),
     (lambda t: t.sum(dim=(0, 2)), (3, 4, 5), "aten.sum.dim_IntList", True),
+    (lambda t: torch.mean(t, dim=None, keepdim=False, dtype=None), (3, 4), "aten.mean.dim", True),
     (lambda t: torch.amax(t, dim=-1), (5, 10), "aten.amax.default", False),
     (lambda t: t.sum(dim=(1, 2)), (3, 4, 5), "aten.sum.dim_IntList", False),
     (lambda t: t.mean(dim=0), (3, 4, 5), "aten.mean.dim", False),
@@ -362,11 +363,13 @@ def test_the_reduction_filter_keeps_on_the_cpu_what_the_runtime_cannot_reduce_an
     elif refused:
         (node,) = kept
         assert REDUCE_NAME in node.reason and "(the delegate would fail at load: '" in node.reason, node.reason
-        assert "last-dim" in node.reason or "contiguous" in node.reason, node.reason
+        assert any(w in node.reason for w in ("last-dim", "contiguous", "not an IntList")), node.reason
     else:
         assert not kept and report.delegated_ops.get(op), report.to_table()
     assert reduction_refused("aten.amax.default", torch.float16, 2, [1]) == "amax: fp32-only"
     assert reduction_refused("aten.add.Tensor", torch.float32, 2, [0]) == ""
+    assert reduction_refused("aten.amax.default", torch.float32, 1, None) == "amax: only last-dim reduction is supported"
+    assert reduction_refused("aten.mean.dim", torch.float32, 1, [0]) == ""
 
 
 def test_the_int8_filter_keeps_a_matmuls_weight_dequantize_on_the_cpu():
