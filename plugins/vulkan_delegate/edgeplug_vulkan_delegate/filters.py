@@ -98,6 +98,28 @@ _QUANTIZED_EMBEDDING_REASON = (
 _REDUCTIONS = ("aten.amax.default", "aten.amin.default", "aten.sum.dim_IntList", "aten.mean.dim")
 
 
+def _arg(node: Any, index: int, name: str, default: Any) -> Any:
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def _many_dims_refused(node: Any) -> str:
+    """Why the Vulkan runtime cannot load this reduction over more than two dims or over no dim list (every dim, a
+    1-d tensor's too), or '' (Reduce.cpp: 'Only 1 or 2 dimensions supported')."""
+    value = tensor_of(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
+    if value is None:
+        return ""
+    dim = _arg(node, 1, "dim", None)
+    if dim in (None, []):  # every dim: the runtime counts the list it is given, here empty
+        given = "no dim list (every dim)"
+    else:
+        count = 1 if isinstance(dim, int) else len(dim)
+        if count <= 2:
+            return ""
+        given = f"{count} dims"
+    return (f"ExecuTorch's Vulkan runtime reduces over a list of 1 or 2 dims, not {given} (Reduce.cpp: 'Only 1 or 2 "
+            "dimensions supported'; the delegate would fail at load), so it runs on the CPU")
+
+
 def batched_reduction_refused(node: Any) -> str:
     """Why the Vulkan runtime cannot load this reduction, or '': over the batch or channel dim of a 4-d tensor of
     batch > 1 it refuses the delegate (its texture stacks the batches along the channel axis; Reduce.cpp checks
@@ -142,9 +164,22 @@ def runtime_gaps(node: Any, ctx: Any) -> Optional[Any]:
             and node.args[0].op == "call_function" and op_name(node.args[0].target) == "torchao.dequantize_affine.default":
         return refuse(_QUANTIZED_EMBEDDING_REASON)
     if name in _REDUCTIONS:
-        why = batched_reduction_refused(node)
+        why = batched_reduction_refused(node) or _many_dims_refused(node)
         if why:
             return refuse(why)
+    if name in ("aten.argmax.default", "aten.argmin.default") and _arg(node, 2, "keepdim", False):
+        return refuse("ExecuTorch's Vulkan runtime cannot load an argmax/argmin with keepdim=True (its partitioner "
+                      "gives it texture storage; ArgReduce.cpp: '(graph.is_buffer_storage(in)) is false')")
+    if name == "aten.div.Tensor_mode" and node.kwargs.get("rounding_mode") == "trunc":
+        value = tensor_of(node)
+        if value is not None and value.dtype.is_floating_point:
+            return refuse("ExecuTorch's Vulkan runtime rounds a float division with rounding_mode='trunc' toward "
+                          "minus infinity (-7 / 4 gives -2, eager -1), so it runs on the CPU")
+    if name == "aten.index.Tensor" and len(node.args) > 1 and len(node.args[1]) > 1:
+        # the list's length counts, None entries (the dims not indexed before an index tensor) included
+        return refuse("ExecuTorch's Vulkan runtime takes an index list of one entry only (IndexTensor.cpp: "
+                      "'index.Tensor: only one index tensor is supported'; a reflect or replicate padding indexes "
+                      "its last dim, x[:, :, idx]), so it runs on the CPU")
     if name == "aten.index.Tensor":
         value = tensor_of(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
         if value is not None and str(value.dtype) in ("torch.int32", "torch.int64"):

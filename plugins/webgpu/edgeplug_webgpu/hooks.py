@@ -64,6 +64,7 @@ def edgeplug_partitioner_filters():
     yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.NAME, fn=runtime_gaps.conversion_gaps)
     yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.INT8_NAME, fn=runtime_gaps.int8_matmul_weight)
     yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.REDUCE_NAME, fn=runtime_gaps.reduction_gaps)
+    yield PartitionerFilter(backend=BACKEND, name=runtime_gaps.EXPAND_NAME, fn=runtime_gaps.expand_inferred_sizes)
 
 
 @hookimpl

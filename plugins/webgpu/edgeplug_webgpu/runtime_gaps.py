@@ -19,6 +19,8 @@ node on the CPU, with its reason in the report; the op list itself is ``runtime_
   ``sizeof(float)``). ``VulkanPartitioner`` takes a reduction over another dim with ``keepdim`` (the Vulkan
   runtime has a general reduce), and the Vulkan family's ``reduce_with_keepdim`` rewrite gives it one: without
   this filter a webgpu ``amax(x, dim=0)`` is delegated and its program fails to load.
+- An ``expand_copy`` whose sizes hold -1 (keep that dim: ``x.expand(8, -1)``): the runtime refuses it at load
+  ("WebGPU expand_copy: inferred target sizes are unsupported"; the suite's ``test_expand_keep_original_size``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 NAME = "webgpu_runtime_gaps"
 INT8_NAME = "webgpu_int8_matmul_weight"
 REDUCE_NAME = "webgpu_reduction_gaps"
+EXPAND_NAME = "webgpu_expand_inferred_sizes"
 
 _CONVERSIONS = ("aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default")
 _INT8_DEQUANTIZE = "quantized_decomposed.dequantize_per_channel.default"
@@ -162,3 +165,16 @@ def reduction_gaps(node: Any, ctx: Any) -> Optional[Any]:
     over = "every dim" if dims is None else f"dim {dims[0]}" if len(dims) == 1 else f"dims {dims}"
     return refuse(f"ExecuTorch's WebGPU runtime cannot reduce this {str(source.dtype).replace('torch.', '')} "
                   f"tensor of {source.dim()} dims over {over} (the delegate would fail at load: '{why}')")
+
+
+def expand_inferred_sizes(node: Any, ctx: Any) -> Optional[Any]:
+    """The filter: refuse an ``expand_copy`` given -1 for a size (the runtime takes explicit sizes only)."""
+    from edgeplug.plugin import op_name, refuse
+
+    if getattr(node, "op", None) != "call_function" or op_name(node.target) != "aten.expand_copy.default":
+        return None
+    sizes = node.args[1] if len(node.args) > 1 else node.kwargs.get("size", ())
+    if not any(isinstance(s, int) and s == -1 for s in sizes):
+        return None
+    return refuse("ExecuTorch's WebGPU runtime takes an expand's sizes only as numbers, not -1 (the delegate would "
+                  "fail at load: 'WebGPU expand_copy: inferred target sizes are unsupported')")

@@ -372,6 +372,18 @@ def test_the_reduction_filter_keeps_on_the_cpu_what_the_runtime_cannot_reduce_an
     assert reduction_refused("aten.mean.dim", torch.float32, 1, [0]) == ""
 
 
+def test_an_expand_with_an_inferred_size_stays_on_the_cpu_and_one_with_numbers_does_not():
+    """The suite's test_expand_keep_original_size: the runtime refuses -1 among an expand's sizes at load."""
+    from edgeplug_webgpu.runtime_gaps import EXPAND_NAME
+
+    x = torch.randn(1, 32, generator=torch.Generator().manual_seed(7))
+    report = edgeplug.lower(Reduce(lambda t: t.expand(8, -1) * 2).eval(), (x,), backend="webgpu").report
+    kept = [n for n in report.cpu_nodes if n.op == "aten.expand_copy.default"]
+    assert len(kept) == 1 and (EXPAND_NAME in kept[0].reason or "does not implement" in kept[0].reason), report.to_table()
+    report = edgeplug.lower(Reduce(lambda t: t.expand(8, 32) * 2).eval(), (x,), backend="webgpu").report
+    assert all(EXPAND_NAME not in n.reason for n in report.cpu_nodes), report.to_table()
+
+
 def test_the_int8_filter_keeps_a_matmuls_weight_dequantize_on_the_cpu():
     quantized, x = _w8()
     report = edgeplug.lower(quantized, (x,), backend="webgpu").report
