@@ -20,6 +20,11 @@ An integer floor division (``aten.div.Tensor_mode``, ``rounding_mode="floor"``) 
 (-7 // 4 gives -1; eager -2; the emulation floors, as eager does). Likewise ``aten.index.Tensor`` of an integer tensor (no ``index_tensor_buffer_int32``; olmoe's expert routing).
 They stay on the CPU. Stock ExecuTorch's ``.pte`` of executorch's own Llama example and of transformers' decoders
 fails to load on both.
+ExecuTorch's backend test suite, run in that runtime (docs/benchmarks.md), found more, each failing stock's ``.pte``
+too and kept on the CPU here: a reduction over no dim list or over more than 2 dims ("Only 1 or 2 dimensions
+supported"), ``argmax``/``argmin`` with ``keepdim=True`` (texture storage; "is_buffer_storage(in)"), an
+``aten.index.Tensor`` whose index list has more than one entry (a reflect or replicate padding: "only one index
+tensor is supported"), and a float division with ``rounding_mode="trunc"`` (computed as a floor division).
 A reduction (``amax``, ``amin``, ``sum``, ``mean``) over dim 0 or 1 of a 4-d tensor of batch > 1 fails at load
 (``batched_reduction_refused``; found by ExecuTorch's backend test suite run in that runtime, ``test_amax_dim``):
 stock's partitioner takes it with ``keepdim=True`` (its ``.pte`` fails alike), and the Vulkan family's
