@@ -11,19 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from edgeplug.plugin import RuntimeNotFound
 
-from edgeplug_vulkan_delegate.runtime import WEBGPU, webgpu_device_runtime
+from edgeplug_vulkan_delegate.runtime import WEBGPU
 
 pytest.importorskip("executorch.backends.test.suite")
-
-
-@pytest.fixture(scope="module")
-def runtime(real_webgpu_runtime_env):
-    try:
-        return webgpu_device_runtime()
-    except RuntimeNotFound as exc:
-        pytest.skip(f"{exc} (`make webgpu-runtime` builds one and runs these)")
 
 
 @pytest.mark.usefixtures("real_webgpu_runtime_env")

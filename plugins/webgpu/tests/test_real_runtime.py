@@ -22,14 +22,6 @@ pytestmark = pytest.mark.usefixtures("real_webgpu_runtime_env")
 VARIABLE = WEBGPU.variable
 
 
-@pytest.fixture(scope="module")
-def runtime(real_webgpu_runtime_env):
-    try:
-        return webgpu_device_runtime()
-    except RuntimeNotFound as exc:
-        pytest.skip(f"{exc} (`make webgpu-runtime` builds one and runs these)")
-
-
 def _rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
