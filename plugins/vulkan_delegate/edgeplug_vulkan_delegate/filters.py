@@ -132,7 +132,7 @@ def batched_reduction_refused(node: Any) -> str:
     value = tensor_of(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
     if value is None or value.dim() != 4 or (isinstance(value.shape[0], int) and value.shape[0] == 1):
         return ""
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    dim = _arg(node, 1, "dim", None)
     dims = list(range(4)) if dim in (None, []) else [dim] if isinstance(dim, int) else list(dim)
     reduced = sorted({d % 4 for d in dims if isinstance(d, int)} & {0, 1})
     if not reduced:
