@@ -102,3 +102,17 @@ def test_a_backend_that_cannot_serialize_here_is_lowered_as_a_dry_run_and_not_ru
     assert row.flows["edgeplug"].outcome == "passed" and row.flows["edgeplug"].cases == [("lowered", "")]
     assert "dry run" in run.notes[0] and "cannot serialize here" in run.notes[0]
     assert "lowering only" in run.table() and "(dry run)" in run.table()
+
+
+def test_an_interrupted_run_says_so_in_one_line_and_writes_no_json(monkeypatch, capsys, tmp_path):
+    import edgeplug.testing.executorch_suite as suite
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(suite, "run_operator_tests", interrupted)
+    out = tmp_path / "suite.json"
+    assert suite.run_command(["--backend", "anything", "--json", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and f"{out} not written" in err and "Traceback" not in err
+    assert not out.exists()

@@ -506,7 +506,8 @@ def run_operator_tests(
 def run_command(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m edgeplug.testing.executorch_suite --backend NAME``: prints the table; returns 1 where ``lost()``
     is not empty (a test stock's flow passes that edgeplug neither passes nor refuses up front), 2 where nothing ran
-    (an unknown backend, operator file or test, said in one line), else 0."""
+    (an unknown backend, operator file or test, said in one line), 130 when interrupted (said in one line, nothing
+    written), else 0."""
     parser = argparse.ArgumentParser(
         prog="python -m edgeplug.testing.executorch_suite",
         description="ExecuTorch's backend test suite (float32 operator tests) through edgeplug's lowering of a "
@@ -539,6 +540,10 @@ def run_command(argv: Optional[Sequence[str]] = None) -> int:
     except EdgeplugError as exc:  # an unknown backend, operator file or test: said in one line, nothing run
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the tests done so far were printed one a line; no table, no --json file
+        print(f"\n{parser.prog}: interrupted; no table printed"
+              + (f" and {args.json} not written" if args.json else ""), file=sys.stderr)
+        return 130
     print(run.table())
     if args.json:
         with open(args.json, "w") as f:
